@@ -1,0 +1,5 @@
+import sys
+
+from feedprof.cli import main
+
+sys.exit(main())

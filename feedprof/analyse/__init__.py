@@ -1,0 +1,1 @@
+"""Analyse layer: pure functions over stored records (no hardware, no I/O)."""

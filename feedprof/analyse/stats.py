@@ -1,0 +1,76 @@
+"""Small, dependency-free statistics for noisy throughput windows."""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+from feedprof.store import StepLog
+
+DEFAULT_CHUNKS = 5
+MIN_STEPS_PER_CHUNK = 8
+
+
+def median(xs: Sequence[float]) -> Optional[float]:
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        return None
+    mid = n // 2
+    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def mean(xs: Sequence[Optional[float]]) -> Optional[float]:
+    vals = [x for x in xs if x is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def chunk_rates(steps: StepLog, n_chunks: int = DEFAULT_CHUNKS,
+                t_start_s: Optional[float] = None, t_end_s: Optional[float] = None) -> List[float]:
+    """Steps per second in consecutive chunks of roughly equal step counts.
+
+    Chunks of one window are what "median and spread" are taken over: a
+    shared machine's hiccup lands in one chunk instead of skewing the mean.
+    """
+    recs = [(n, w) for t, n, w in zip(steps.t_end_s, steps.n_steps, steps.wall_s)
+            if (t_start_s is None or t >= t_start_s) and (t_end_s is None or t <= t_end_s)]
+    total = sum(n for n, _ in recs)
+    if total == 0:
+        return []
+    n_chunks = max(1, min(n_chunks, total // MIN_STEPS_PER_CHUNK, len(recs)))
+    per_chunk = total / n_chunks
+    rates: List[float] = []
+    n_acc, wall_acc, seen = 0, 0.0, 0
+    for n, w in recs:
+        n_acc += n
+        wall_acc += w
+        seen += n
+        if seen >= per_chunk * (len(rates) + 1) - 1e-9 and len(rates) < n_chunks - 1:
+            rates.append(n_acc / wall_acc if wall_acc > 0 else float("inf"))
+            n_acc, wall_acc = 0, 0.0
+    if n_acc:
+        rates.append(n_acc / wall_acc if wall_acc > 0 else float("inf"))
+    return rates
+
+
+def spread(rates: Sequence[float]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
+    """(median, low, high) of chunk rates."""
+    if not rates:
+        return None, None, None
+    return median(rates), min(rates), max(rates)
+
+
+def relative_noise(rates: Sequence[float]) -> float:
+    """Half the relative width of the middle of the chunk rates (0.05 = ±5 %)."""
+    if len(rates) < 2:
+        return 0.0
+    s = sorted(rates)
+    lo, hi = s[len(s) // 4], s[(3 * len(s)) // 4]
+    mid = median(s) or 1.0
+    return 0.5 * (hi - lo) / mid if mid else 0.0
+
+
+def window_mean(t_s: Sequence[float], values: Sequence[Optional[float]],
+                t_start_s: Optional[float], t_end_s: Optional[float]) -> Optional[float]:
+    """Mean of the readings inside [t_start_s, t_end_s] (all of them if unbounded)."""
+    picked = [v for t, v in zip(t_s, values)
+              if v is not None and (t_start_s is None or t >= t_start_s) and (t_end_s is None or t <= t_end_s)]
+    return sum(picked) / len(picked) if picked else None

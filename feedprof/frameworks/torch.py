@@ -1,0 +1,156 @@
+"""PyTorch ``torch.utils.data.DataLoader``: read, inject, time, replay.
+
+NOTE [ DataLoader instrumentation in a trial child ]
+
+    script: DataLoader(ds, batch_size=64, num_workers=0)
+              │ patched __init__: bind args ─► ctl.plan() ─► knobs to inject? (by call site)
+              │                   original __init__ with the knobs
+              │                   ctl.created() ─► StepRecorder
+    script: for batch in loader:
+              │ patched __iter__ ─► ctl.iterate(rec, original __iter__)
+              │                     ─► WatchedIterator (timed) or ReplayIterator (ceiling)
+
+The class is patched in place rather than replaced, so ``isinstance`` checks,
+subclasses and ``from torch.utils.data import DataLoader`` done before or after
+all keep working.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any, Dict, Optional
+
+KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+DEFAULT_PREFETCH_FACTOR = 2  # torch's own default when workers > 0
+
+
+def is_dataloader(obj: Any) -> bool:
+    mod = sys.modules.get("torch.utils.data")
+    return mod is not None and isinstance(obj, mod.DataLoader)
+
+
+def describe(loader: Any) -> Dict[str, Any]:
+    batch_size = loader.batch_size
+    if batch_size is None:  # a custom batch_sampler
+        batch_size = getattr(loader.batch_sampler, "batch_size", None)
+    try:
+        batches_per_epoch: Optional[int] = len(loader)
+    except TypeError:  # an IterableDataset without __len__
+        batches_per_epoch = None
+    config = {k: getattr(loader, k, None) for k in KNOBS}
+    return {
+        "dataset": type(loader.dataset).__name__,
+        "batch_size": batch_size if isinstance(batch_size, int) else None,
+        "batches_per_epoch": batches_per_epoch,
+        "config": legalize(config),
+    }
+
+
+def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
+    """The DataLoader rejects prefetch_factor / persistent_workers without workers."""
+    out = dict(config)
+    if not out.get("num_workers"):
+        out["num_workers"] = 0
+        out["prefetch_factor"] = None
+        out["persistent_workers"] = False
+    return out
+
+
+def effective(config: Dict[str, Any]) -> Dict[str, Any]:
+    """Settings as the DataLoader will use them (prefetch_factor None -> 2)."""
+    out = legalize(config)
+    if out["num_workers"] and out.get("prefetch_factor") is None:
+        out["prefetch_factor"] = DEFAULT_PREFETCH_FACTOR
+    out.setdefault("pin_memory", False)
+    out.setdefault("persistent_workers", False)
+    return out
+
+
+def call_line(config: Dict[str, Any], dataset: str = "dataset", batch_size: Optional[int] = None) -> str:
+    """A paste-ready ``DataLoader(...)`` call with the recommended knobs."""
+    cfg = effective(config)
+    args = [dataset]
+    if batch_size is not None:
+        args.append(f"batch_size={batch_size}")
+    args.append(f"num_workers={cfg['num_workers']}")
+    if cfg.get("pin_memory"):
+        args.append("pin_memory=True")
+    if cfg["num_workers"]:
+        args.append(f"prefetch_factor={cfg['prefetch_factor']}")
+        if cfg.get("persistent_workers"):
+            args.append("persistent_workers=True")
+    return f"DataLoader({', '.join(args)})"
+
+
+POSITIONAL = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn",
+              "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator")
+
+
+def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+    """The script's own DataLoader call at the loader's site with the knobs
+    changed; a generic call where the source cannot be read."""
+    import os
+
+    from feedprof.frameworks.source import rewrite_call
+
+    cfg = effective(config)
+    knobs = {"num_workers": cfg["num_workers"]}
+    drop = []
+    if cfg.get("pin_memory"):
+        knobs["pin_memory"] = True
+    else:
+        drop.append("pin_memory")
+    if cfg["num_workers"]:
+        knobs["prefetch_factor"] = cfg["prefetch_factor"]
+        if cfg.get("persistent_workers"):
+            knobs["persistent_workers"] = True
+        else:
+            drop.append("persistent_workers")
+    else:
+        drop += ["prefetch_factor", "persistent_workers"]
+    site = getattr(loader, "site", "") if loader is not None else ""
+    path, _, line = site.rpartition(":")
+    if path and line.isdigit():
+        full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
+        text = rewrite_call(full, int(line), ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
+        if text:
+            return text
+    return call_line(cfg, batch_size=getattr(loader, "batch_size", None))
+
+
+def install(ctl: Any) -> None:
+    """Patch DataLoader so the trial controller ``ctl`` sees every loader."""
+    from torch.utils.data import DataLoader
+
+    if getattr(DataLoader, "_feedprof_patched", False):
+        return
+    orig_init = DataLoader.__init__
+    orig_iter = DataLoader.__iter__
+    sig = inspect.signature(orig_init)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:  # let the DataLoader raise its own, familiar error
+            return orig_init(self, *args, **kwargs)
+        script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS}
+        plan = ctl.plan("torch")
+        if plan.inject:
+            for key, value in legalize({**script_cfg, **plan.inject}).items():
+                bound.arguments[key] = value
+        orig_init(*bound.args, **bound.kwargs)
+        info = describe(self)
+        info["script_config"] = legalize(script_cfg)
+        self._feedprof_rec = ctl.created(plan, info)
+
+    def __iter__(self: Any) -> Any:
+        rec = getattr(self, "_feedprof_rec", None)
+        if rec is None:
+            return orig_iter(self)
+        return ctl.iterate(rec, lambda: orig_iter(self))
+
+    __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
+    __init__.__signature__ = sig  # type: ignore[attr-defined]
+    DataLoader.__init__ = __init__
+    DataLoader.__iter__ = __iter__
+    DataLoader._feedprof_patched = True

@@ -1,0 +1,30 @@
+"""The one clock feedprof reads, behind an interface small enough to fake.
+
+``time.perf_counter`` is ``CLOCK_MONOTONIC`` on Linux: one clock for the whole
+machine, so a timestamp taken in a trial child and one taken by the sampler in
+the parent process can be compared directly.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now_s(self) -> float:
+        """Seconds on a monotonic, machine-wide clock."""
+
+    def wait_s(self, event: threading.Event, timeout_s: float) -> bool:
+        """Block until ``event`` is set or ``timeout_s`` passed; True if set."""
+
+
+class MonotonicClock:
+    now_s = staticmethod(time.perf_counter)
+
+    @staticmethod
+    def wait_s(event: threading.Event, timeout_s: float) -> bool:
+        return event.wait(max(0.0, timeout_s))
+
+
+MONOTONIC = MonotonicClock()

@@ -1,0 +1,293 @@
+"""Host side of the sampler: CPU and memory of a process tree, via psutil.
+
+Costs measured on the 2-core dev machine (see shared/PLATFORM.md) shape this:
+``children(recursive=True)`` scans every process on the machine (~2 ms here),
+so the tree is re-listed adaptively: at the sampling rate while it changes
+(workers start with each epoch), backing off to every 2 s while it is stable; ``cpu_percent()`` on a fresh Process object always
+reads 0.0, so Process objects are kept between samples; PSS/USS
+(``memory_full_info``) walks every mapping of every process, ~5 ms per torch
+worker, so it runs on its own schedule, spaced so that it costs at most
+``MEMORY_DETAIL_BUDGET`` of one core however many workers there are.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import psutil
+
+from feedprof.store import HostInfo
+
+SHM_PATH = "/dev/shm"
+# multiprocessing's helper processes are part of the tree, not loader workers.
+_HELPER_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
+MEMORY_DETAIL_BUDGET = 0.003  # fraction of one core PSS/USS readings may use
+
+
+@dataclass(frozen=True)
+class TreeReading:
+    system_cpu_pct: Optional[float]
+    per_core_cpu_pct: Tuple[float, ...]
+    main_cpu_pct: Optional[float]
+    workers_cpu_pct: Optional[float]
+    main_rss_bytes: Optional[int]
+    workers_rss_bytes: Optional[int]
+    n_workers: int
+    shm_used_bytes: Optional[int]
+    tree_pss_bytes: Optional[int] = None  # only on memory-detail ticks
+    tree_uss_bytes: Optional[int] = None
+    worker_pss_max_bytes: Optional[int] = None
+    worker_uss_max_bytes: Optional[int] = None
+
+
+class TargetGone(Exception):
+    """The observed main process has exited."""
+
+
+class CpuTimesMeter:
+    """System CPU % per core from /proc/stat deltas, with private state (psutil's
+    own ``cpu_percent()`` shares one global baseline with the user's code)."""
+
+    def __init__(self) -> None:
+        self._last = psutil.cpu_times(percpu=True)
+
+    def read(self) -> Tuple[float, ...]:
+        now = psutil.cpu_times(percpu=True)
+        pcts = []
+        for a, b in zip(self._last, now):
+            total = sum(b) - sum(a)
+            idle = (b.idle - a.idle) + (getattr(b, "iowait", 0.0) - getattr(a, "iowait", 0.0))
+            pcts.append(0.0 if total <= 0 else max(0.0, min(100.0, 100.0 * (total - idle) / total)))
+        self._last = now
+        return tuple(pcts)
+
+
+class ProcessTreeProbe:
+    def __init__(self, pid: int, children_refresh_s: float = 2.0,
+                 memory_detail_interval_s: float = 2.0, shm_path: str = SHM_PATH,
+                 min_children_refresh_s: float = 0.2):
+        self.pid = pid
+        self.main = psutil.Process(pid)
+        self.main.cpu_percent()  # prime: the first call has no baseline
+        self.children_refresh_s = children_refresh_s  # the slowest re-listing, when nothing changes
+        self.min_children_refresh_s = min(min_children_refresh_s, children_refresh_s)
+        self._refresh_every = self.min_children_refresh_s
+        self.memory_detail_interval_s = memory_detail_interval_s
+        self.shm_path = shm_path if os.path.isdir(shm_path) else None
+        self._cpu = CpuTimesMeter()
+        self._children: Dict[int, psutil.Process] = {}
+        self._helpers: set = set()
+        self._t_children = float("-inf")
+        self._t_detail_due = float("-inf")
+
+    def refresh_soon(self) -> None:
+        """Re-list the tree at the next reading (e.g. a loader just started its workers)."""
+        self._t_children = float("-inf")
+        self._refresh_every = self.min_children_refresh_s
+
+    def _refresh_children(self) -> None:
+        before = set(self._children)
+        self._list_children()
+        changed = set(self._children) != before
+        self._refresh_every = (self.min_children_refresh_s if changed
+                               else min(2 * self._refresh_every, self.children_refresh_s))
+
+    def _list_children(self) -> None:
+        try:
+            current = {p.pid: p for p in self.main.children(recursive=True)}
+        except psutil.NoSuchProcess:
+            raise TargetGone(self.pid) from None
+        except psutil.Error:
+            return
+        for pid in list(self._children):
+            if pid not in current:
+                del self._children[pid]
+                self._helpers.discard(pid)
+        for pid, proc in current.items():
+            if pid in self._children:
+                continue
+            try:
+                proc.cpu_percent()
+                cmd = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            self._children[pid] = proc
+            if any(m in cmd for m in _HELPER_MARKERS):
+                self._helpers.add(pid)
+
+    def read(self, t_s: float) -> TreeReading:
+        if t_s - self._t_children >= self._refresh_every:
+            self._refresh_children()
+            self._t_children = t_s
+        try:
+            with self.main.oneshot():
+                main_cpu = self.main.cpu_percent()
+                main_rss = self.main.memory_info().rss
+        except psutil.NoSuchProcess:
+            raise TargetGone(self.pid) from None
+        workers_cpu = 0.0
+        workers_rss = 0
+        for pid, proc in list(self._children.items()):
+            try:
+                with proc.oneshot():
+                    workers_cpu += proc.cpu_percent()
+                    workers_rss += proc.memory_info().rss
+            except psutil.Error:
+                self._children.pop(pid, None)
+                self._helpers.discard(pid)
+        per_core = self._cpu.read()
+        detail = {}
+        if t_s >= self._t_detail_due:
+            c0 = time.thread_time()
+            detail = self._memory_detail()
+            cost_s = time.thread_time() - c0
+            self._t_detail_due = t_s + max(self.memory_detail_interval_s, cost_s / MEMORY_DETAIL_BUDGET)
+        return TreeReading(
+            system_cpu_pct=sum(per_core) / len(per_core) if per_core else None,
+            per_core_cpu_pct=per_core,
+            main_cpu_pct=main_cpu,
+            workers_cpu_pct=workers_cpu,
+            main_rss_bytes=main_rss,
+            workers_rss_bytes=workers_rss,
+            n_workers=len(self._children) - len(self._helpers),
+            shm_used_bytes=shm_used_bytes(self.shm_path),
+            **detail,
+        )
+
+    def _memory_detail(self) -> dict:
+        """PSS/USS: the honest per-process figures (RSS counts shared pages in every worker)."""
+        pss = uss = 0
+        worker_pss: List[int] = []
+        worker_uss: List[int] = []
+        for pid, proc in [(self.pid, self.main)] + list(self._children.items()):
+            try:
+                full = proc.memory_full_info()
+            except psutil.Error:  # gone, or no permission: leave it out of this reading
+                continue
+            p, u = getattr(full, "pss", 0), full.uss
+            pss += p
+            uss += u
+            if pid != self.pid and pid not in self._helpers:
+                worker_pss.append(p)
+                worker_uss.append(u)
+        return dict(
+            tree_pss_bytes=pss, tree_uss_bytes=uss,
+            worker_pss_max_bytes=max(worker_pss) if worker_pss else None,
+            worker_uss_max_bytes=max(worker_uss) if worker_uss else None,
+        )
+
+
+def shm_used_bytes(path: Optional[str] = SHM_PATH) -> Optional[int]:
+    if not path:
+        return None
+    try:
+        return shutil.disk_usage(path).used
+    except OSError:
+        return None
+
+
+def shm_total_bytes(path: str = SHM_PATH) -> Optional[int]:
+    try:
+        return shutil.disk_usage(path).total
+    except OSError:
+        return None
+
+
+# ------------------------------------------------------------- CPU budget
+
+
+def _cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> Optional[float]:
+    """CPUs allowed by a cgroup quota (v2 cpu.max, else v1 cfs), None if unlimited."""
+    try:
+        with open(os.path.join(root, "cpu.max")) as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            return int(quota) / int(period)
+        return None
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as fh:
+            quota_us = int(fh.read())
+        with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as fh:
+            period_us = int(fh.read())
+        return quota_us / period_us if quota_us > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """CPUs this process may really use: affinity mask, capped by a cgroup quota."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 1
+    limit = _cgroup_cpu_limit(cgroup_root)
+    if limit is not None:
+        n = min(n, max(1, int(limit)))  # a fractional quota cannot run one more worker
+    return max(1, n)
+
+
+def local_world_size() -> int:
+    """Processes sharing this machine's CPUs under torchrun / Slurm-style launchers."""
+    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        try:
+            return max(1, int(os.environ[var]))
+        except (KeyError, ValueError):
+            continue
+    return 1
+
+
+# ---------------------------------------------------------------- host info
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def framework_versions() -> Dict[str, str]:
+    """Installed versions, read from package metadata: importing torch or TF
+    just to ask would cost seconds and hundreds of MiB."""
+    from importlib import metadata
+
+    found = {}
+    for dist, name in (("torch", "torch"), ("tensorflow", "tensorflow"), ("tensorflow-cpu", "tensorflow"),
+                       ("keras", "keras"), ("tf-keras", "tf_keras")):
+        if name in found:
+            continue
+        try:
+            found[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def host_info(gpu_status: str = "", gpus: tuple = ()) -> HostInfo:
+    from feedprof import __version__
+
+    return HostInfo(
+        hostname=socket.gethostname(),
+        cpu_model=cpu_model(),
+        cpus_usable=usable_cpu_count(),
+        cpus_online=psutil.cpu_count() or 0,
+        ram_bytes=psutil.virtual_memory().total,
+        shm_total_bytes=shm_total_bytes(),
+        python_version=platform.python_version(),
+        platform=f"{platform.system()} {platform.release()} {platform.machine()}",
+        feedprof_version=__version__,
+        frameworks=framework_versions(),
+        gpus=tuple(gpus),
+        gpu_status=gpu_status,
+    )

@@ -1,0 +1,1 @@
+"""Render layer: text and HTML from analyse's outputs (never imports record)."""

@@ -1,0 +1,190 @@
+"""``with feedprof.profile() as prof:`` — profiling inside the user's own loop.
+
+NOTE [ Context-manager data flow ]
+
+    profile() ─ start ─► Sampler thread (this process + its loader workers)
+    prof.watch(loader) ─► Watched ─ __iter__ ─► WatchedIterator ─ __next__ ─► StepRecorder
+    stop / summary() ─► store.Run (inert) ─► analyse.diagnose.summarize ─► Summary
+
+``feedprof.profile(enabled=False)`` returns a :class:`NullProfile` with the
+same methods, whose ``watch`` hands the iterable back untouched: the training
+loop keeps one shape whether profiling is on or off.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+from typing import Any, Iterable, List, Optional
+
+from feedprof.analyse.diagnose import summarize, training_loader
+from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.sampler import DEFAULT_INTERVAL_S, Sampler
+from feedprof.record.steps import DEFAULT_WARMUP_BATCHES, StepRecorder, Watched
+from feedprof.store import Run, Samples, Summary, Window, save
+
+
+def now_iso() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def cuda_in_use() -> Optional[bool]:
+    """Whether this process has initialised CUDA through torch (None: torch not loaded)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        return bool(torch.cuda.is_initialized())
+    except AttributeError:
+        return None
+
+
+class Profile:
+    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, gpu: bool = True,
+                 warmup_batches: int = DEFAULT_WARMUP_BATCHES, clock: Clock = MONOTONIC,
+                 sample: bool = True):
+        self.interval_s = interval_s
+        self.gpu = gpu
+        self.warmup_batches = warmup_batches
+        self.clock = clock
+        self.sample = sample
+        self._recorders: List[StepRecorder] = []
+        self._sampler: Optional[Sampler] = None
+        self._samples: Optional[Samples] = None
+        self._origin_s: Optional[float] = None
+        self._started_at = ""
+        self._stopped_at: Optional[float] = None
+        self._host = None
+
+    # -- lifecycle --------------------------------------------------------
+
+    def __enter__(self) -> "Profile":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> "Profile":
+        from feedprof.record.gpu import NullGpu, open_gpu, torch_cuda_uuids
+        from feedprof.record.host import host_info
+
+        if self._origin_s is not None:
+            raise RuntimeError("this profile was already started; make a new feedprof.profile()")
+        self._origin_s = self.clock.now_s()
+        self._started_at = now_iso()
+        gpu = open_gpu(cuda_uuids=torch_cuda_uuids()) if self.gpu else NullGpu("GPU: sampling turned off")
+        self._host = host_info(gpu_status=gpu.status, gpus=gpu.devices)
+        if self.sample:
+            self._sampler = Sampler(pid=os.getpid(), interval_s=self.interval_s, gpu=gpu,
+                                    clock=self.clock, origin_s=self._origin_s).start()
+        else:
+            gpu.close()
+        return self
+
+    def stop(self) -> None:
+        if self._sampler is not None and self._samples is None:
+            self._samples = self._sampler.stop()
+        if self._stopped_at is None and self._origin_s is not None:
+            self._stopped_at = self.clock.now_s()
+
+    # -- the loop ---------------------------------------------------------
+
+    def watch(self, iterable: Iterable, name: str = "", batch_size: Optional[int] = None) -> Watched:
+        """Wrap a loader (any iterable of batches): every batch it yields is timed."""
+        if self._origin_s is None:
+            self.start()
+        from feedprof.frameworks import describe_loader
+
+        rec = StepRecorder(loader_id=len(self._recorders), warmup_batches=self.warmup_batches,
+                           origin_s=self._origin_s, name=name)
+        info = describe_loader(iterable)
+        caller = sys._getframe(1)
+        info["site"] = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+        rec.framework = info.pop("framework")
+        if batch_size is not None:
+            info["batch_size"] = batch_size
+        rec.info.update(info)
+        self._recorders.append(rec)
+        return Watched(iterable, rec, now=self.clock.now_s)
+
+    # -- results ----------------------------------------------------------
+
+    @property
+    def run(self) -> Run:
+        if self._origin_s is None:
+            raise RuntimeError("the profile has not started yet")
+        samples = self._samples
+        if samples is None:
+            samples = self._sampler.snapshot() if self._sampler is not None else Samples()
+        loaders = tuple(r.snapshot() for r in self._recorders)
+        end = self._stopped_at if self._stopped_at is not None else self.clock.now_s()
+        run = Run(kind="context", script=sys.argv[0] if sys.argv and sys.argv[0] else None,
+                  argv=tuple(sys.argv[1:]), started_at=self._started_at,
+                  duration_s=end - self._origin_s, host=self._host, loaders=loaders,
+                  samples=samples, cuda_used=cuda_in_use())
+        train = training_loader(run)
+        if train is not None:
+            rec = next(r for r in self._recorders if r.loader_id == train.loader_id)
+            start = None if rec.t_steady_start is None else rec.t_steady_start - self._origin_s
+            last = None if rec.t_last is None else rec.t_last - self._origin_s
+            run = _replace(run, window=Window(loader_id=train.loader_id, t_start_s=start,
+                                              t_end_s=last, reason="full run"))
+        return _replace(run, summary=summarize(run))
+
+    def summary(self) -> Summary:
+        return self.run.summary
+
+    def print(self, file: Any = None) -> None:
+        print(self.summary(), file=file or sys.stdout)
+
+    def save(self, path: str = "run.json") -> str:
+        """Write ``run.json`` (schema ``feedprof.run/1``); ``feedprof.load`` reads it back."""
+        save(self.run, path)
+        return path
+
+    def report(self, path: str = "feedprof.html") -> str:
+        from feedprof.render.html import write_report
+
+        return write_report(self.run, path)
+
+
+class NullProfile:
+    """Profiling turned off: the same interface, doing nothing, costing nothing."""
+
+    def __enter__(self) -> "NullProfile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def start(self) -> "NullProfile":
+        return self
+
+    def stop(self) -> None:
+        pass
+
+    def watch(self, iterable: Iterable, name: str = "", batch_size: Optional[int] = None) -> Iterable:
+        return iterable
+
+    def summary(self) -> Summary:
+        return Summary(notes=("profiling was turned off",))
+
+    def print(self, file: Any = None) -> None:
+        pass
+
+    def save(self, path: str = "run.json") -> Optional[str]:
+        return None
+
+    def report(self, path: str = "feedprof.html") -> Optional[str]:
+        return None
+
+
+def profile(enabled: bool = True, **kwargs: Any):
+    """Profile a training loop: ``with feedprof.profile() as prof: for b in prof.watch(loader): ...``"""
+    return Profile(**kwargs) if enabled else NullProfile()
+
+
+def _replace(obj: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)

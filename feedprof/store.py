@@ -1,0 +1,413 @@
+"""Inert records of what feedprof measured, and their versioned JSON form.
+
+Everything that crosses a process or a file boundary is one of these frozen
+dataclasses: the record layer produces them, analyse and render only read
+them, and ``feedprof report`` rebuilds them from ``run.json`` /
+``results.json`` alone. Nothing here calls back into hardware.
+
+Conventions: times are seconds (``_s``) since the run's origin, memory is
+bytes (``_bytes``), process CPU is psutil's percent of one core (100 = one
+core busy, so a process tree can exceed 100), ``system_cpu_pct`` is percent
+of all usable cores. ``None`` means "not measured", never zero.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+SCHEMA_RUN = "feedprof.run/1"
+SCHEMA_TUNE = "feedprof.tune/1"
+
+
+class StoreError(ValueError):
+    """A file that is not a readable feedprof run or tune."""
+
+
+# --------------------------------------------------------------------- host
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    nvml_index: int
+    cuda_index: Optional[int]  # None: NVML sees it but CUDA_VISIBLE_DEVICES hides it
+    uuid: str
+    name: str
+    mem_total_bytes: Optional[int]
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    hostname: str = ""
+    cpu_model: str = ""
+    cpus_usable: int = 0  # affinity- and cgroup-aware
+    cpus_online: int = 0
+    ram_bytes: int = 0
+    shm_total_bytes: Optional[int] = None
+    python_version: str = ""
+    platform: str = ""
+    feedprof_version: str = ""
+    frameworks: Dict[str, str] = field(default_factory=dict)
+    gpus: Tuple[GpuInfo, ...] = ()
+    gpu_status: str = ""  # "ok" or why there is no GPU data
+
+
+# ------------------------------------------------------------------ samples
+
+
+@dataclass(frozen=True)
+class GpuSeries:
+    cuda_index: Optional[int]
+    uuid: str
+    util_pct: Tuple[Optional[float], ...] = ()
+    mem_used_bytes: Tuple[Optional[int], ...] = ()
+    sm_clock_mhz: Tuple[Optional[int], ...] = ()
+    pcie_rx_bytes_per_s: Tuple[Optional[int], ...] = ()
+    pcie_tx_bytes_per_s: Tuple[Optional[int], ...] = ()
+    power_w: Tuple[Optional[float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Exact maxima over every sample taken, decimated or not."""
+
+    tree_rss_bytes: Optional[int] = None
+    tree_pss_bytes: Optional[int] = None
+    tree_uss_bytes: Optional[int] = None
+    worker_pss_bytes: Optional[int] = None  # the largest single worker
+    worker_uss_bytes: Optional[int] = None
+    shm_used_bytes: Optional[int] = None
+    n_workers: int = 0
+    gpu_mem_used_bytes: Tuple[Optional[int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Columnar series from the sampler; row ``i`` of every column is one sample."""
+
+    interval_s: float = 0.2
+    stride: int = 1  # each stored row stands for `stride` samples taken (see record/buffer.py)
+    n_taken: int = 0
+    t_s: Tuple[float, ...] = ()
+    system_cpu_pct: Tuple[Optional[float], ...] = ()
+    per_core_cpu_pct: Tuple[Tuple[float, ...], ...] = ()
+    main_cpu_pct: Tuple[Optional[float], ...] = ()
+    workers_cpu_pct: Tuple[Optional[float], ...] = ()
+    main_rss_bytes: Tuple[Optional[int], ...] = ()
+    workers_rss_bytes: Tuple[Optional[int], ...] = ()
+    n_workers: Tuple[int, ...] = ()
+    shm_used_bytes: Tuple[Optional[int], ...] = ()
+    tree_pss_bytes: Tuple[Optional[int], ...] = ()  # measured at a slower rate: None between
+    tree_uss_bytes: Tuple[Optional[int], ...] = ()
+    gpus: Tuple[GpuSeries, ...] = ()
+    peaks: Peaks = field(default_factory=Peaks)
+    notes: Tuple[str, ...] = ()
+
+
+# -------------------------------------------------------------------- steps
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """Steady-state steps of one loader. A record may stand for several merged
+    steps (``n_steps``); ``wall_s`` runs from the previous batch's delivery to
+    this one's, ``wait_s`` is the part spent blocked in the loader."""
+
+    t_end_s: Tuple[float, ...] = ()
+    n_steps: Tuple[int, ...] = ()
+    wait_s: Tuple[float, ...] = ()
+    wall_s: Tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    """One record per epoch (merged like StepLog on very long runs).
+    ``first_batch_s``: from asking for an iterator to its first batch."""
+
+    t_start_s: Tuple[float, ...] = ()
+    n_epochs: Tuple[int, ...] = ()
+    first_batch_s: Tuple[float, ...] = ()
+    n_batches: Tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoaderRecord:
+    loader_id: int
+    framework: str  # torch | keras | tf.keras | tf.data | iterable
+    name: str = ""  # what the user called it in watch(), else the site
+    site: str = ""  # innermost frame of user code that built it, "train.py:42"
+    call_chain: Tuple[str, ...] = ()  # user frames, outermost first
+    ordinal: int = 0  # loaders built at the same call chain, counted from 0
+    dataset: str = ""
+    batch_size: Optional[int] = None
+    batches_per_epoch: Optional[int] = None
+    config: Dict[str, Any] = field(default_factory=dict)  # knobs in effect
+    script_config: Dict[str, Any] = field(default_factory=dict)  # knobs the script asked for
+    injected: bool = False
+    replayed: bool = False  # compute-ceiling trial: one cached batch replayed
+    batches: int = 0
+    warmup_batches: int = 0
+    warmup_s: float = 0.0
+    steps: StepLog = field(default_factory=StepLog)
+    epochs: EpochLog = field(default_factory=EpochLog)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured steady-state window of the training loader."""
+
+    loader_id: Optional[int] = None
+    t_start_s: Optional[float] = None
+    t_end_s: Optional[float] = None
+    reason: str = ""  # batches | seconds | script ended | full run | stopped
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: str = "ok"  # ok | failed | timeout | killed | rejected | interrupted
+    message: str = ""
+    exit_code: Optional[int] = None
+    traceback: str = ""
+
+
+# ------------------------------------------------------------------ summary
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one run says about its training loader (analyse/diagnose.py)."""
+
+    loader: str = ""
+    framework: str = ""
+    batches_measured: int = 0
+    measured_s: float = 0.0
+    batches_per_s: Optional[float] = None  # median over chunks of the window
+    batches_per_s_low: Optional[float] = None  # slowest chunk
+    batches_per_s_high: Optional[float] = None  # fastest chunk
+    n_chunks: int = 0
+    effective_batches_per_s: Optional[float] = None  # per-epoch start-up amortised
+    batch_size: Optional[int] = None
+    samples_per_s: Optional[float] = None
+    data_wait_fraction: Optional[float] = None
+    data_wait_s: Optional[float] = None
+    input_bound: str = "unknown"  # highly | moderately | not | unknown
+    time_to_first_batch_s: Optional[float] = None
+    epoch_startup_s: Optional[float] = None  # mean first-batch time of later epochs
+    num_workers: Optional[int] = None
+    system_cpu_pct: Optional[float] = None
+    main_cpu_pct: Optional[float] = None
+    workers_cpu_pct: Optional[float] = None
+    gpu_util_pct: Tuple[Optional[float], ...] = ()  # per device, CUDA order
+    peak_tree_rss_bytes: Optional[int] = None
+    peak_tree_pss_bytes: Optional[int] = None
+    peak_worker_pss_bytes: Optional[int] = None
+    peak_worker_uss_bytes: Optional[int] = None
+    peak_shm_used_bytes: Optional[int] = None
+    notes: Tuple[str, ...] = ()
+
+    def __str__(self) -> str:  # the renderer owns the wording; this is for print()
+        from feedprof.render.text import format_summary
+
+        return format_summary(self)
+
+
+# ---------------------------------------------------------------------- run
+
+
+@dataclass(frozen=True)
+class Run:
+    schema: str = SCHEMA_RUN
+    kind: str = "profile"  # profile | trial | context
+    script: Optional[str] = None
+    argv: Tuple[str, ...] = ()
+    started_at: str = ""  # ISO 8601, local time with offset
+    duration_s: float = 0.0
+    host: HostInfo = field(default_factory=HostInfo)
+    loaders: Tuple[LoaderRecord, ...] = ()
+    window: Window = field(default_factory=Window)
+    samples: Samples = field(default_factory=Samples)
+    outcome: Outcome = field(default_factory=Outcome)
+    cuda_used: Optional[bool] = None  # did the script initialise CUDA
+    summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
+    notes: Tuple[str, ...] = ()
+
+    def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
+        return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)
+
+
+# --------------------------------------------------------------------- tune
+
+
+@dataclass(frozen=True)
+class Trial:
+    index: int
+    role: str  # baseline | ceiling | search
+    config: Dict[str, Any]
+    state: str  # ok | failed | timeout | killed | rejected | interrupted
+    reason: str = ""
+    batches_per_s: Optional[float] = None
+    batches_per_s_low: Optional[float] = None
+    batches_per_s_high: Optional[float] = None
+    effective_batches_per_s: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    data_wait_fraction: Optional[float] = None
+    time_to_first_batch_s: Optional[float] = None
+    main_cpu_pct: Optional[float] = None
+    workers_cpu_pct: Optional[float] = None
+    gpu_util_pct: Tuple[Optional[float], ...] = ()
+    peak_rss_bytes: Optional[int] = None
+    peak_pss_bytes: Optional[int] = None
+    peak_shm_used_bytes: Optional[int] = None
+    duration_s: float = 0.0
+    run: Optional[Run] = None  # the full record, curves included
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    framework: str
+    config: Dict[str, Any]  # the framework's own keyword names
+    trial_index: Optional[int] = None
+    batches_per_s: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    baseline_config: Dict[str, Any] = field(default_factory=dict)
+    baseline_batches_per_s: Optional[float] = None
+    speedup: Optional[float] = None  # over the baseline
+    ceiling_batches_per_s: Optional[float] = None
+    fraction_of_ceiling: Optional[float] = None
+    input_bound_fraction: Optional[float] = None  # of the baseline: 1 - baseline / ceiling
+    input_bound: str = "unknown"
+    verdict: str = ""  # one line in plain words
+    reasons: Tuple[str, ...] = ()
+    code: str = ""  # the paste-ready line
+    loader_site: str = ""
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    schema: str = SCHEMA_TUNE
+    script: str = ""
+    argv: Tuple[str, ...] = ()
+    framework: str = ""
+    loader_site: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+    budget_s: float = 0.0
+    complete: bool = False  # False: interrupted or the budget cut the search short
+    stop_reason: str = ""
+    host: HostInfo = field(default_factory=HostInfo)
+    recommendation: Optional[Recommendation] = None
+    trials: Tuple[Trial, ...] = ()
+    notes: Tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------- (de)serialising
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclasses to plain JSON-able data; non-finite floats become None."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def from_dict(cls: type, data: Any) -> Any:
+    """Rebuild ``cls`` from :func:`to_dict` output; unknown keys are ignored
+    (newer files), missing keys take the field's default (older files)."""
+    return _convert(cls, data)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or (sys.version_info >= (3, 10) and origin is types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _convert(args[0], value) if len(args) == 1 else value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise StoreError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        hints = _hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name in value:
+                kwargs[f.name] = _convert(hints[f.name], value[f.name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise StoreError(f"{tp.__name__} lacks the required field {f.name!r}")
+        return tp(**kwargs)
+    if origin is tuple:
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(args[0], v) for v in value)
+        return tuple(_convert(a, v) for a, v in zip(args, value))
+    if origin is dict:
+        return dict(value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+_HINTS: Dict[type, Dict[str, Any]] = {}
+
+
+def _hints(tp: type) -> Dict[str, Any]:
+    if tp not in _HINTS:
+        _HINTS[tp] = typing.get_type_hints(tp)
+    return _HINTS[tp]
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(to_dict(obj), indent=1, allow_nan=False)
+
+
+def write_json_atomic(path: str, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def save(obj: Any, path: str) -> None:
+    write_json_atomic(path, dumps(obj))
+
+
+def load(path: str) -> Any:
+    """Read a ``run.json`` (-> :class:`Run`) or ``results.json`` (-> :class:`TuneResult`)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise StoreError(f"{path}: is a directory, not a feedprof JSON file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: not JSON ({exc})") from None
+    return from_json_data(data, source=path)
+
+
+def from_json_data(data: Any, source: str = "input") -> Any:
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("feedprof."):
+        raise StoreError(f"{source}: not a feedprof file (no 'schema': 'feedprof.run/1' or 'feedprof.tune/1')")
+    kind, _, version = schema.partition("/")
+    cls = {"feedprof.run": Run, "feedprof.tune": TuneResult}.get(kind)
+    if cls is None or version != "1":
+        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1, tune/1)")
+    try:
+        return from_dict(cls, data)
+    except (TypeError, KeyError, IndexError) as exc:
+        raise StoreError(f"{source}: malformed {schema} file ({exc})") from None

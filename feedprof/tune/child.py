@@ -1,0 +1,307 @@
+"""Bootstrap inside a trial process: run the user's unmodified script with its
+loaders instrumented, measure the training loader's window, then end it.
+
+NOTE [ Trial child ]
+
+    python -m feedprof.tune.child spec.json
+      ├─ post-import hooks: torch.utils.data ─► frameworks.torch.install(ctl)
+      ├─ sys.argv = [script, *args]; sys.path[0] = script's dir; run as __main__
+      │     each loader: ctl.plan (inject? by call site) ─► ctl.created ─► ctl.iterate
+      │     each batch:  WatchedIterator ─► ctl.after_batch ─► window measured?
+      │                     yes: write result.json, raise StopTrial (a BaseException,
+      │                          so the script's `except Exception` does not swallow it)
+      └─ result.json (a store.Run without samples) ─► the parent adds samples and host
+
+The child never waits for its loader workers: the parent kills the whole
+process group once the child is done, so nothing outlives a trial.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import sysconfig
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import feedprof
+from feedprof.record.clock import MONOTONIC
+from feedprof.record.steps import StepRecorder, WatchedIterator, infer_batch_size
+from feedprof.store import Outcome, Run, Window, dumps, write_json_atomic
+from feedprof.tune.protocol import MODE_CEILING, MODE_INJECT, TrialSpec, site_matches
+
+MAX_CHAIN = 4  # user frames kept per call site
+_FEEDPROF_DIR = os.path.dirname(os.path.abspath(feedprof.__file__))
+_NOT_USER = tuple(
+    os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                 sysconfig.get_paths()["platlib"], _FEEDPROF_DIR} if p)
+
+
+class StopTrial(BaseException):
+    """The window is measured: unwind the script (not an error)."""
+
+
+def _is_user_file(filename: str) -> bool:
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    return not path.startswith(_NOT_USER) and "site-packages" not in path and "dist-packages" not in path
+
+
+def user_call_chain(script_dir: str, skip: int = 2) -> Tuple[str, ...]:
+    """Frames of user code on the stack, outermost first, as "file.py:LINE"."""
+    frame = sys._getframe(skip)
+    sites: List[str] = []
+    while frame is not None and len(sites) < MAX_CHAIN:
+        fn = frame.f_code.co_filename
+        if _is_user_file(fn):
+            sites.append(f"{display_path(fn, script_dir)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return tuple(reversed(sites))
+
+
+def display_path(filename: str, script_dir: str) -> str:
+    path = os.path.abspath(filename)
+    rel = os.path.relpath(path, script_dir)
+    return path if rel.startswith("..") else rel
+
+
+@dataclass
+class Plan:
+    framework: str
+    chain: Tuple[str, ...]
+    ordinal: int
+    is_target: Optional[bool]  # None: no target was named (observe mode)
+    inject: Optional[Dict[str, Any]]
+    replay: bool
+
+
+class _ReplayCache:
+    batch: Any = None
+    filled = False
+
+
+class ReplayIterator:
+    """Compute ceiling: hand out one real batch again and again, so loading
+    costs nothing. The same object is returned each step (no copy): the
+    ceiling is an upper bound, and a copy would be a loading cost."""
+
+    __slots__ = ("recorder", "after", "_make", "_cache", "_left", "_now")
+
+    def __init__(self, rec: StepRecorder, make_iter: Callable[[], Iterator], cache: _ReplayCache,
+                 n_batches: Optional[int], after: Callable, now: Callable[[], float]):
+        self.recorder = rec
+        self.after = after
+        self._make = make_iter
+        self._cache = cache
+        self._left = n_batches
+        self._now = now
+
+    def __iter__(self) -> "ReplayIterator":
+        return self
+
+    def __next__(self) -> Any:
+        t_req = self._now()
+        if self._left is not None:
+            if self._left <= 0:
+                raise StopIteration
+            self._left -= 1
+        cache = self._cache
+        if not cache.filled:
+            real = self._make()
+            cache.batch = next(real)
+            cache.filled = True
+            del real  # shuts its workers down; later epochs never build one
+        self.recorder.batch(t_req, self._now())
+        if self.after is not None:
+            self.after(self, cache.batch)
+        return cache.batch
+
+    def __len__(self) -> int:
+        return self._left or 0
+
+
+class Controller:
+    def __init__(self, spec: TrialSpec, clock: Any = MONOTONIC):
+        self.spec = spec
+        self.now = clock.now_s
+        self.script_dir = os.path.dirname(os.path.abspath(spec.script))
+        self.recorders: List[StepRecorder] = []
+        self._chain_counts: Dict[Tuple[str, ...], int] = {}
+        self._site_matches = 0
+        self._replay = _ReplayCache()
+        self.window: Optional[Window] = None
+        self.done = False
+        self.notes: List[str] = []
+        self._events = open(spec.events_path, "a", encoding="utf-8")
+
+    # -- events -----------------------------------------------------------
+
+    def emit(self, event: str, **fields: Any) -> None:
+        import json
+
+        self._events.write(json.dumps({"event": event, "t_s": self.now() - self.spec.origin_s, **fields}) + "\n")
+        self._events.flush()
+
+    # -- called by framework adapters ------------------------------------
+
+    def plan(self, framework: str) -> Plan:
+        chain = user_call_chain(self.script_dir, skip=3)
+        ordinal = self._chain_counts.get(chain, 0)
+        self._chain_counts[chain] = ordinal + 1
+        spec = self.spec
+        is_target: Optional[bool] = None
+        if spec.target_chain is not None:
+            is_target = (tuple(spec.target_chain) == chain and ordinal == spec.target_ordinal
+                         and spec.framework in (None, framework))
+        elif spec.target_site is not None:
+            is_target = site_matches(spec.target_site, chain) and self._site_matches == 0
+            self._site_matches += bool(is_target)
+        injecting = spec.mode in (MODE_INJECT, MODE_CEILING) and bool(is_target)
+        return Plan(framework=framework, chain=chain, ordinal=ordinal, is_target=is_target,
+                    inject=dict(spec.inject) if injecting and spec.inject else None,
+                    replay=spec.mode == MODE_CEILING and bool(is_target))
+
+    def created(self, plan: Plan, info: Dict[str, Any]) -> StepRecorder:
+        rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
+                           warmup_batches=self.spec.warmup_batches, origin_s=self.spec.origin_s)
+        rec.info.update(info)
+        rec.info.update(site=plan.chain[-1] if plan.chain else "", call_chain=plan.chain,
+                        ordinal=plan.ordinal, injected=bool(plan.inject), replayed=plan.replay,
+                        is_target=plan.is_target)
+        self.recorders.append(rec)
+        self.emit("loader", loader_id=rec.loader_id, framework=plan.framework, site=rec.info["site"],
+                  call_chain=list(plan.chain), ordinal=plan.ordinal, is_target=plan.is_target)
+        return rec
+
+    def iterate(self, rec: StepRecorder, make_iter: Callable[[], Iterator]) -> Iterator:
+        rec.epoch_started(self.now())
+        if rec.info.get("replayed"):
+            return ReplayIterator(rec, make_iter, self._replay, rec.info.get("batches_per_epoch"),
+                                  self.after_batch, self.now)
+        return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now)
+
+    def after_batch(self, it: Any, batch: Any) -> None:
+        rec: StepRecorder = it.recorder
+        if rec.batches == 1:
+            if rec.info.get("batch_size") is None:
+                rec.info["batch_size"] = infer_batch_size(batch)
+            self.emit("first_batch", loader_id=rec.loader_id)
+        spec = self.spec
+        if spec.full or self.done or rec.info.get("is_target") is False:
+            return
+        steady = rec.steady_batches
+        if steady >= spec.window_batches:
+            reason = f"{steady} batches"
+        elif rec.steady_wall_s >= spec.window_seconds and steady >= spec.min_window_batches:
+            reason = f"{rec.steady_wall_s:.0f} s"
+        else:
+            return
+        self.done = True
+        self.window = self._window_of(rec, reason)
+        self.write_result("ok", "window measured")
+        self.emit("window_done", loader_id=rec.loader_id)
+        raise StopTrial
+
+    # -- results ------------------------------------------------------------
+
+    def _window_of(self, rec: StepRecorder, reason: str) -> Window:
+        o = self.spec.origin_s
+        return Window(loader_id=rec.loader_id,
+                      t_start_s=None if rec.t_steady_start is None else rec.t_steady_start - o,
+                      t_end_s=None if rec.t_last is None else rec.t_last - o, reason=reason)
+
+    def training_recorder(self) -> Optional[StepRecorder]:
+        candidates = [r for r in self.recorders if r.info.get("is_target") is not False]
+        return max(candidates or self.recorders, key=lambda r: r.batches, default=None)
+
+    def write_result(self, state: str, message: str, tb: str = "", exit_code: Optional[int] = None) -> None:
+        if self.window is None:
+            rec = self.training_recorder()
+            if rec is not None:
+                reason = "full run" if self.spec.full else "script ended"
+                self.window = self._window_of(rec, reason)
+                if not self.spec.full and state == "ok":
+                    self.notes.append(
+                        f"the script ended before the window was measured ({rec.steady_batches} of "
+                        f"{self.spec.window_batches} steady-state batches): figures cover what there was")
+        from feedprof.session import cuda_in_use
+
+        run = Run(kind="trial", script=self.spec.script, argv=tuple(self.spec.argv),
+                  loaders=tuple(r.snapshot() for r in self.recorders),
+                  window=self.window or Window(reason="no loader"),
+                  outcome=Outcome(state=state, message=message, exit_code=exit_code, traceback=tb),
+                  cuda_used=cuda_in_use(), notes=tuple(self.notes))
+        write_json_atomic(self.spec.result_path, dumps(run))
+
+
+def script_traceback(exc: BaseException) -> str:
+    """The script's own traceback, without feedprof's and runpy's frames."""
+    te = traceback.TracebackException.from_exception(exc)
+    _strip_frames(te)
+    return "".join(te.format())
+
+
+def _strip_frames(te: traceback.TracebackException, seen: Optional[set] = None) -> None:
+    seen = set() if seen is None else seen
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    keep = [f for f in te.stack if not os.path.abspath(f.filename).startswith(_FEEDPROF_DIR)
+            and not f.filename.endswith(os.sep + "runpy.py")]
+    te.stack = traceback.StackSummary.from_list(keep)
+    for nxt in (te.__cause__, te.__context__):
+        if nxt is not None:
+            _strip_frames(nxt, seen)
+
+
+def run_script(spec: TrialSpec) -> int:
+    """Run the script under the controller; the exit code the child ends with."""
+    from feedprof.frameworks import hooks
+    from feedprof.frameworks import torch as torch_fw
+
+    ctl = Controller(spec)
+    hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
+    script = os.path.abspath(spec.script)
+    sys.argv = [spec.script, *spec.argv]
+    sys.path[0] = os.path.dirname(script)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except StopTrial:
+        return -1  # result already written; exit at once, the parent reaps the workers
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if code:
+            if not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+            ctl.write_result("failed", f"the script called sys.exit({exc.code!r})", exit_code=code)
+            return code
+        ctl.write_result("ok", "the script called sys.exit(0)", exit_code=0)
+        return 0
+    except KeyboardInterrupt:
+        ctl.write_result("interrupted", "interrupted", exit_code=130)
+        return 130
+    except BaseException as exc:  # the script's own error: reported as the script's
+        tb = script_traceback(exc)
+        sys.stderr.write(tb)
+        ctl.write_result("failed", f"{type(exc).__name__}: {exc}".strip(), tb=tb, exit_code=1)
+        return 1
+    ctl.write_result("ok", "the script ended", exit_code=0)
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0], encoding="utf-8") as fh:
+        spec = TrialSpec.from_json(fh.read())
+    code = run_script(spec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code == -1:
+        os._exit(0)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""What the parent and a trial child say to each other, through files only.
+
+    parent ── spec.json ──► child (python -m feedprof.tune.child spec.json)
+    parent ◄─ events.jsonl ─ child   progress: loaders seen, window started/done
+    parent ◄─ result.json ── child   a store.Run without samples/host (the parent adds them)
+
+Results never come from scraping the script's stdout: it belongs to the user.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+MODE_OBSERVE = "observe"  # no injection: the script's own settings (profile, baseline)
+MODE_INJECT = "inject"  # knobs injected at the target loader
+MODE_CEILING = "ceiling"  # the target loader replays one cached batch
+
+
+@dataclass
+class TrialSpec:
+    script: str
+    argv: List[str]
+    result_path: str
+    events_path: str
+    origin_s: float  # the parent's clock at trial start: child times are relative to it
+    mode: str = MODE_OBSERVE
+    framework: Optional[str] = None  # target loader's framework (None: any)
+    target_chain: Optional[List[str]] = None  # call chain of the loader to inject into
+    target_ordinal: int = 0  # which of the loaders built at that chain
+    target_site: Optional[str] = None  # --loader FILE:LINE, matched against the chain
+    inject: Dict[str, Any] = field(default_factory=dict)
+    window_batches: int = 200
+    window_seconds: float = 30.0
+    min_window_batches: int = 10
+    warmup_batches: int = 5
+    full: bool = False  # run the script to completion
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrialSpec":
+        return cls(**json.loads(text))
+
+
+def site_matches(site: str, chain: Sequence[str]) -> bool:
+    """``--loader FILE:LINE`` names a frame of a loader's call chain (a file by its tail)."""
+    return any(frame == site or frame.endswith("/" + site) or site.endswith("/" + frame) for frame in chain)
+
+
+def read_events(path: str, offset: int = 0) -> tuple:
+    """New complete event lines since ``offset``: (events, new offset)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    events = []
+    for line in data[:end].splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events, offset + end

@@ -1,0 +1,42 @@
+"""Numbers with their units, worded once for every layer (analyse writes
+reasons, render writes tables: both say "1.2 GiB" and "12.3 batches/s")."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+def fmt_bytes(n: Optional[float]) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KiB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def fmt_num(x: Optional[float]) -> str:
+    """About three significant figures, for rates that span 0.1 to 10,000."""
+    if x is None:
+        return "n/a"
+    digits = 0 if x >= 100 else 1 if x >= 10 else 2
+    return f"{x:.{digits}f}"
+
+
+def fmt_rate(x: Optional[float], unit: str = "batches/s") -> str:
+    return "n/a" if x is None else f"{fmt_num(x)} {unit}"
+
+
+def fmt_pct(fraction: Optional[float]) -> str:
+    return "n/a" if fraction is None else f"{100 * fraction:.0f} %"
+
+
+def fmt_cores(cpu_pct: Optional[float]) -> str:
+    """psutil's per-process percent (100 = one core) as cores."""
+    return "n/a" if cpu_pct is None else f"{cpu_pct / 100:.2f} cores"
+
+
+def fmt_seconds(s: Optional[float]) -> str:
+    if s is None:
+        return "n/a"
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"

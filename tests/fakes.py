@@ -1,0 +1,87 @@
+"""Fakes for what this machine cannot have: a clock we drive, and an NVML
+with GPUs. Each stands behind the same small interface as the real thing."""
+from __future__ import annotations
+
+import threading
+import types
+from typing import Dict, List, Optional
+
+
+class FakeClock:
+    """``now_s`` returns what the test says; ``wait_s`` advances time instead of sleeping."""
+
+    def __init__(self, t: float = 100.0):
+        self.t = t
+        self.waits: List[float] = []
+
+    def now_s(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+    def wait_s(self, event: threading.Event, timeout_s: float) -> bool:
+        self.waits.append(timeout_s)
+        self.t += max(0.0, timeout_s)
+        return event.is_set()
+
+
+def fake_pynvml(uuids: List[str], names: Optional[List[str]] = None, init_error: Optional[int] = None,
+                util: Optional[Dict[int, float]] = None):
+    """A module with pynvml's API for len(uuids) GPUs in NVML (PCI) order.
+
+    ``lost`` (a set of NVML indices) makes every query of those devices raise
+    NVMLError_GpuIsLost, as a GPU that fell off the bus does.
+    """
+    nv = types.SimpleNamespace()
+
+    class NVMLError(Exception):
+        def __init__(self, value: int):
+            super().__init__(value)
+            self.value = value
+
+    class NVMLError_LibraryNotFound(NVMLError):
+        pass
+
+    class NVMLError_DriverNotLoaded(NVMLError):
+        pass
+
+    class NVMLError_GpuIsLost(NVMLError):
+        pass
+
+    nv.NVMLError = NVMLError
+    nv.NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+    nv.NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+    nv.NVMLError_GpuIsLost = NVMLError_GpuIsLost
+    nv.NVML_CLOCK_SM = 1
+    nv.NVML_PCIE_UTIL_TX_BYTES = 0
+    nv.NVML_PCIE_UTIL_RX_BYTES = 1
+    nv.lost = set()
+    nv.calls = 0
+    nv.shutdowns = 0
+    util = util or {}
+
+    def init():
+        if init_error == 12:
+            raise NVMLError_LibraryNotFound(12)
+        if init_error == 9:
+            raise NVMLError_DriverNotLoaded(9)
+
+    def check(h):
+        nv.calls += 1
+        if h in nv.lost:
+            raise NVMLError_GpuIsLost(15)
+        return h
+
+    nv.nvmlInit = init
+    nv.nvmlShutdown = lambda: setattr(nv, "shutdowns", nv.shutdowns + 1)
+    nv.nvmlDeviceGetCount = lambda: len(uuids)
+    nv.nvmlDeviceGetHandleByIndex = lambda i: i
+    nv.nvmlDeviceGetUUID = lambda h: uuids[check(h)]
+    nv.nvmlDeviceGetName = lambda h: (names or ["Fake GPU"] * len(uuids))[check(h)]
+    nv.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=(check(h) + 1) * 2**30, total=80 * 2**30)
+    nv.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=util.get(check(h), 10.0 * (h + 1)), memory=5)
+    nv.nvmlDeviceGetClockInfo = lambda h, kind: 1000 + check(h)
+    nv.nvmlDeviceGetPcieThroughput = lambda h, kind: 100 * (check(h) + 1) + kind
+    nv.nvmlDeviceGetPowerUsage = lambda h: 250000 + check(h)
+    return nv

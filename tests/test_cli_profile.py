@@ -1,0 +1,123 @@
+"""`feedprof profile` as a real subprocess on unmodified scripts."""
+import json
+import os
+
+import pytest
+
+from tests.conftest import run_feedprof, write_script
+from tests.scripts import torch_loop
+
+pytest.importorskip("torch")
+
+FAST = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
+
+
+def profile(tmp_path, script, *extra, via="module"):
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), *FAST, *extra], via=via)
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
+    return proc, run
+
+
+@pytest.mark.parametrize("via", ["module", "console-script"])
+def test_input_bound_script(tmp_path, via, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1))
+    proc, run = profile(tmp_path, script, via=via)
+    assert proc.returncode == 0, proc.stderr
+    assert run["schema"] == "feedprof.run/1"
+    s = run["summary"]
+    assert s["input_bound"] == "highly" and s["data_wait_fraction"] > 0.8
+    assert s["loader"].startswith("train.py:")  # the training loader, not val
+    assert "highly input-bound" in proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_compute_bound_script(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=20))
+    proc, run = profile(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    assert run["summary"]["input_bound"] == "not"
+    assert run["summary"]["data_wait_fraction"] < 0.05
+    assert "not input-bound" in proc.stdout
+
+
+def test_half_waiting_script_is_measured_near_the_truth(tmp_path, no_leftovers):
+    # 2 samples x 5 ms to load, 10 ms to train: the loop waits half the time
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=10))
+    proc, run = profile(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    assert 0.35 < run["summary"]["data_wait_fraction"] < 0.65
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_with_fork_and_spawn(tmp_path, context, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=2, step_ms=5, workers=2))
+    proc, run = profile(tmp_path, script, "--", "--context", context)
+    assert proc.returncode == 0, proc.stderr
+    assert run["summary"]["num_workers"] == 2
+    assert run["summary"]["batches_measured"] >= 30
+    assert max(run["samples"]["n_workers"]) >= 2
+
+
+def test_script_sees_its_own_argv_name_and_path(tmp_path, no_leftovers):
+    (tmp_path / "helper_mod.py").write_text("VALUE = 42\n")
+    script = write_script(tmp_path, "train.py", """
+        import json, os, sys
+        import helper_mod  # importable from the script's own directory
+        import torch
+        from torch.utils.data import DataLoader
+        with open(sys.argv[-1], "w") as fh:
+            json.dump({"argv": sys.argv, "name": __name__, "path0": sys.path[0], "file": __file__}, fh)
+        if __name__ == "__main__":
+            for _ in DataLoader(list(range(64)), batch_size=2):
+                pass
+        """)
+    seen = tmp_path / "seen.json"
+    proc, run = profile(tmp_path, script, "--", "--flag", "x y", str(seen))
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(seen.read_text())
+    assert got["argv"] == [script, "--flag", "x y", str(seen)]
+    assert got["name"] == "__main__"
+    assert os.path.samefile(got["path0"], tmp_path)
+    assert run["argv"] == ["--flag", "x y", str(seen)]
+
+
+def test_script_that_raises_mid_training(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", """
+        import torch
+        from torch.utils.data import DataLoader
+        for i, batch in enumerate(DataLoader(list(range(100)), batch_size=2)):
+            if i == 10:
+                raise ValueError("loss is nan")
+        """)
+    proc, run = profile(tmp_path, script)
+    assert proc.returncode == 1
+    assert "ValueError: loss is nan" in proc.stderr
+    assert 'File "' + script in proc.stderr  # the script's own traceback...
+    assert "feedprof/" not in proc.stderr.split("Traceback")[1]  # ...without feedprof's frames
+    assert run["outcome"]["state"] == "failed"
+
+
+def test_full_run_to_completion(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=1, epochs=2, n=40))
+    proc, run = profile(tmp_path, script, "--full")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("done") == 2  # both epochs ran
+    assert run["window"]["reason"] == "full run"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["profile", "missing.py"], "no such script: missing.py"),
+    (["profile", "."], "is a directory"),
+    (["profile", "x.py", "--bogus"], "unrecognized arguments: --bogus"),
+    (["profile", "x.py", "--window-batches", "abc"], "expected a whole number"),
+    (["profile", "x.py", "--interval", "-1"], "expected a positive number"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message):
+    (tmp_path / "x.py").write_text("print('hi')\n")
+    proc = run_feedprof(args, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,90 @@
+"""`feedprof tune` end to end on tiny sleep-bound scripts (real trials, short windows)."""
+import json
+
+import pytest
+
+from tests.conftest import run_feedprof, write_script
+from tests.scripts import torch_loop
+
+pytest.importorskip("torch")
+
+QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
+         "--interval", "0.1", "--quiet"]
+
+
+def tune(tmp_path, script, *extra, timeout=300):
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), *QUICK, *extra], timeout=timeout)
+    path = out / "results.json"
+    return proc, (json.loads(path.read_text()) if path.exists() else None)
+
+
+@pytest.mark.slow
+def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers):
+    # 4 samples x 5 ms of waiting per batch, 2 ms of training: input-bound, and sleep scales with workers
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
+    proc, res = tune(tmp_path, script, "--budget", "90", "--max-workers", "16")
+    assert proc.returncode == 0, proc.stderr
+    assert res["schema"] == "feedprof.tune/1"
+    rec = res["recommendation"]
+    assert rec["framework"] == "torch"
+    assert set(rec["config"]) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
+    assert rec["config"]["num_workers"] > 2  # past the 2 usable CPUs: the workers wait, they do not compute
+    assert rec["speedup"] > 2.0
+    assert rec["input_bound"] == "highly"
+    roles = [t["role"] for t in res["trials"]]
+    assert roles[:2] == ["baseline", "ceiling"]
+    base = res["trials"][0]
+    assert base["config"]["num_workers"] == 0 and base["state"] == "ok"
+    for t in res["trials"]:
+        assert {"config", "state", "batches_per_s", "data_wait_fraction", "main_cpu_pct", "workers_cpu_pct",
+                "gpu_util_pct", "peak_rss_bytes"} <= set(t)
+    assert "num_workers=" in rec["code"] and rec["code"].startswith("DataLoader(Samples(")
+    assert "Recommendation" in proc.stdout and "Paste this" in proc.stdout
+
+
+@pytest.mark.slow
+def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=50, workers=4, n=400, epochs=50))
+    proc, res = tune(tmp_path, script, "--budget", "60")
+    assert proc.returncode == 0, proc.stderr
+    rec = res["recommendation"]
+    assert rec["input_bound"] == "not"
+    assert rec["config"]["num_workers"] < 4  # fewer workers: they cost memory for nothing
+    assert "Not input-bound" in rec["verdict"]
+    assert len(res["trials"]) <= 5  # near the ceiling at once: no ladder to climb
+
+
+@pytest.mark.slow
+def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
+    proc, res = tune(tmp_path, script, "--budget", "12")
+    assert proc.returncode == 0, proc.stderr
+    assert res["complete"] is False
+    assert "budget cut the search short" in res["stop_reason"]
+    assert res["recommendation"] is not None  # it still recommends from what it measured
+    assert "budget" in proc.stdout
+
+
+def test_tune_bad_usage(tmp_path):
+    (tmp_path / "x.py").write_text("print(1)\n")
+    for args, message in [(["--budget", "-1"], "expected a positive number"),
+                          (["--max-workers", "abc"], "expected a whole number"),
+                          (["--loader", "nocolon"], "--loader expects FILE:LINE")]:
+        proc = run_feedprof(["tune", str(tmp_path / "x.py"), *args])
+        assert proc.returncode == 2, proc.stderr
+        assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_tune_of_a_script_that_fails_exits_1_with_its_traceback(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", """
+        import torch
+        from torch.utils.data import DataLoader
+        for i, b in enumerate(DataLoader(list(range(50)))):
+            if i == 3:
+                raise RuntimeError("CUDA out of memory (pretend)")
+        """)
+    proc, res = tune(tmp_path, script, "--budget", "30")
+    assert proc.returncode == 1
+    assert "RuntimeError: CUDA out of memory (pretend)" in proc.stderr
+    assert res["trials"][0]["state"] == "failed" and res["recommendation"] is None

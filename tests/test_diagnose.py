@@ -1,0 +1,85 @@
+import pytest
+
+from feedprof.analyse import stats
+from feedprof.analyse.diagnose import classify, effective_rate, summarize, training_loader
+from feedprof.store import EpochLog, LoaderRecord, Peaks, Run, Samples, StepLog, Window
+
+
+def steps(n, wait, wall, t0=0.0):
+    return StepLog(t_end_s=tuple(t0 + (i + 1) * wall for i in range(n)), n_steps=(1,) * n,
+                   wait_s=(wait,) * n, wall_s=(wall,) * n)
+
+
+@pytest.mark.parametrize("fraction,expected", [
+    (None, "unknown"), (0.0, "not"), (0.0499, "not"), (0.05, "moderately"),
+    (0.1999, "moderately"), (0.2, "highly"), (0.95, "highly"),
+])
+def test_tf_profiler_thresholds(fraction, expected):
+    assert classify(fraction) == expected
+
+
+def test_chunk_rates_median_and_spread():
+    log = StepLog(t_end_s=tuple(range(100)), n_steps=(1,) * 100, wait_s=(0.0,) * 100,
+                  wall_s=(0.1,) * 80 + (1.0,) * 20)  # a hiccup in the last chunk
+    rates = stats.chunk_rates(log, 5)
+    assert len(rates) == 5
+    med, low, high = stats.spread(rates)
+    assert med == pytest.approx(10.0)  # the median ignores the hiccup
+    assert low == pytest.approx(1.0)
+    assert high == pytest.approx(10.0)
+
+
+def test_chunk_rates_few_steps_make_one_chunk():
+    assert len(stats.chunk_rates(steps(5, 0.0, 0.1), 5)) == 1
+    assert stats.chunk_rates(StepLog(), 5) == []
+
+
+def test_effective_rate_amortises_startup():
+    # 10 batches per epoch at 10 batches/s, 1 s start-up per epoch: 10 / (1 + 0.9)
+    assert effective_rate(10.0, 10, 1.0) == pytest.approx(10 / 1.9)
+    assert effective_rate(10.0, None, 1.0) == 10.0
+
+
+def make_run():
+    train = LoaderRecord(loader_id=0, framework="torch", site="train.py:10", batch_size=32,
+                         batches_per_epoch=1000, config={"num_workers": 2}, batches=101,
+                         steps=steps(100, 0.06, 0.1),
+                         epochs=EpochLog(t_start_s=(0.0,), n_epochs=(1,), first_batch_s=(0.5,), n_batches=(101,)))
+    val = LoaderRecord(loader_id=1, framework="torch", site="train.py:11", batches=20, steps=steps(19, 0.0, 0.01))
+    samples = Samples(t_s=(0.0, 5.0, 10.0, 20.0), main_cpu_pct=(100.0, 50.0, 150.0, 999.0),
+                      system_cpu_pct=(50.0, 50.0, 50.0, 50.0), workers_cpu_pct=(0.0, 100.0, 100.0, 0.0),
+                      peaks=Peaks(tree_rss_bytes=123, shm_used_bytes=7, n_workers=2))
+    return Run(loaders=(train, val), window=Window(loader_id=0, t_start_s=0.0, t_end_s=10.0), samples=samples)
+
+
+def test_summary_of_a_known_run():
+    s = summarize(make_run())
+    assert s.loader == "train.py:10"
+    assert s.batches_measured == 100
+    assert s.batches_per_s == pytest.approx(10.0)
+    assert s.samples_per_s == pytest.approx(320.0)
+    assert s.data_wait_fraction == pytest.approx(0.6)
+    assert s.input_bound == "highly"
+    assert s.time_to_first_batch_s == pytest.approx(0.5)
+    assert s.num_workers == 2
+    assert s.main_cpu_pct == pytest.approx(100.0)  # the reading at t=20 s is outside the window
+    assert s.peak_tree_rss_bytes == 123
+
+
+def test_training_loader_is_the_busiest_without_a_window():
+    run = make_run()
+    import dataclasses
+    run = dataclasses.replace(run, window=Window())
+    assert training_loader(run).loader_id == 0
+
+
+def test_summary_without_steady_steps_says_so():
+    rec = LoaderRecord(loader_id=0, framework="torch", batches=3)
+    s = summarize(Run(loaders=(rec,)))
+    assert s.data_wait_fraction is None and s.input_bound == "unknown"
+    assert any("warm-up" in n for n in s.notes)
+
+
+def test_summary_without_loader():
+    s = summarize(Run())
+    assert "no data loader was iterated" in s.notes

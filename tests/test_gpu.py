@@ -1,0 +1,87 @@
+"""NVML backend: CUDA ordinal mapping by UUID, the null backend, and a real-GPU check."""
+import shutil
+
+import pytest
+
+from feedprof.record.gpu import NullGpu, NvmlGpu, open_gpu, parse_visible_devices
+from tests.fakes import fake_pynvml
+
+UUIDS = ["GPU-1111-aaaa", "GPU-2222-bbbb", "GPU-3333-cccc"]
+
+
+@pytest.mark.parametrize("value,expected", [
+    (None, [0, 1, 2]),
+    ("", []),
+    ("2,0", [2, 0]),
+    ("1", [1]),
+    ("0,7,1", [0]),  # an invalid entry ends the list, as in CUDA
+    ("1,1", [1]),  # so does a repeat
+    ("-1", []),
+    ("GPU-3333,GPU-1111-aaaa", [2, 0]),  # UUIDs and unique prefixes
+    ("GPU-", []),  # an ambiguous prefix is invalid
+    ("GPU-2222-bbbb, 0", [1, 0]),
+])
+def test_parse_visible_devices(value, expected):
+    assert parse_visible_devices(value, UUIDS) == expected
+
+
+def test_reordered_visible_devices_map_cuda_ordinals_to_the_right_gpu():
+    nv = fake_pynvml(UUIDS, names=["A", "B", "C"], util={0: 11.0, 1: 22.0, 2: 33.0})
+    gpu = open_gpu(nvml=nv, visible_devices="2,GPU-1111")
+    assert isinstance(gpu, NvmlGpu)
+    assert [(d.cuda_index, d.nvml_index, d.name) for d in gpu.devices] == [(0, 2, "C"), (1, 0, "A")]
+    assert [r.util_pct for r in gpu.read()] == [33.0, 11.0]
+
+
+def test_exact_uuids_from_cuda_win_over_the_environment():
+    nv = fake_pynvml(UUIDS)
+    gpu = open_gpu(nvml=nv, visible_devices="0,1,2", cuda_uuids=["3333-cccc", "GPU-2222-bbbb"])
+    assert [d.nvml_index for d in gpu.devices] == [2, 1]
+
+
+def test_units():
+    nv = fake_pynvml(UUIDS[:1])
+    r = open_gpu(nvml=nv, visible_devices=None).read()[0]
+    assert r.pcie_rx_bytes_per_s == 101 * 1024  # NVML reports KB/s
+    assert r.power_w == pytest.approx(250.0)
+    assert r.sm_clock_mhz == 1000
+    assert r.mem_used_bytes == 2**30
+
+
+@pytest.mark.parametrize("err,reason", [(12, "NVML library not found"), (9, "driver not loaded")])
+def test_null_backend_says_why(err, reason):
+    gpu = open_gpu(nvml=fake_pynvml(UUIDS, init_error=err))
+    assert isinstance(gpu, NullGpu)
+    assert gpu.status.startswith("GPU: not available — ") and reason in gpu.status
+    assert gpu.read() == () and gpu.devices == ()
+
+
+def test_everything_hidden():
+    gpu = open_gpu(nvml=fake_pynvml(UUIDS), visible_devices="")
+    assert isinstance(gpu, NullGpu) and "hides every GPU" in gpu.status
+
+
+def test_this_machine_without_a_gpu_gets_the_null_backend():
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an NVIDIA driver")
+    gpu = open_gpu()
+    assert isinstance(gpu, NullGpu)
+    assert "not available" in gpu.status
+
+
+@pytest.mark.gpu
+def test_real_nvml_matches_nvidia_smi():
+    """Runs where there is a GPU: the sampler's reading against nvidia-smi's."""
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        pytest.skip("no NVIDIA GPU on this machine")
+    gpu = open_gpu()
+    assert isinstance(gpu, NvmlGpu), gpu.status
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=uuid,memory.total", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    smi_uuids = [line.split(",")[0].strip() for line in smi.strip().splitlines()]
+    assert {d.uuid for d in gpu.devices} <= set(smi_uuids)
+    for reading in gpu.read():
+        assert reading.util_pct is not None and 0 <= reading.util_pct <= 100
+        assert reading.mem_used_bytes is not None

@@ -1,0 +1,45 @@
+import os
+
+import pytest
+
+from feedprof.record.host import host_info, local_world_size, usable_cpu_count
+
+
+def cgroup(tmp_path, text):
+    (tmp_path / "cpu.max").write_text(text)
+    return str(tmp_path)
+
+
+def test_cpu_count_honours_affinity():
+    assert usable_cpu_count(cgroup_root="/nonexistent") == len(os.sched_getaffinity(0))
+
+
+def test_cpu_count_honours_a_cgroup_quota(tmp_path):
+    assert usable_cpu_count(cgroup_root=cgroup(tmp_path, "100000 100000\n")) == 1
+
+
+def test_fractional_quota_rounds_down_but_never_to_zero(tmp_path):
+    assert usable_cpu_count(cgroup_root=cgroup(tmp_path, "50000 100000\n")) == 1
+
+
+def test_unlimited_quota(tmp_path):
+    assert usable_cpu_count(cgroup_root=cgroup(tmp_path, "max 100000\n")) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("env,expected", [({}, 1), ({"LOCAL_WORLD_SIZE": "4"}, 4), ({"LOCAL_WORLD_SIZE": "x"}, 1)])
+def test_local_world_size(monkeypatch, env, expected):
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert local_world_size() == expected
+
+
+def test_host_info_reads_the_machine_without_importing_frameworks():
+    import sys
+
+    had_torch = "torch" in sys.modules
+    info = host_info(gpu_status="GPU: test")
+    assert info.cpus_usable >= 1 and info.ram_bytes > 0 and info.cpu_model
+    assert "torch" in info.frameworks  # from package metadata
+    assert ("torch" in sys.modules) == had_torch

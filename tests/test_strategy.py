@@ -1,0 +1,135 @@
+"""The search on simulated workloads: no processes, a throughput model per case."""
+import pytest
+
+from feedprof.analyse.recommend import pick, recommend
+from feedprof.store import Trial
+from feedprof.tune.space import TorchSpace, ladder_rungs
+from feedprof.tune.strategy import LadderStrategy
+
+
+def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_trials=30):
+    """Run the strategy against ``model(config) -> (batches/s, workers_cpu_pct, data_wait)``."""
+    space = TorchSpace(baseline, cpu_cap=cpu_cap, max_primary=max_workers, cuda_used=cuda)
+    strat = LadderStrategy(space)
+    trials = []
+
+    def measure(index, role, config):
+        rate, cpu, wait = model(space.legalize(config), role)
+        t = Trial(index=index, role=role, config=space.legalize(config), state="ok", batches_per_s=rate,
+                  batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
+                  workers_cpu_pct=cpu, data_wait_fraction=wait)
+        trials.append(t)
+        strat.tell(t)
+
+    measure(0, "baseline", baseline)
+    while len(trials) < budget_trials:
+        prop = strat.ask()
+        if prop is None:
+            break
+        measure(len(trials), prop.role, prop.config)
+    return space, strat, trials
+
+
+def io_bound(config, role, ceiling=100.0, per_worker=13.0):
+    """Each worker waits on a remote read: throughput scales until the ceiling."""
+    if role == "ceiling":
+        return ceiling, 0.0, 0.0
+    n = config["num_workers"]
+    rate = min(ceiling, 10.0 if n == 0 else per_worker * n)
+    return rate, 5.0 * n, max(0.0, 1 - rate / ceiling)
+
+
+def cpu_bound(config, role, cpus=2):
+    """Decode is CPU work: workers beyond the CPU count only compete."""
+    if role == "ceiling":
+        return 200.0, 0.0, 0.0
+    n = config["num_workers"]
+    rate = {0: 10.0, 1: 12.0}.get(n, 10.0 * min(n, cpus) + (0.5 if n > cpus else 0.0))
+    return rate, 95.0 * min(n, cpus), 0.8
+
+
+def compute_bound(config, role):
+    if role == "ceiling":
+        return 50.0, 0.0, 0.0
+    n = config["num_workers"]
+    return (49.5 if n == 0 else 50.0), 2.0 * n, 0.01
+
+
+def test_ladder_rungs():
+    assert ladder_rungs(32, extra=(2,)) == [0, 2, 4, 8, 16, 32]
+    assert ladder_rungs(12, extra=(6,)) == [0, 2, 4, 6, 8, 12]
+    assert ladder_rungs(1, extra=(1,)) == [0, 1]
+
+
+def test_io_bound_goes_past_the_cpu_count_and_stops_at_the_ceiling():
+    space, strat, trials = simulate(io_bound, {"num_workers": 0})
+    tried = [t.config["num_workers"] for t in trials if t.role == "search"]
+    assert max(tried) > 2  # past the 2 usable CPUs
+    assert 16 not in tried and 32 not in tried  # stopped once 8 workers reached the ceiling (13 x 8 > 100)
+    best = pick(trials, space.cost)
+    assert best.config["num_workers"] >= 8 and best.batches_per_s == pytest.approx(100.0)
+    assert any("wait on I/O" in n for n in strat.notes)
+
+
+def test_cpu_bound_stops_at_the_cpu_count():
+    space, strat, trials = simulate(cpu_bound, {"num_workers": 0})
+    tried = [t.config["num_workers"] for t in trials if t.role == "search"]
+    assert max(tried) <= 2  # never past the 2 usable CPUs
+    assert pick(trials, space.cost).config["num_workers"] == 2
+    assert any("CPU-bound" in n for n in strat.notes)
+
+
+def test_compute_bound_with_too_many_workers_recommends_fewer():
+    space, strat, trials = simulate(compute_bound, {"num_workers": 8})
+    assert len(trials) <= 4  # baseline, ceiling, 0 workers: already at the ceiling
+    rec = recommend(trials, "torch", space.cost, space.describe, lambda c: "DataLoader(...)")
+    assert rec.config["num_workers"] == 0
+    assert rec.input_bound == "not"
+    assert "fewer workers" in rec.verdict
+
+
+def test_refinement_finds_a_cheaper_config_within_tolerance():
+    def plateau(config, role):
+        if role == "ceiling":
+            return 100.0, 0.0, 0.0
+        n = config["num_workers"]
+        return {0: 10.0, 2: 40.0, 3: 79.0, 4: 80.0}.get(n, 80.5), 10.0 * n, 0.2
+
+    space, strat, trials = simulate(plateau, {"num_workers": 0}, cpu_cap=8)
+    assert 3 in [t.config["num_workers"] for t in trials]  # halfway between 2 and 4
+    assert pick(trials, space.cost).config["num_workers"] == 3  # as good as 4, for less
+
+
+def test_secondary_knobs_only_where_they_can_matter():
+    space, strat, trials = simulate(io_bound, {"num_workers": 0}, cuda=False)
+    assert not any(t.config.get("pin_memory") for t in trials)  # no GPU: pin_memory is never tried
+    space, strat, trials = simulate(io_bound, {"num_workers": 0}, cuda=True)
+    assert any(t.config.get("pin_memory") for t in trials)
+
+
+def test_proposals_are_legal_dataloader_configs():
+    space, strat, trials = simulate(io_bound, {"num_workers": 0, "prefetch_factor": None})
+    for t in trials:
+        c = t.config
+        if c["num_workers"] == 0:
+            assert c["prefetch_factor"] is None and c["persistent_workers"] is False
+        else:
+            assert c["prefetch_factor"] >= 1
+
+
+def test_no_config_is_measured_twice():
+    space, strat, trials = simulate(cpu_bound, {"num_workers": 2})
+    keys = [space.key(t.config) for t in trials if t.role != "ceiling"]
+    assert len(keys) == len(set(keys))
+
+
+def test_cheapest_within_tolerance():
+    from feedprof.tune.space import TorchSpace
+
+    space = TorchSpace({"num_workers": 0}, 2, 8, False)
+    mk = lambda i, n, r: Trial(index=i, role="search", config=space.legalize({"num_workers": n}),  # noqa: E731
+                                state="ok", batches_per_s=r)
+    trials = [mk(0, 2, 100.0), mk(1, 4, 102.0), mk(2, 8, 110.0)]
+    assert pick(trials, space.cost).config["num_workers"] == 8  # 2 and 4 are more than 3 % slower
+    trials.append(mk(3, 6, 108.0))
+    assert pick(trials, space.cost).config["num_workers"] == 6
