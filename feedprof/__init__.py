@@ -8,13 +8,14 @@ Public API::
     print(prof.summary()); prof.save("run.json"); prof.report("feedprof.html")
 
     feedprof.load("run.json")               # a saved run (or a tune's results.json)
+    feedprof.tune("train.py", budget_s=60)  # sweep the loader settings of an unmodified script
 """
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["profile", "load", "__version__"]
+__all__ = ["profile", "tune", "load", "report", "__version__"]
 
 
 def profile(enabled: bool = True, **kwargs: Any) -> Any:
@@ -35,3 +36,25 @@ def load(path: str) -> Any:
     from feedprof.store import load as _load
 
     return _load(path)
+
+
+def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: bool = True, **options: Any) -> Any:
+    """Tune the data loader of an unmodified training script.
+
+    Runs ``script`` (with ``argv``) in child processes with different loader
+    settings injected, within ``budget_s`` seconds (default 120), and returns
+    a :class:`~feedprof.store.TuneResult` whose ``recommendation`` holds the
+    config to use. Writes ``out_dir/results.json`` and ``out_dir/report.html``.
+    Other options: ``max_workers``, ``loader_site`` ("train.py:42"),
+    ``window_seconds``, ``min_window_batches``, ``warmup_batches``, ``gpu``.
+    """
+    from feedprof.tune.tuner import tune as _tune
+
+    return _tune(script, list(argv), out_dir=out_dir, progress=progress, **options)
+
+
+def report(obj: Any, path: str = "feedprof.html") -> str:
+    """Write the HTML report of a Run or TuneResult (as from :func:`load`)."""
+    from feedprof.render.html import write_report
+
+    return write_report(obj, path)

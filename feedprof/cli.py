@@ -170,6 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--min-window-batches", type=positive_int, default=30, metavar="N",
                    help="measure at least this many steady-state batches per trial (default 30)")
     t.set_defaults(func=cmd_tune)
+
+    r = sub.add_parser("report", help="render a saved run.json or results.json as HTML",
+                       description="Render the HTML report of a saved feedprof run (run.json) or tune "
+                       "(results.json): one self-contained page, no network needed to view it.")
+    r.add_argument("results", metavar="RESULTS_OR_RUN.json")
+    r.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="where to write the page (default: report.html beside the JSON file)")
+    r.set_defaults(func=cmd_report)
     return parser
 
 
@@ -204,9 +212,10 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
         run, interrupted = stop.run, True
     run = dataclasses.replace(run, kind="profile")
     save(run, run_json)
+    report = _write_report(run, os.path.join(out_dir, "report.html"))
     outcome = run.outcome
     print(format_summary(run.summary, host.gpu_status))
-    _err(f"feedprof: wrote {os.path.relpath(run_json)}")
+    _err(f"feedprof: wrote {os.path.relpath(run_json)}" + (f" and {os.path.relpath(report)}" if report else ""))
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
         return EXIT_INTERRUPTED
@@ -233,19 +242,24 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     if not args.quiet:
         tuner.progress = ConsoleProgress(sys.stderr, describe=lambda cfg: tuner.space.describe(cfg)
                                          if tuner.space else "the script's own settings")
+    report_path = os.path.join(out_dir, "report.html")
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
         _err(format_recommendation(stop.result.recommendation, stop.result))
-        _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {os.path.relpath(tuner.results_path)}")
+        _write_report(stop.result, report_path)
+        _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in "
+             f"{os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
         return EXIT_INTERRUPTED
     except TuneError as exc:
         _err(f"feedprof: {exc}")
         _show_trial_output(exc.result)
-        _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)}")
+        _write_report(exc.result, report_path)
+        _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
         return exc.exit_code
     print(format_recommendation(result.recommendation, result))
-    _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)}")
+    _write_report(result, report_path)
+    _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
     return EXIT_OK
 
 
@@ -261,6 +275,37 @@ def _show_trial_output(result: Any) -> None:
         if run is not None and run.outcome.traceback:
             sys.stderr.write(run.outcome.traceback)
             return
+
+
+def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
+    from feedprof.store import StoreError, load
+
+    if script_args:
+        raise UsageError("feedprof report takes no script arguments")
+    try:
+        obj = load(args.results)
+    except StoreError as exc:
+        raise UsageError(str(exc)) from None
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.results)), "report.html")
+    out_dir = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(out_dir):
+        raise UsageError(f"-o {output}: no such directory {out_dir}")
+    path = _write_report(obj, output)
+    if path is None:
+        return EXIT_USAGE
+    _err(f"feedprof: wrote {os.path.relpath(path)}")
+    return EXIT_OK
+
+
+def _write_report(obj: Any, path: str) -> Optional[str]:
+    """Write the HTML report; a failure to write says so and keeps the JSON."""
+    from feedprof.render.html import write_report
+
+    try:
+        return write_report(obj, path)
+    except OSError as exc:
+        _err(f"feedprof: could not write {path}: {exc.strerror}")
+        return None
 
 
 def _err(msg: str) -> None:

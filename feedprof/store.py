@@ -143,7 +143,8 @@ class LoaderRecord:
     name: str = ""  # what the user called it in watch(), else the site
     site: str = ""  # innermost frame of user code that built it, "train.py:42"
     call_chain: Tuple[str, ...] = ()  # user frames, outermost first
-    ordinal: int = 0  # loaders built at the same call chain, counted from 0
+    ordinal: int = 0  # loaders alive together at the same call chain, counted from 0
+    instances: int = 1  # loader objects this record spans (a script may rebuild it every epoch)
     dataset: str = ""
     batch_size: Optional[int] = None
     batches_per_epoch: Optional[int] = None
@@ -247,10 +248,11 @@ class Run:
 @dataclass(frozen=True)
 class Trial:
     index: int
-    role: str  # baseline | ceiling | search
+    role: str  # baseline | ceiling | search | confirm
     config: Dict[str, Any]
     state: str  # ok | failed | timeout | killed | rejected | interrupted
     reason: str = ""
+    config_text: str = ""  # the config in words: knobs that differ from the framework's defaults
     batches_per_s: Optional[float] = None
     batches_per_s_low: Optional[float] = None
     batches_per_s_high: Optional[float] = None
@@ -258,6 +260,7 @@ class Trial:
     samples_per_s: Optional[float] = None
     data_wait_fraction: Optional[float] = None
     time_to_first_batch_s: Optional[float] = None
+    system_cpu_pct: Optional[float] = None
     main_cpu_pct: Optional[float] = None
     workers_cpu_pct: Optional[float] = None
     gpu_util_pct: Tuple[Optional[float], ...] = ()
@@ -272,6 +275,7 @@ class Trial:
 class Recommendation:
     framework: str
     config: Dict[str, Any]  # the framework's own keyword names
+    config_text: str = ""  # the same in words, defaults left out
     trial_index: Optional[int] = None
     batches_per_s: Optional[float] = None
     samples_per_s: Optional[float] = None
@@ -371,7 +375,7 @@ def dumps(obj: Any) -> str:
     return json.dumps(to_dict(obj), indent=1, allow_nan=False)
 
 
-def write_json_atomic(path: str, text: str) -> None:
+def write_text_atomic(path: str, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -382,7 +386,7 @@ def write_json_atomic(path: str, text: str) -> None:
 
 
 def save(obj: Any, path: str) -> None:
-    write_json_atomic(path, dumps(obj))
+    write_text_atomic(path, dumps(obj))
 
 
 def load(path: str) -> Any:

@@ -28,7 +28,11 @@ def fmt_rate(x: Optional[float], unit: str = "batches/s") -> str:
 
 
 def fmt_pct(fraction: Optional[float]) -> str:
-    return "n/a" if fraction is None else f"{100 * fraction:.0f} %"
+    if fraction is None:
+        return "n/a"
+    if 0 < fraction < 0.005:
+        return "<1 %"
+    return f"{100 * fraction:.0f} %"
 
 
 def fmt_cores(cpu_pct: Optional[float]) -> str:

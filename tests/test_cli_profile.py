@@ -82,6 +82,24 @@ def test_script_sees_its_own_argv_name_and_path(tmp_path, no_leftovers):
     assert run["argv"] == ["--flag", "x y", str(seen)]
 
 
+def test_a_loader_rebuilt_every_epoch_is_one_training_loader(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", """
+        import time, torch
+        from torch.utils.data import DataLoader
+        val = DataLoader(list(range(8)), batch_size=4)
+        for epoch in range(6):
+            for batch in DataLoader(list(range(40)), batch_size=2):  # a new loader every epoch
+                time.sleep(0.003)
+            for batch in val:
+                pass
+        """)
+    proc, run = profile(tmp_path, script)
+    assert proc.returncode == 0, proc.stderr
+    train = next(r for r in run["loaders"] if r["loader_id"] == run["window"]["loader_id"])
+    assert train["instances"] >= 2 and train["site"].startswith("train.py:5")
+    assert run["summary"]["batches_measured"] >= 30  # counted across the rebuilt loaders
+
+
 def test_script_that_raises_mid_training(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", """
         import torch

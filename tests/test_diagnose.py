@@ -83,3 +83,17 @@ def test_summary_without_steady_steps_says_so():
 def test_summary_without_loader():
     s = summarize(Run())
     assert "no data loader was iterated" in s.notes
+
+
+def test_persistent_workers_pay_their_start_up_once():
+    import dataclasses
+
+    run = make_run()
+    train = run.loaders[0]
+    one_epoch = dataclasses.replace(train, epochs=dataclasses.replace(train.epochs))  # only the first epoch seen
+    short = dataclasses.replace(one_epoch, batches_per_epoch=20)
+    plain = summarize(dataclasses.replace(run, loaders=(short, run.loaders[1])))
+    persistent = summarize(dataclasses.replace(run, loaders=(
+        dataclasses.replace(short, config={"num_workers": 2, "persistent_workers": True}), run.loaders[1])))
+    assert plain.effective_batches_per_s < plain.batches_per_s  # 0.5 s start-up charged every 20-batch epoch
+    assert persistent.effective_batches_per_s == persistent.batches_per_s

@@ -81,7 +81,9 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     rate, low, high = stats.spread(rates)
     wait_fraction = wait / wall if wall > 0 else None
     first, later = epoch_startup(rec)
-    startup = later if later is not None else first
+    # Without a later epoch measured, the first epoch's start-up stands in for
+    # every epoch's, except with persistent workers: they start once per run.
+    startup = later if later is not None else (None if rec.config.get("persistent_workers") else first)
     effective = effective_rate(rate, rec.batches_per_epoch, startup)
     if measured == 0:
         notes.append(f"{rec.batches} batches were delivered, all of them warm-up or epoch start-up: "

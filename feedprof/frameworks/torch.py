@@ -5,9 +5,11 @@ NOTE [ DataLoader instrumentation in a trial child ]
     script: DataLoader(ds, batch_size=64, num_workers=0)
               │ patched __init__: bind args ─► ctl.plan() ─► knobs to inject? (by call site)
               │                   original __init__ with the knobs
-              │                   ctl.created() ─► StepRecorder
+              │                   ctl.created() ─► a handle kept on the loader
     script: for batch in loader:
-              │ patched __iter__ ─► ctl.iterate(rec, original __iter__)
+              │ patched __iter__ ─► ctl.iterate(handle, original __iter__): the first time,
+              │                     the handle is bound to a StepRecorder (one per call site,
+              │                     continued when the script re-creates the loader each epoch)
               │                     ─► WatchedIterator (timed) or ReplayIterator (ceiling)
 
 The class is patched in place rather than replaced, so ``isinstance`` checks,
@@ -141,13 +143,13 @@ def install(ctl: Any) -> None:
         orig_init(*bound.args, **bound.kwargs)
         info = describe(self)
         info["script_config"] = legalize(script_cfg)
-        self._feedprof_rec = ctl.created(plan, info)
+        self._feedprof_handle = ctl.created(plan, info, self)
 
     def __iter__(self: Any) -> Any:
-        rec = getattr(self, "_feedprof_rec", None)
-        if rec is None:
+        handle = getattr(self, "_feedprof_handle", None)
+        if handle is None:
             return orig_iter(self)
-        return ctl.iterate(rec, lambda: orig_iter(self))
+        return ctl.iterate(handle, lambda: orig_iter(self))
 
     __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
     __init__.__signature__ = sig  # type: ignore[attr-defined]

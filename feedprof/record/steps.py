@@ -121,6 +121,7 @@ class StepRecorder:
             site=info.get("site", ""),
             call_chain=tuple(info.get("call_chain", ())),
             ordinal=int(info.get("ordinal", 0)),
+            instances=int(info.get("instances", 1)),
             dataset=info.get("dataset", ""),
             batch_size=info.get("batch_size"),
             batches_per_epoch=info.get("batches_per_epoch"),

@@ -13,7 +13,7 @@ from feedprof.analyse.recommend import score
 from feedprof.store import Recommendation, Trial, TuneResult
 from feedprof.units import fmt_num, fmt_pct, fmt_seconds
 
-ROLE_LABEL = {"baseline": "baseline", "ceiling": "ceiling", "search": "search"}
+ROLE_LABEL = {"baseline": "baseline", "ceiling": "ceiling", "search": "search", "confirm": "confirm"}
 
 
 def trial_row(t: Trial, describe: Any, baseline_score: Optional[float]) -> str:
@@ -110,6 +110,9 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult) -> 
         lines.append(f"  - {reason}")
     lines.append("  Paste this:")
     lines.append(f"    {rec.code}")
+    if result.notes:
+        lines.append("  How the search went:")
+        lines.extend(f"  - {note}" for note in result.notes)
     if not result.complete and result.stop_reason:
         lines.append(f"  Note: {result.stop_reason}")
     return "\n".join(lines)

@@ -22,13 +22,14 @@ import runpy
 import sys
 import sysconfig
 import traceback
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import feedprof
 from feedprof.record.clock import MONOTONIC
 from feedprof.record.steps import StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, Run, Window, dumps, write_json_atomic
+from feedprof.store import Outcome, Run, Window, dumps, write_text_atomic
 from feedprof.tune.protocol import MODE_CEILING, MODE_INJECT, TrialSpec, site_matches
 
 MAX_CHAIN = 4  # user frames kept per call site
@@ -75,6 +76,16 @@ class Plan:
     is_target: Optional[bool]  # None: no target was named (observe mode)
     inject: Optional[Dict[str, Any]]
     replay: bool
+
+
+@dataclass
+class LoaderHandle:
+    """What the controller knows of one loader object (kept on the object)."""
+
+    plan: Plan
+    info: Dict[str, Any]
+    ref: Any  # weak reference to the loader, or None
+    rec: Optional[StepRecorder] = None
 
 
 class _ReplayCache:
@@ -128,8 +139,7 @@ class Controller:
         self.now = clock.now_s
         self.script_dir = os.path.dirname(os.path.abspath(spec.script))
         self.recorders: List[StepRecorder] = []
-        self._chain_counts: Dict[Tuple[str, ...], int] = {}
-        self._site_matches = 0
+        self._slots: Dict[Tuple[str, ...], List[LoaderHandle]] = {}
         self._replay = _ReplayCache()
         self.window: Optional[Window] = None
         self.done = False
@@ -147,35 +157,58 @@ class Controller:
     # -- called by framework adapters ------------------------------------
 
     def plan(self, framework: str) -> Plan:
+        """At a loader's construction: is it the one being tuned, and what to inject.
+
+        Every loader built at the target's call site gets the knobs: scripts
+        often build a fresh DataLoader each epoch at the same line.
+        """
         chain = user_call_chain(self.script_dir, skip=3)
-        ordinal = self._chain_counts.get(chain, 0)
-        self._chain_counts[chain] = ordinal + 1
         spec = self.spec
         is_target: Optional[bool] = None
         if spec.target_chain is not None:
-            is_target = (tuple(spec.target_chain) == chain and ordinal == spec.target_ordinal
-                         and spec.framework in (None, framework))
+            is_target = tuple(spec.target_chain) == chain and spec.framework in (None, framework)
         elif spec.target_site is not None:
-            is_target = site_matches(spec.target_site, chain) and self._site_matches == 0
-            self._site_matches += bool(is_target)
+            is_target = site_matches(spec.target_site, chain)
         injecting = spec.mode in (MODE_INJECT, MODE_CEILING) and bool(is_target)
-        return Plan(framework=framework, chain=chain, ordinal=ordinal, is_target=is_target,
+        return Plan(framework=framework, chain=chain, ordinal=0, is_target=is_target,
                     inject=dict(spec.inject) if injecting and spec.inject else None,
                     replay=spec.mode == MODE_CEILING and bool(is_target))
 
-    def created(self, plan: Plan, info: Dict[str, Any]) -> StepRecorder:
+    def created(self, plan: Plan, info: Dict[str, Any], loader: Any = None) -> "LoaderHandle":
+        self.emit("loader", framework=plan.framework, site=plan.chain[-1] if plan.chain else "",
+                  call_chain=list(plan.chain), is_target=plan.is_target)
+        try:
+            ref = weakref.ref(loader) if loader is not None else None
+        except TypeError:  # a type without weak references: always treated as alive
+            ref = None
+        return LoaderHandle(plan=plan, info=info, ref=ref)
+
+    def _bind(self, handle: "LoaderHandle") -> StepRecorder:
+        """The recorder for a loader's first iteration. A loader built where an
+        earlier one was, once that one is gone (re-created every epoch),
+        continues its record; loaders alive together keep separate records."""
+        plan = handle.plan
+        slots = self._slots.setdefault(plan.chain, [])
+        for slot in slots:
+            previous = slot.ref() if slot.ref is not None else handle
+            if previous is None:
+                slot.ref = handle.ref
+                slot.rec.info["instances"] = slot.rec.info.get("instances", 1) + 1
+                return slot.rec
         rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
                            warmup_batches=self.spec.warmup_batches, origin_s=self.spec.origin_s)
-        rec.info.update(info)
+        rec.info.update(handle.info)
         rec.info.update(site=plan.chain[-1] if plan.chain else "", call_chain=plan.chain,
-                        ordinal=plan.ordinal, injected=bool(plan.inject), replayed=plan.replay,
-                        is_target=plan.is_target)
+                        ordinal=len(slots), injected=bool(plan.inject), replayed=plan.replay,
+                        is_target=plan.is_target, instances=1)
         self.recorders.append(rec)
-        self.emit("loader", loader_id=rec.loader_id, framework=plan.framework, site=rec.info["site"],
-                  call_chain=list(plan.chain), ordinal=plan.ordinal, is_target=plan.is_target)
+        slots.append(LoaderHandle(plan=plan, info=handle.info, ref=handle.ref, rec=rec))
         return rec
 
-    def iterate(self, rec: StepRecorder, make_iter: Callable[[], Iterator]) -> Iterator:
+    def iterate(self, handle: "LoaderHandle", make_iter: Callable[[], Iterator]) -> Iterator:
+        if handle.rec is None:
+            handle.rec = self._bind(handle)
+        rec = handle.rec
         rec.epoch_started(self.now())
         if rec.info.get("replayed"):
             return ReplayIterator(rec, make_iter, self._replay, rec.info.get("batches_per_epoch"),
@@ -192,10 +225,14 @@ class Controller:
         if spec.full or self.done or rec.info.get("is_target") is False:
             return
         steady = rec.steady_batches
+        # Seconds are counted on the wall clock from the window's start, epoch
+        # start-ups included: with short epochs those are a real share of the
+        # time (what persistent_workers saves) and must be inside the window.
+        window_s = 0.0 if rec.t_steady_start is None else rec.t_last - rec.t_steady_start
         if steady >= spec.window_batches:
             reason = f"{steady} batches"
-        elif rec.steady_wall_s >= spec.window_seconds and steady >= spec.min_window_batches:
-            reason = f"{rec.steady_wall_s:.0f} s"
+        elif window_s >= spec.window_seconds and steady >= spec.min_window_batches:
+            reason = f"{window_s:.1f} s"
         else:
             return
         self.done = True
@@ -233,7 +270,7 @@ class Controller:
                   window=self.window or Window(reason="no loader"),
                   outcome=Outcome(state=state, message=message, exit_code=exit_code, traceback=tb),
                   cuda_used=cuda_in_use(), notes=tuple(self.notes))
-        write_json_atomic(self.spec.result_path, dumps(run))
+        write_text_atomic(self.spec.result_path, dumps(run))
 
 
 def script_traceback(exc: BaseException) -> str:

@@ -26,8 +26,7 @@ class TrialSpec:
     origin_s: float  # the parent's clock at trial start: child times are relative to it
     mode: str = MODE_OBSERVE
     framework: Optional[str] = None  # target loader's framework (None: any)
-    target_chain: Optional[List[str]] = None  # call chain of the loader to inject into
-    target_ordinal: int = 0  # which of the loaders built at that chain
+    target_chain: Optional[List[str]] = None  # call chain of the loaders to inject into
     target_site: Optional[str] = None  # --loader FILE:LINE, matched against the chain
     inject: Dict[str, Any] = field(default_factory=dict)
     window_batches: int = 200

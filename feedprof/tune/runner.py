@@ -113,8 +113,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     spec = TrialSpec(
         script=script, argv=list(argv), result_path=result_path, events_path=events_path,
         origin_s=origin, mode=mode, inject=dict(inject or {}),
-        framework=target.get("framework"), target_chain=target.get("chain"),
-        target_ordinal=target.get("ordinal", 0), target_site=target.get("site"),
+        framework=target.get("framework"), target_chain=target.get("chain"), target_site=target.get("site"),
         window_batches=opts.window_batches, window_seconds=opts.window_seconds,
         min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches, full=opts.full)
     spec_path = os.path.join(trial_dir, "spec.json")

@@ -6,9 +6,11 @@ A space knows nothing of how trials run or in what order they are asked for
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from feedprof.store import Trial
+from feedprof.units import fmt_pct
 
 Config = Dict[str, Any]
 
@@ -60,8 +62,17 @@ class Space:
         """Variants of the best config worth a trial: (config, why, trial overrides)."""
         return []
 
+    def finalize(self, pick: Trial, tol: float) -> Tuple[Config, List[str]]:
+        """The recommended config from the picked trial, with anything judged
+        rather than trialled (and why)."""
+        return self.legalize(dict(pick.config)), []
+
     def notes(self) -> List[str]:
         return []
+
+    def ladder_base(self, config: Config, short_epochs: bool) -> Config:
+        """The config the worker ladder varies the primary knob of."""
+        return config
 
     def workers(self, config: Config) -> int:
         """Worker processes (or threads) the config runs."""
@@ -117,6 +128,12 @@ class TorchSpace(Space):
             parts.append("pin_memory=True")
         return ", ".join(parts)
 
+    def ladder_base(self, config: Config, short_epochs: bool) -> Config:
+        """With short epochs, workers are judged with persistent_workers=True:
+        restarting N workers every epoch would otherwise bury what N workers
+        deliver (16 workers restarting cost 1 s against a 0.3 s epoch here)."""
+        return {**config, "persistent_workers": True} if short_epochs else config
+
     def ceiling_config(self) -> Config:
         # no workers: nothing competes with the training step for the CPU
         return self.legalize({**self.baseline, "num_workers": 0})
@@ -135,16 +152,31 @@ class TorchSpace(Space):
         if n == 0:
             return out
         wait = best.data_wait_fraction
-        if wait is not None and wait >= 0.05 and (cfg["prefetch_factor"] or 2) < 4:
-            out.append(({**cfg, "prefetch_factor": 4}, f"the loop still waits {wait:.0%} of the time: "
+        # A deeper queue absorbs bursts from a loader that keeps up on average;
+        # it cannot fix one that is slower on average (the loop waits most of the time).
+        if wait is not None and PREFETCH_WAIT[0] <= wait <= PREFETCH_WAIT[1] and (cfg["prefetch_factor"] or 2) < 4:
+            out.append(({**cfg, "prefetch_factor": 4}, f"the loop still waits {fmt_pct(wait)} of the time: "
                                                        "a deeper prefetch queue absorbs slow batches", {}))
         if not cfg["persistent_workers"]:
-            gain, bpe = persistent_gain(best)
-            if gain is not None and gain >= tol and bpe:
+            pw = persistent_estimate(best)
+            if pw is not None and pw.gain >= tol and pw.epoch_s <= MEASURE_EPOCH_S:
                 out.append(({**cfg, "persistent_workers": True},
-                            f"each epoch pays {gain:.0%} of its time restarting workers",
-                            {"min_window_batches": 2 * bpe + 4}))
+                            f"each epoch pays {fmt_pct(pw.gain)} of its time restarting workers",
+                            {"min_window_batches": pw.batches_per_epoch + 10}))
         return out
+
+    def finalize(self, pick: Trial, tol: float) -> Tuple[Config, List[str]]:
+        """Settings judged rather than trialled: persistent workers on epochs too
+        long to measure two of, from the measured start-up amortised over the epoch."""
+        cfg = self.legalize(pick.config)
+        if cfg["num_workers"] and not cfg["persistent_workers"]:
+            pw = persistent_estimate(pick)
+            if pw is not None and pw.gain >= tol and pw.epoch_s > MEASURE_EPOCH_S:
+                return ({**cfg, "persistent_workers": True},
+                        [f"persistent_workers=True: every epoch spends about {pw.startup_s:.1f} s starting "
+                         f"workers, {fmt_pct(pw.gain)} of a {pw.epoch_s:.0f} s epoch (computed from the measured "
+                         "start-up, not trialled: epochs this long are too slow to measure twice)"])
+        return cfg, []
 
     def in_flight(self, config: Config) -> int:
         cfg = self.legalize(config)
@@ -161,20 +193,35 @@ class TorchSpace(Space):
         return []
 
 
-def persistent_gain(trial: Trial) -> Tuple[Optional[float], Optional[int]]:
-    """Predicted share of epoch time that persistent workers would save:
-    per-epoch start-up over start-up plus the epoch's steady time."""
+PREFETCH_WAIT = (0.05, 0.25)  # data-wait range where a deeper prefetch queue can help
+MEASURE_EPOCH_S = 4.0  # epochs up to this long: trial persistent_workers across a boundary
+
+
+@dataclass(frozen=True)
+class PersistentEstimate:
+    gain: float  # share of epoch time saved
+    startup_s: float  # per-epoch start-up without persistent workers
+    epoch_s: float
+    batches_per_epoch: int
+
+
+def persistent_estimate(trial: Trial) -> Optional[PersistentEstimate]:
+    """What persistent workers would save: per-epoch start-up (worker launch and
+    first fetch, measured) less one batch's fetch, over the epoch's length."""
     run = trial.run
     if run is None or run.summary is None or not trial.batches_per_s:
-        return None, None
+        return None
     s = run.summary
     rec = next((r for r in run.loaders if r.loader_id == run.window.loader_id), None)
     bpe = rec.batches_per_epoch if rec else None
     startup = s.epoch_startup_s if s.epoch_startup_s is not None else s.time_to_first_batch_s
     if not bpe or startup is None:
-        return None, bpe
-    epoch_s = (bpe - 1) / trial.batches_per_s
-    return startup / (startup + epoch_s), bpe
+        return None
+    n = int(trial.config.get("num_workers") or 0)
+    kept = min(startup, n / trial.batches_per_s)  # persistent workers still fetch the epoch's first batch
+    epoch_s = startup + (bpe - 1) / trial.batches_per_s
+    return PersistentEstimate(gain=max(0.0, startup - kept) / epoch_s, startup_s=startup, epoch_s=epoch_s,
+                              batches_per_epoch=bpe)
 
 
 SPACES = {"torch": TorchSpace}

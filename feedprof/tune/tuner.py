@@ -118,14 +118,14 @@ class Tuner:
             rec = recommend(self.trials, sp.framework, sp.cost, sp.describe,
                             lambda cfg: sp.code(cfg, self.loader, self.script),
                             loader_site=self.loader.site if self.loader else "", cpu_cap=self.cpu_cap,
-                            notes=list(self.strategy.notes if self.strategy else []) + sp.notes() +
-                            ([stop_reason] if not complete and stop_reason else []),
-                            tol=self.opts.tolerance)
+                            notes=sp.notes() + ([stop_reason] if not complete and stop_reason else []),
+                            tol=self.opts.tolerance, finalize=lambda t: sp.finalize(t, self.opts.tolerance))
         return TuneResult(
             script=self.script, argv=tuple(self.argv), framework=self.space.framework if self.space else "",
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
             duration_s=self.elapsed(), budget_s=self.opts.budget_s, complete=complete, stop_reason=stop_reason,
-            host=self.host, recommendation=rec, trials=tuple(self.trials), notes=tuple(self.notes))
+            host=self.host, recommendation=rec, trials=tuple(self.trials),
+            notes=tuple(self.notes + (self.strategy.notes if self.strategy else [])))
 
     def save(self, complete: bool = False, stop_reason: str = "") -> TuneResult:
         res = self.result(complete, stop_reason)
@@ -159,22 +159,38 @@ class Tuner:
             if stop.run is not None:
                 self.trials.append(trial_from_run(index, role, config or {}, stop.run))
             raise TuneInterrupted(self.save(False, "interrupted: the tune was stopped before it finished")) from None
-        trial = trial_from_run(index, role, config, run)
+        trial = dataclasses.replace(trial_from_run(index, role, config, run), config_text=self._text(role, config))
         self.trials.append(trial)
         self.progress.trial_done(trial)
         return trial
 
+    def _text(self, role: str, config: Dict[str, Any]) -> str:
+        if role == "ceiling":
+            return "one cached batch replayed"
+        return self.space.describe(config) if self.space is not None else "the script's own settings"
+
+    def _typical_trial_s(self, proposal: Optional[Proposal] = None) -> float:
+        """What a trial costs, from the median of the successful ones so far (a
+        timed-out trial says nothing about the next one)."""
+        ok = sorted(t.duration_s for t in self.trials if t.state == "ok" and t.duration_s)
+        typical = ok[len(ok) // 2] if ok else 0.0
+        if proposal is not None and proposal.overrides.get("min_window_batches") and self.loader is not None:
+            best = max((t for t in self.trials if t.state == "ok" and t.batches_per_s), default=None,
+                       key=lambda t: t.batches_per_s)
+            if best is not None:  # a longer window: the extra batches at the best rate so far
+                typical += proposal.overrides["min_window_batches"] / best.batches_per_s
+        return typical
+
     def _planned(self) -> Optional[int]:
         """A rough 'of n' for the progress line: trials the budget still allows."""
-        done = [t.duration_s for t in self.trials if t.duration_s]
-        if not done:
+        per = self._typical_trial_s()
+        if not per:
             return None
-        per = sorted(done)[len(done) // 2]
         return len(self.trials) + 1 + max(0, math.floor((self.remaining() - per) / per))
 
     def _reject(self, proposal: Proposal, reason: str) -> Trial:
         trial = Trial(index=len(self.trials), role=proposal.role, config=dict(proposal.config),
-                      state="rejected", reason=reason)
+                      state="rejected", reason=reason, config_text=self._text(proposal.role, proposal.config))
         self.trials.append(trial)
         self.progress.trial_done(trial)
         return trial
@@ -206,25 +222,25 @@ class Tuner:
         self.loader = rec
         max_w = o.max_workers or default_max_workers(self.cpu_cap)
         self.space = make_space(rec.framework, rec.config, self.cpu_cap, max_w, run.cuda_used)
-        self.trials[0] = dataclasses.replace(baseline, config=self.space.legalize(dict(rec.config)))
+        self.trials[0] = dataclasses.replace(baseline, config=self.space.legalize(dict(rec.config)),
+                                             config_text=self.space.describe(rec.config))
         baseline = self.trials[0]
         self.memory.learn(baseline, self.space.workers(baseline.config), self.space.in_flight(baseline.config))
-        self.strategy = LadderStrategy(self.space, tol=o.tolerance)
+        self.strategy = LadderStrategy(self.space, tol=o.tolerance, cpus_online=self.host.cpus_online)
         self.strategy.tell(baseline)
         bpe = f", {rec.batches_per_epoch} batches/epoch" if rec.batches_per_epoch else ""
         self.progress.message(f"  training loader: {rec.site or rec.name} ({rec.framework}, batch size "
                               f"{rec.batch_size or '?'}{bpe}); the script's own settings: "
                               f"{self.space.describe(rec.config)}")
         self.save()
-        target = {"chain": list(rec.call_chain), "ordinal": rec.ordinal, "framework": rec.framework}
+        target = {"chain": list(rec.call_chain), "framework": rec.framework}
         trial_timeout = o.trial_timeout_s or max(30.0, 4 * baseline.duration_s)
         stop_reason, complete = "", True
         while True:
             proposal = self.strategy.ask()
             if proposal is None:
                 break
-            per_trial = max(t.duration_s for t in self.trials if t.duration_s) if self.trials else 0.0
-            if self.remaining() < 0.8 * per_trial:
+            if self.remaining() < 0.8 * self._typical_trial_s(proposal):
                 stop_reason = (f"the {o.budget_s:.0f} s budget cut the search short before "
                                f"{'the ceiling' if proposal.role == 'ceiling' else self.space.describe(proposal.config)}"
                                f" (a longer --budget may find more)")
@@ -269,6 +285,9 @@ def tune(script: str, argv: Sequence[str] = (), out_dir: str = "feedprof-out",
         tuner.progress = ConsoleProgress(sys.stderr, describe=lambda cfg: tuner.space.describe(cfg)
                                          if tuner.space else "the script's own settings")
     result = tuner.run()
+    from feedprof.render.html import write_report
+
+    write_report(result, os.path.join(out_dir, "report.html"))
     if progress:
         print(format_recommendation(result.recommendation, result), file=sys.stderr)
     return result

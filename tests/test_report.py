@@ -1,0 +1,162 @@
+"""The HTML report: escaping, deterministic re-rendering, bad input, and a real
+headless browser (no console errors, no network requests, not blank)."""
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import run_feedprof, write_script
+
+pytest.importorskip("torch")
+
+XSS = "<script>alert(1)</script>"
+REQUIRE_BROWSER = os.environ.get("FEEDPROF_REQUIRE_BROWSER") == "1"  # set by .ci/run
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """A real quick tune of a script whose path and arguments carry an XSS payload."""
+    root = tmp_path_factory.mktemp("report")
+    evil_dir = root / "<script>alert(1)<"
+    evil_dir.mkdir()
+    script = write_script(evil_dir, "script>.py", """
+        import sys, time
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 400
+            def __getitem__(self, i):
+                time.sleep(0.004)
+                return torch.zeros(8), i
+
+        if __name__ == "__main__":
+            assert sys.argv[1] == "<script>alert(1)</script>"
+            for epoch in range(20):
+                for batch in DataLoader(Slow(), batch_size=4, num_workers=0):
+                    time.sleep(0.002)
+        """)
+    assert XSS in script
+    out = root / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "25", "--window-seconds", "0.5",
+                         "--min-window-batches", "15", "--warmup-batches", "2", "--max-workers", "8",
+                         "--interval", "0.1", "--quiet", "--", XSS])
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_tune_writes_a_report_with_every_section(tuned):
+    page = (tuned / "report.html").read_text()
+    for section in ("class=\"verdict", "Run details", "Throughput of every config tried", "Utilisation over time, every trial",
+                    "All trials", "button class=\"copy\"", "<svg"):
+        assert section in page
+    result = json.loads((tuned / "results.json").read_text())
+    assert result["recommendation"]["verdict"].split(":")[0] in page
+
+
+def test_user_strings_are_escaped(tuned):
+    page = (tuned / "report.html").read_text()
+    assert XSS not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert page.count("<script>") == 1  # ours: the copy button
+
+
+def test_rerendering_a_saved_tune_gives_the_same_page(tuned, tmp_path):
+    again = tmp_path / "again.html"
+    proc = run_feedprof(["report", str(tuned / "results.json"), "-o", str(again)])
+    assert proc.returncode == 0, proc.stderr
+    assert again.read_bytes() == (tuned / "report.html").read_bytes()
+
+
+def test_report_of_a_profile_run(tmp_path):
+    script = write_script(tmp_path, "train.py", """
+        import time, torch
+        from torch.utils.data import DataLoader
+        for b in DataLoader(list(range(120)), batch_size=2):
+            time.sleep(0.001)
+        """)
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), "--window-batches", "30", "--interval", "0.1"])
+    assert proc.returncode == 0, proc.stderr
+    page = (out / "report.html").read_text()
+    assert "feedprof profile" in page and "Loaders seen" in page and "Throughput of every config" not in page
+    again = tmp_path / "again.html"
+    assert run_feedprof(["report", str(out / "run.json"), "-o", str(again)]).returncode == 0
+    assert again.read_bytes() == (out / "report.html").read_bytes()
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "no such file"),
+    ("{not json", "not JSON"),
+    ('{"hello": "world"}', "not a feedprof file"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message):
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    proc = run_feedprof(["report", str(path)])
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _not_blank(png_path):
+    from matplotlib.image import imread
+
+    img = imread(png_path)[..., :3]
+    flat = img.reshape(-1, 3)
+    background = flat[0]
+    differs = (abs(flat - background).sum(axis=1) > 0.1).mean()
+    return differs
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_report_in_a_real_headless_browser(tuned, tmp_path, scheme):
+    chromium = _chromium()
+    if chromium is None:
+        if REQUIRE_BROWSER:
+            pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
+        pytest.skip("no chromium on this machine")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        if REQUIRE_BROWSER:
+            raise
+        pytest.skip("playwright is not installed")
+    page_path = tuned / "report.html"
+    errors, requests, dialogs = [], [], []
+    shot = tmp_path / f"report-{scheme}.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto(page_path.as_uri())
+            page.wait_for_load_state("load")
+            page.screenshot(path=str(shot), full_page=True)
+            assert page.locator("svg.chart").count() >= 2
+            page.click("button.copy")  # the copy button runs without errors
+        finally:
+            browser.close()
+    assert errors == []
+    assert requests == [page_path.as_uri()]  # the page itself, nothing else
+    assert dialogs == []  # the payload in the script's name never ran
+    assert _not_blank(str(shot)) > 0.02
+    keep = os.environ.get("FEEDPROF_KEEP_SCREENSHOTS")  # a directory, to look at them yourself
+    if keep:
+        shutil.copy(shot, os.path.join(keep, shot.name))
