@@ -156,8 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run SCRIPT unmodified with different loader settings injected, "
                        "within a time budget, and recommend the config that keeps the accelerator fed. "
                        "Script arguments go after --.")
-    t.add_argument("script", help="the training script (.py)")
-    t.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+    t.add_argument("script", nargs="?", help="the training script (.py); optional with --resume")
+    t.add_argument("--out", default=None, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+    t.add_argument("--resume", default=None, metavar="DIR",
+                   help="go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
     t.add_argument("--budget", type=positive_float, default=120.0, metavar="S",
                    help="time budget for the whole tune in seconds (default 120)")
     t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
@@ -166,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
+    t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
+                   help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "
+                        "at least 30 s); a hung trial is recorded as a timeout and the tune goes on")
     _add_window_flags(t, window_batches=2000, window_seconds=2.0)
     t.add_argument("--min-window-batches", type=positive_int, default=30, metavar="N",
                    help="measure at least this many steady-state batches per trial (default 30)")
@@ -219,6 +224,12 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
         return EXIT_INTERRUPTED
+    if outcome.state == "ok" and not run.loaders:
+        from feedprof.tune.runner import LOOKED_FOR
+
+        _err(f"feedprof: the script ended without iterating a data loader (looked for {LOOKED_FOR}): "
+             "nothing to profile")
+        return EXIT_SCRIPT_FAILED
     if outcome.state == "ok":
         return EXIT_OK
     _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {outcome.message}")
@@ -229,16 +240,34 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.render.progress import ConsoleProgress, format_recommendation
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
 
+    from feedprof.store import StoreError, TuneResult, load
+
+    previous = None
+    if args.resume is not None:
+        try:
+            previous = load(os.path.join(args.resume, "results.json"))
+        except StoreError as exc:
+            raise UsageError(f"--resume {args.resume}: {exc}") from None
+        if not isinstance(previous, TuneResult):
+            raise UsageError(f"--resume {args.resume}: results.json is not from feedprof tune")
+        if args.script is not None and os.path.abspath(args.script) != previous.script:
+            raise UsageError(f"--resume {args.resume} tuned {previous.script}, not {args.script}")
+        if args.out is not None and os.path.abspath(args.out) != os.path.abspath(args.resume):
+            raise UsageError("--resume DIR writes to DIR: leave out --out, or give the same directory")
+        args.script = previous.script
+        script_args = script_args or list(previous.argv)
+    if args.script is None:
+        raise UsageError("feedprof tune: the training script is required (or --resume DIR)")
     script = check_script(args.script)
-    out_dir = check_out_dir(args.out)
+    out_dir = check_out_dir(args.resume or args.out or DEFAULT_OUT)
     if args.loader is not None and not _looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
     opts = TuneOptions(budget_s=args.budget, max_workers=args.max_workers, loader_site=args.loader,
                        window_seconds=args.window_seconds, window_batches=args.window_batches,
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
-                       loader_timeout_s=args.loader_timeout)
-    tuner = Tuner(script, script_args, out_dir, opts)
+                       loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout)
+    tuner = Tuner(script, script_args, out_dir, opts, previous=previous)
     if not args.quiet:
         tuner.progress = ConsoleProgress(sys.stderr, describe=lambda cfg: tuner.space.describe(cfg)
                                          if tuner.space else "the script's own settings")
@@ -246,8 +275,11 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
+        from feedprof.tune.signals import deferred_signals
+
+        with deferred_signals():
+            _write_report(stop.result, report_path)
         _err(format_recommendation(stop.result.recommendation, stop.result))
-        _write_report(stop.result, report_path)
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in "
              f"{os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
         return EXIT_INTERRUPTED

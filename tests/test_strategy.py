@@ -178,5 +178,12 @@ def test_a_lucky_first_measurement_is_caught_by_confirmation():
 
 
 def test_clear_winner_is_not_confirmed():
-    space, strat, trials = simulate(cpu_bound, {"num_workers": 0})  # 2 workers: 20 vs 12 and 10
+    def step(config, role):  # two workers feed the step fully; one does half as well
+        if role == "ceiling":
+            return 50.0, 0.0, 0.0
+        n = config["num_workers"]
+        return {0: 10.0, 1: 25.0}.get(n, 50.0), 10.0 * n, 0.0 if n >= 2 else 0.5
+
+    space, strat, trials = simulate(step, {"num_workers": 0})
+    assert pick(trials, space.cost).config["num_workers"] == 2
     assert "confirm" not in [t.role for t in trials]

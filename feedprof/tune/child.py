@@ -299,6 +299,7 @@ def run_script(spec: TrialSpec) -> int:
     from feedprof.frameworks import torch as torch_fw
 
     ctl = Controller(spec)
+    ctl.emit("started", pid=os.getpid())
     hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
     script = os.path.abspath(spec.script)
     sys.argv = [spec.script, *spec.argv]
@@ -328,11 +329,16 @@ def run_script(spec: TrialSpec) -> int:
     return 0
 
 
+def run_spec_file(path: str) -> int:
+    """Run the trial described in ``path`` (cold, or forked by the zygote)."""
+    with open(path, encoding="utf-8") as fh:
+        spec = TrialSpec.from_json(fh.read())
+    return run_script(spec)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    with open(argv[0], encoding="utf-8") as fh:
-        spec = TrialSpec.from_json(fh.read())
-    code = run_script(spec)
+    code = run_spec_file(argv[0])
     sys.stdout.flush()
     sys.stderr.flush()
     if code == -1:

@@ -25,6 +25,7 @@ from feedprof.record.sampler import DEFAULT_INTERVAL_S, Sampler
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, Run, StoreError, Window, load
 from feedprof.tune.protocol import MODE_OBSERVE, TrialSpec, read_events
+from feedprof.tune.signals import deferred_signals
 
 POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
@@ -47,6 +48,7 @@ class TrialOptions:
     gpu: bool = True
     capture_output: bool = True  # False: the script's output goes to our terminal
     extra_env: Dict[str, str] = field(default_factory=dict)
+    zygote: Any = None  # a tune.zygote.Zygote to fork the trial from (captured output only)
 
 
 class TrialInterrupted(BaseException):
@@ -58,7 +60,7 @@ class TrialInterrupted(BaseException):
         self.signum = signum
 
 
-def kill_group(proc: subprocess.Popen, known: List[psutil.Process]) -> None:
+def kill_group(proc: Any, known: List[psutil.Process]) -> None:
     """SIGKILL the child's process group, and any descendant that left it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -69,6 +71,11 @@ def kill_group(proc: subprocess.Popen, known: List[psutil.Process]) -> None:
             if p.is_running():
                 p.kill()
         except psutil.Error:
+            pass
+    if proc.poll() is None:  # forked before it could setsid: its group is not its pid yet
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             pass
     try:
         proc.wait(timeout=10)
@@ -120,16 +127,20 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     with open(spec_path, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
     log_path = os.path.join(trial_dir, "output.log")
-    out = open(log_path, "wb") if opts.capture_output else None
     # Inherited by every descendant (fork or spawn): how tests find stragglers.
-    env = {**os.environ, **opts.extra_env, TRIAL_ENV: trial_dir}
+    env_extra = {**opts.extra_env, TRIAL_ENV: trial_dir}
     started_at = now_iso()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "feedprof.tune.child", spec_path],
-        stdout=out, stderr=subprocess.STDOUT if out else None,
-        stdin=subprocess.DEVNULL if opts.capture_output else None,
-        start_new_session=True,  # its own process group: one killpg reaps its workers
-        env=env)
+    out = None
+    if opts.zygote is not None and opts.capture_output:
+        proc = opts.zygote.fork(spec_path, log_path, env_extra, os.getcwd())
+    else:
+        out = open(log_path, "wb") if opts.capture_output else None
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "feedprof.tune.child", spec_path],
+            stdout=out, stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL if opts.capture_output else None,
+            start_new_session=True,  # its own process group: one killpg reaps its workers
+            env={**os.environ, **env_extra})
     sampler = None
     try:
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin).start()
@@ -145,12 +156,13 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     try:
         state.wait()
     except BaseException as exc:  # Ctrl-C / SIGTERM in the parent: reap, then pass it on
-        kill_group(proc, state.known)
-        samples = sampler.stop() if sampler else None
-        run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
-                        interrupted=True)
-        if out:
-            out.close()
+        with deferred_signals():
+            kill_group(proc, state.known)
+            samples = sampler.stop() if sampler else None
+            run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
+                            interrupted=True)
+            if out:
+                out.close()
         signum = getattr(exc, "signum", signal.SIGINT)
         raise TrialInterrupted(run, signum) from None
     kill_group(proc, state.known)

@@ -152,9 +152,10 @@ class TorchSpace(Space):
         if n == 0:
             return out
         wait = best.data_wait_fraction
-        # A deeper queue absorbs bursts from a loader that keeps up on average;
-        # it cannot fix one that is slower on average (the loop waits most of the time).
-        if wait is not None and PREFETCH_WAIT[0] <= wait <= PREFETCH_WAIT[1] and (cfg["prefetch_factor"] or 2) < 4:
+        # A deeper queue absorbs bursts, and lets each worker run ahead instead of
+        # blocking while its batches are handed over (measured here: 8 CPU-bound
+        # workers, 113 -> 136 batches/s with prefetch_factor 2 -> 4).
+        if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < 4:
             out.append(({**cfg, "prefetch_factor": 4}, f"the loop still waits {fmt_pct(wait)} of the time: "
                                                        "a deeper prefetch queue absorbs slow batches", {}))
         if not cfg["persistent_workers"]:
@@ -193,7 +194,7 @@ class TorchSpace(Space):
         return []
 
 
-PREFETCH_WAIT = (0.05, 0.25)  # data-wait range where a deeper prefetch queue can help
+PREFETCH_MIN_WAIT = 0.05  # the loop still waits this much: a deeper prefetch queue may help
 MEASURE_EPOCH_S = 4.0  # epochs up to this long: trial persistent_workers across a boundary
 
 

@@ -33,8 +33,10 @@ from feedprof.store import HostInfo, LoaderRecord, Trial, TuneResult, save
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.protocol import MODE_CEILING, MODE_INJECT, MODE_OBSERVE, site_matches
 from feedprof.tune.runner import TrialInterrupted, TrialOptions, run_trial
+from feedprof.tune.signals import deferred_signals
 from feedprof.tune.space import Space, make_space
 from feedprof.tune.strategy import LadderStrategy, Proposal
+from feedprof.tune.zygote import FORK_SAFE, Zygote, ZygoteError
 
 DEFAULT_BUDGET_S = 120.0
 
@@ -53,6 +55,10 @@ class TuneOptions:
     loader_timeout_s: float = 120.0
     trial_timeout_s: Optional[float] = None  # default: 4 × the baseline trial
     tolerance: float = PICK_TOLERANCE
+    fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
+
+
+FRAMEWORK_MODULES = {"torch": ("torch", "torch._dynamo")}
 
 
 class TuneError(Exception):
@@ -76,7 +82,7 @@ def default_max_workers(cpu_cap: int) -> int:
 
 class Tuner:
     def __init__(self, script: str, argv: Sequence[str], out_dir: str, options: TuneOptions,
-                 progress: Optional[ConsoleProgress] = None):
+                 progress: Optional[ConsoleProgress] = None, previous: Optional[TuneResult] = None):
         self.script = os.path.abspath(script)
         self.argv = list(argv)
         self.out_dir = out_dir
@@ -90,6 +96,12 @@ class Tuner:
         self.space: Optional[Space] = None
         self.strategy: Optional[LadderStrategy] = None
         self.loader: Optional[LoaderRecord] = None
+        self.zygote: Optional[Zygote] = None
+        # --resume: trials measured before, told to the strategy again instead of re-run
+        self._replay: List[Trial] = [t for t in previous.trials if t.state != "interrupted"] if previous else []
+        self._elapsed_before = previous.duration_s if previous else 0.0
+        if previous is not None:
+            self.notes.extend(n for n in previous.notes if n not in self.notes)
         self.memory = MemoryBudget.of_this_machine()
         self.cpu_cap = max(1, usable_cpu_count() // local_world_size())
         gpu = open_gpu() if options.gpu else None
@@ -101,7 +113,7 @@ class Tuner:
     # -- time ---------------------------------------------------------------
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return time.monotonic() - self.started + self._elapsed_before
 
     def remaining(self) -> float:
         return self.opts.budget_s - self.elapsed()
@@ -139,13 +151,19 @@ class Tuner:
         opts = TrialOptions(window_batches=o.window_batches, window_seconds=o.window_seconds,
                             min_window_batches=o.min_window_batches, warmup_batches=o.warmup_batches,
                             interval_s=o.interval_s, gpu=o.gpu, timeout_s=timeout_s,
-                            loader_timeout_s=o.loader_timeout_s, capture_output=True)
+                            loader_timeout_s=o.loader_timeout_s, capture_output=True, zygote=self.zygote)
         return dataclasses.replace(opts, **overrides)
 
     def _run(self, role: str, mode: str, config: Dict[str, Any], why: str,
              overrides: Optional[Dict[str, Any]] = None, timeout_s: Optional[float] = None,
              target: Optional[Dict[str, Any]] = None) -> Trial:
         index = len(self.trials)
+        resumed = self._resumed(role, config)
+        if resumed is not None:
+            trial = dataclasses.replace(resumed, index=index)
+            self.trials.append(trial)
+            self.progress.trial_done(trial)
+            return trial
         label = "one cached batch replayed" if role == "ceiling" else (
             self.space.describe(config) if self.space else "the script's own settings")
         self.progress.trial_started(index, self._planned(), role, label, self.elapsed(), self.opts.budget_s)
@@ -158,11 +176,23 @@ class Tuner:
         except TrialInterrupted as stop:
             if stop.run is not None:
                 self.trials.append(trial_from_run(index, role, config or {}, stop.run))
-            raise TuneInterrupted(self.save(False, "interrupted: the tune was stopped before it finished")) from None
+            with deferred_signals():
+                result = self.save(False, "interrupted: the tune was stopped before it finished "
+                                          "(feedprof tune --resume DIR goes on from here)")
+            raise TuneInterrupted(result) from None
         trial = dataclasses.replace(trial_from_run(index, role, config, run), config_text=self._text(role, config))
         self.trials.append(trial)
         self.progress.trial_done(trial)
         return trial
+
+    def _resumed(self, role: str, config: Dict[str, Any]) -> Optional[Trial]:
+        """The earlier measurement of this trial, when resuming (taken once)."""
+        for i, t in enumerate(self._replay):
+            same = role == "baseline" if t.role == "baseline" else (
+                t.role == role and self.space is not None and self.space.key(t.config) == self.space.key(config))
+            if same:
+                return self._replay.pop(i)
+        return None
 
     def _text(self, role: str, config: Dict[str, Any]) -> str:
         if role == "ceiling":
@@ -198,6 +228,24 @@ class Tuner:
     # -- the tune -------------------------------------------------------------
 
     def run(self) -> TuneResult:
+        try:
+            return self._run_tune()
+        finally:
+            if self.zygote is not None:
+                self.zygote.close()
+                self.zygote = None
+
+    def _start_zygote(self, framework: str) -> None:
+        """Later trials fork from a process that imported the framework once."""
+        preload = [m for m in FRAMEWORK_MODULES.get(framework, ()) if m in FORK_SAFE]
+        if not preload or not self.opts.fork_trials:
+            return
+        try:
+            self.zygote = Zygote(preload)
+        except (ZygoteError, OSError) as exc:
+            self.notes.append(f"trials ran cold: the fork server did not start ({exc})")
+
+    def _run_tune(self) -> TuneResult:
         o = self.opts
         self.progress.header([
             f"feedprof tune: {os.path.relpath(self.script)} — budget {o.budget_s:.0f} s, "
@@ -226,6 +274,7 @@ class Tuner:
                                              config_text=self.space.describe(rec.config))
         baseline = self.trials[0]
         self.memory.learn(baseline, self.space.workers(baseline.config), self.space.in_flight(baseline.config))
+        self._start_zygote(rec.framework)
         self.strategy = LadderStrategy(self.space, tol=o.tolerance, cpus_online=self.host.cpus_online)
         self.strategy.tell(baseline)
         bpe = f", {rec.batches_per_epoch} batches/epoch" if rec.batches_per_epoch else ""
@@ -259,7 +308,7 @@ class Tuner:
                 overrides["window_batches"] = max(o.window_batches, overrides["min_window_batches"])
                 overrides["window_seconds"] = max(o.window_seconds, 3 * o.window_seconds)
             trial = self._run(proposal.role, mode, proposal.config, proposal.why, overrides=overrides,
-                              timeout_s=max(10.0, min(trial_timeout, self.remaining() + 10)), target=target)
+                              timeout_s=min(trial_timeout, max(10.0, self.remaining() + 10)), target=target)
             self.strategy.tell(trial)
             if trial.state == "ok" and proposal.role != "ceiling":
                 self.memory.learn(trial, workers, self.space.in_flight(proposal.config))

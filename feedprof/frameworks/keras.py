@@ -1,0 +1,203 @@
+"""Keras 3 ``keras.utils.PyDataset`` (any backend): inject, time, replay, stop.
+
+NOTE [ PyDataset instrumentation in a trial child ]
+
+    script: class Images(keras.utils.PyDataset): __init__(..., **kw): super().__init__(**kw)
+              │ patched PyDataset.__init__ ─► ctl.plan("keras") ─► workers / use_multiprocessing /
+              │                               max_queue_size injected (by call site)
+    script: model.fit(Images(...))          │ patched Model.fit adds a callback (ends the window)
+              │ PyDatasetAdapter.__init__   ─► a subclass that skipped super().__init__ is
+              │                               caught here: Keras ignores its knobs, we say so
+              │ PyDatasetAdapter._get_iterator ─► ctl.iterate(): every batch Keras pulls is timed
+              │                                   (or replayed, for the compute ceiling)
+
+Where the batches are pulled decides what can be measured. The torch and jax
+backends, and the TF backend with workers > 1, pull each batch when the step
+needs it: the time blocked is the data wait. The TF backend with workers=1
+prefetches the generator in a tf.data thread: the rate is still the step
+rate, but the time blocked there is loading, not waiting, so data wait is
+reported as unknown and the compute ceiling says how input-bound the job is.
+The window is ended from the callback, on the main thread: raising inside
+tf.data's generator thread would come back as a TensorFlow error.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Any, Dict, Optional
+
+KNOBS = ("workers", "use_multiprocessing", "max_queue_size")
+DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
+FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size from fit() to the "
+                  "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
+
+
+def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
+    out = {**DEFAULTS, **{k: v for k, v in config.items() if k in KNOBS and v is not None}}
+    out["workers"] = max(1, int(out["workers"]))
+    out["max_queue_size"] = max(1, int(out["max_queue_size"]))
+    out["use_multiprocessing"] = bool(out["use_multiprocessing"])
+    return out
+
+
+def _backend() -> str:
+    try:
+        import keras
+
+        return keras.backend.backend()
+    except (ImportError, AttributeError):
+        return os.environ.get("KERAS_BACKEND", "tensorflow")
+
+
+def wait_observable(config: Dict[str, Any], backend: str) -> bool:
+    """Is the time blocked pulling a batch the step's data wait (see NOTE)?"""
+    cfg = legalize(config)
+    uses_enqueuer = cfg["workers"] > 1 or cfg["use_multiprocessing"]
+    return backend != "tensorflow" or uses_enqueuer
+
+
+def _num_batches(ds: Any) -> Optional[int]:
+    try:
+        n = ds.num_batches
+    except (NotImplementedError, TypeError, AttributeError):
+        return None
+    return n if isinstance(n, int) else None
+
+
+def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+    """Where to set the knobs: the dataset's construction, if its __init__
+    forwards **kwargs to super().__init__, else that super call itself."""
+    from feedprof.frameworks.source import rewrite_call
+
+    cfg = legalize(config)
+    chain = list(getattr(loader, "call_chain", ()) or ())
+    base = os.path.dirname(os.path.abspath(script))
+
+    def locate(site: str):
+        path, _, line = site.rpartition(":")
+        if not path or not line.isdigit():
+            return None, None
+        return (path if os.path.isabs(path) else os.path.join(base, path)), int(line)
+
+    if chain:
+        path, line = locate(chain[-1])  # innermost: the super().__init__(...) call
+        if path:
+            inner = rewrite_call(path, line, ("__init__",), {}, drop=())
+            forwards = inner is not None and "**" in inner
+            if not forwards:
+                text = rewrite_call(path, line, ("__init__",), cfg)
+                if text:
+                    return f"{text}  # in {os.path.basename(path)}:{line}"
+        if len(chain) > 1:
+            path, line = locate(chain[-2])  # where the dataset is built
+            dataset = getattr(loader, "dataset", "") or ""
+            if path:
+                text = rewrite_call(path, line, (dataset,) if dataset else (), cfg)
+                if text:
+                    return text
+    return f"super().__init__(workers={cfg['workers']}, use_multiprocessing={cfg['use_multiprocessing']}, " \
+           f"max_queue_size={cfg['max_queue_size']}, **kwargs)"
+
+
+def install(ctl: Any) -> None:
+    """Patch PyDataset, its adapter and Model.fit so the controller sees them."""
+    from keras.src.trainers.data_adapters import py_dataset_adapter as pda
+
+    PyDataset, Adapter = pda.PyDataset, pda.PyDatasetAdapter
+    if getattr(PyDataset, "_feedprof_patched", False):
+        return
+    orig_init = PyDataset.__init__
+    orig_adapter_init = Adapter.__init__
+    orig_get_iterator = Adapter._get_iterator
+    orig_getitem_owner: Dict[type, Any] = {}
+
+    def __init__(self: Any, workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10) -> None:
+        script_cfg = legalize({"workers": workers, "use_multiprocessing": use_multiprocessing,
+                               "max_queue_size": max_queue_size})
+        plan = ctl.plan("keras")
+        cfg = legalize({**script_cfg, **(plan.inject or {})})
+        orig_init(self, **cfg)
+        self._feedprof_handle = ctl.created(plan, {"config": cfg, "script_config": script_cfg,
+                                                   "dataset": type(self).__name__}, self)
+        if plan.replay:
+            _replay_items(type(self), orig_getitem_owner)
+
+    def adapter_init(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
+        handle = getattr(x, "_feedprof_handle", None)
+        if handle is None and isinstance(x, PyDataset):
+            # The subclass never called super().__init__(**kwargs): Keras falls back to
+            # workers=1 and ignores what was passed. Measure it anyway, and say so.
+            plan = ctl.plan("keras")
+            cfg = legalize({**DEFAULTS, **(plan.inject or {})})
+            for key, value in cfg.items():  # what super().__init__ would have set
+                setattr(x, f"_{key}", value)
+            ctl.note(f"{type(x).__name__}.__init__ does not call super().__init__(**kwargs): Keras ignores "
+                     "its workers, use_multiprocessing and max_queue_size (feedprof set them to measure; "
+                     "add the call for them to take effect)")
+            handle = ctl.created(plan, {"config": cfg, "script_config": dict(DEFAULTS),
+                                        "dataset": type(x).__name__, "no_super_init": True}, x)
+            x._feedprof_handle = handle
+            if plan.replay:
+                _replay_items(type(x), orig_getitem_owner)
+        orig_adapter_init(self, x, *args, **kwargs)
+        if handle is not None:
+            backend = _backend()
+            handle.info["batches_per_epoch"] = _num_batches(x)
+            handle.info["backend"] = backend
+            handle.info["wait_observable"] = wait_observable(handle.info["config"], backend)
+
+    def _get_iterator(self: Any) -> Any:
+        handle = getattr(self.py_dataset, "_feedprof_handle", None)
+        if handle is None:
+            return orig_get_iterator(self)
+        return ctl.iterate(handle, lambda: orig_get_iterator(self), replay=False)
+
+    PyDataset.__init__ = __init__
+    Adapter.__init__ = adapter_init
+    Adapter._get_iterator = _get_iterator
+    PyDataset._feedprof_patched = True
+    _patch_fit(ctl)
+
+
+def _replay_items(cls: type, saved: Dict[type, Any]) -> None:
+    """Compute ceiling: every __getitem__ of this dataset class returns the first
+    batch it ever loaded, so the workers (threads or processes) cost nothing."""
+    if cls in saved:
+        return
+    orig = cls.__getitem__
+    saved[cls] = orig
+    cache: Dict[str, Any] = {}
+
+    def __getitem__(self: Any, index: int) -> Any:
+        if "batch" not in cache:
+            cache["batch"] = orig(self, index)
+        return cache["batch"]
+
+    cls.__getitem__ = __getitem__
+
+
+def _patch_fit(ctl: Any) -> None:
+    """Model.fit gets one more callback: it ends the window on the main thread."""
+    import keras
+
+    Model = keras.Model
+    if getattr(Model.fit, "_feedprof", False):
+        return
+    orig_fit = Model.fit
+    sig = inspect.signature(orig_fit)
+
+    class EndWindow(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            ctl.check_stop()
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:  # e.g. fit(workers=...): let Keras say it, in its words
+            return orig_fit(self, *args, **kwargs)
+        callbacks = list(bound.arguments.get("callbacks") or [])
+        bound.arguments["callbacks"] = callbacks + [EndWindow()]
+        return orig_fit(*bound.args, **bound.kwargs)
+
+    fit._feedprof = True  # type: ignore[attr-defined]
+    Model.fit = fit

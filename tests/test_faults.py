@@ -1,0 +1,205 @@
+"""Faults, interrupts and bad input, against the real CLI: the right exit code
+and message, no feedprof traceback, nothing left running, and what was
+measured kept (readable by `feedprof report`)."""
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import REPO, run_feedprof, write_script
+from tests.scripts import torch_loop
+
+pytest.importorskip("torch")
+
+QUICK = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
+TUNE_QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
+              "--interval", "0.1", "--quiet"]
+
+
+def no_feedprof_traceback(stderr):
+    """The script's own traceback may appear; feedprof's frames never do."""
+    return "feedprof/" not in stderr and "feedprof\\" not in stderr
+
+
+def profile(tmp_path, script, *extra):
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), *QUICK, *extra])
+    return proc, out
+
+
+# ------------------------------------------------------------ the script
+
+
+@pytest.mark.parametrize("body,exit_code,message", [
+    ("def broken(:\n    pass\n", 1, "SyntaxError"),
+    ("import a_module_that_does_not_exist\n", 1, "ModuleNotFoundError: No module named 'a_module_that_does_not_exist'"),
+    ("import sys\nsys.exit(3)\n", 1, "sys.exit(3)"),
+    ("print('no loader here')\n", 1, "the script ended without iterating a data loader"),
+])
+def test_script_faults(tmp_path, body, exit_code, message, no_leftovers):
+    script = write_script(tmp_path, "train.py", body)
+    proc, out = profile(tmp_path, script)
+    assert proc.returncode == exit_code, proc.stderr
+    assert message in proc.stderr
+    assert no_feedprof_traceback(proc.stderr)
+    assert (out / "run.json").exists() and run_feedprof(["report", str(out / "run.json")]).returncode == 0
+
+
+def test_script_that_finishes_before_the_window_is_measured(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=1, step_ms=1, epochs=1, n=40))
+    proc, out = profile(tmp_path, script, "--window-batches", "500")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["window"]["reason"] == "script ended"
+    assert any("ended before the window was measured" in n for n in run["notes"])
+    assert "ended before the window was measured" in proc.stdout
+
+
+def test_script_that_never_builds_a_loader(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", "import time\nwhile True:\n    time.sleep(1)\n")
+    proc, out = profile(tmp_path, script, "--loader-timeout", "3")
+    assert proc.returncode == 1
+    assert "no data loader delivered a batch within 3 s" in proc.stderr
+    assert "torch.utils.data.DataLoader" in proc.stderr
+    assert json.loads((out / "run.json").read_text())["outcome"]["state"] == "timeout"
+
+
+# ---------------------------------------------------- trials that go wrong
+
+WORKER_FAULT = '''
+import os, signal, time
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+
+class Faulty(Dataset):
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        if get_worker_info() is not None:  # only in a loader worker: with num_workers >= 1
+            {fault}
+        time.sleep(0.002)
+        return torch.zeros(4)
+
+
+if __name__ == "__main__":
+    for epoch in range(30):
+        for batch in DataLoader(Faulty(), batch_size=4, num_workers=0):
+            time.sleep(0.002)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault,state,reason", [
+    ("time.sleep(3600)", "timeout", "did not finish within"),  # a deadlocked worker
+    ("os.kill(os.getpid(), signal.SIGKILL)", "killed", "out-of-memory killer"),  # what the OOM killer does
+    ("os.kill(os.getpid(), signal.SIGBUS)", "killed", "--shm-size"),  # /dev/shm exhausted
+])
+def test_a_failing_trial_is_classified_and_the_tune_goes_on(tmp_path, fault, state, reason, no_leftovers):
+    script = write_script(tmp_path, "train.py", WORKER_FAULT.replace("{fault}", fault))
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "60", "--trial-timeout", "8",
+                         "--max-workers", "4", *TUNE_QUICK])
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    bad = [t for t in res["trials"] if t["config"].get("num_workers")]
+    assert bad and bad[0]["state"] == state and reason in bad[0]["reason"], bad
+    assert res["recommendation"]["config"]["num_workers"] == 0  # what worked
+    assert (out / "report.html").exists()
+
+
+# ------------------------------------------------------------ interrupts
+
+
+def _wait_for_trials(path, n, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            if len(json.loads(path.read_text())["trials"]) >= n:
+                return
+        except (FileNotFoundError, ValueError, KeyError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} trials after {timeout} s")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_tune_keeps_its_trials_and_resumes(tmp_path, signum, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=3, step_ms=2, n=400, batch_size=4, epochs=100))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", script, "--out", str(out),
+                             "--budget", "90", "--max-workers", "8", *TUNE_QUICK],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_trials(out / "results.json", 3, proc)
+    time.sleep(0.8)  # into the next trial
+    proc.send_signal(signum)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and no_feedprof_traceback(stderr)
+    first = json.loads((out / "results.json").read_text())
+    assert first["complete"] is False and "interrupted" in first["stop_reason"]
+    assert len(first["trials"]) >= 3
+    assert (out / "report.html").exists()
+    assert run_feedprof(["report", str(out / "results.json"), "-o", str(tmp_path / "r.html")]).returncode == 0
+
+    done = run_feedprof(["tune", "--resume", str(out), "--budget", "120", *TUNE_QUICK])
+    assert done.returncode == 0, done.stderr
+    final = json.loads((out / "results.json").read_text())
+    kept = [t for t in first["trials"] if t["state"] != "interrupted"]
+    assert [t["batches_per_s"] for t in final["trials"][:len(kept)]] == [t["batches_per_s"] for t in kept]
+    assert len(final["trials"]) > len(kept) and final["recommendation"] is not None
+
+
+# ------------------------------------------------------------ the machine
+
+
+def test_gpu_lost_mid_run_leaves_a_gap_and_sampling_goes_on(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=2, step_ms=2, n=200, epochs=10))
+    out = tmp_path / "out"
+    env = {"PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tests", "fake_nvml"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = run_feedprof(["profile", script, "--out", str(out), "--window-seconds", "4", "--window-batches",
+                         "5000", "--interval", "0.1"], env=env)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    util = run["samples"]["gpus"][0]["util_pct"]
+    assert 42 in util and util[-1] is None  # readings, then the gap after the GPU was lost
+    lost_at = util.index(None, util.index(42))
+    rss_after = [v for v in run["samples"]["main_rss_bytes"][lost_at:] if v is not None]
+    assert len(rss_after) >= 3  # host sampling went on after the GPU was gone
+    assert run["host"]["gpus"][0]["name"] == "Fake GPU (tests)"
+
+
+@pytest.mark.parametrize("out_arg,message", [
+    ("/proc/feedprof-cannot-be-here", "cannot create it"),
+    ("FILE", "exists and is not a directory"),
+])
+def test_unusable_output_directory_fails_before_any_trial(tmp_path, out_arg, message):
+    script = write_script(tmp_path, "train.py", "print('never runs')\n")
+    if out_arg == "FILE":
+        out_arg = str(tmp_path / "a-file")
+        (tmp_path / "a-file").write_text("")
+    for command in ("profile", "tune"):
+        proc = run_feedprof([command, script, "--out", out_arg])
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert "never runs" not in proc.stdout
+
+
+def test_full_disk_fails_before_any_trial(tmp_path):
+    script = write_script(tmp_path, "train.py", "print('never runs')\n")
+
+    def small_files():  # every write past 16 KiB fails, as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+
+    proc = subprocess.run([sys.executable, "-m", "feedprof", "tune", script, "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, preexec_fn=small_files, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "not writable" in proc.stderr and "never runs" not in proc.stdout
