@@ -107,6 +107,17 @@ class Profile:
         self._recorders.append(rec)
         return Watched(iterable, rec, now=self.clock.now_s)
 
+    def recorder(self, framework: str, name: str = "", **info: Any) -> StepRecorder:
+        """A step recorder fed by the caller (a framework callback) rather than
+        by ``watch``."""
+        if self._origin_s is None:
+            self.start()
+        rec = StepRecorder(loader_id=len(self._recorders), framework=framework, name=name,
+                           warmup_batches=self.warmup_batches, origin_s=self._origin_s)
+        rec.info.update(info)
+        self._recorders.append(rec)
+        return rec
+
     # -- results ----------------------------------------------------------
 
     @property

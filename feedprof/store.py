@@ -128,12 +128,14 @@ class StepLog:
 @dataclass(frozen=True)
 class EpochLog:
     """One record per epoch (merged like StepLog on very long runs).
-    ``first_batch_s``: from asking for an iterator to its first batch."""
+    ``first_batch_s``: from asking for an iterator to its first batch;
+    ``teardown_s``: ending the epoch on the loader's side (stopping workers)."""
 
     t_start_s: Tuple[float, ...] = ()
     n_epochs: Tuple[int, ...] = ()
     first_batch_s: Tuple[float, ...] = ()
     n_batches: Tuple[int, ...] = ()
+    teardown_s: Tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ class LoaderRecord:
     call_chain: Tuple[str, ...] = ()  # user frames, outermost first
     ordinal: int = 0  # loaders alive together at the same call chain, counted from 0
     instances: int = 1  # loader objects this record spans (a script may rebuild it every epoch)
+    wait_observable: bool = True  # False: batches are pulled inside a framework's runtime (see frameworks/)
+    config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at `site` (tf.data: map calls)
     dataset: str = ""
     batch_size: Optional[int] = None
     batches_per_epoch: Optional[int] = None
@@ -200,6 +204,7 @@ class Summary:
     input_bound: str = "unknown"  # highly | moderately | not | unknown
     time_to_first_batch_s: Optional[float] = None
     epoch_startup_s: Optional[float] = None  # mean first-batch time of later epochs
+    epoch_teardown_s: Optional[float] = None  # mean time ending an epoch on the loader's side
     num_workers: Optional[int] = None
     system_cpu_pct: Optional[float] = None
     main_cpu_pct: Optional[float] = None
@@ -235,6 +240,7 @@ class Run:
     samples: Samples = field(default_factory=Samples)
     outcome: Outcome = field(default_factory=Outcome)
     cuda_used: Optional[bool] = None  # did the script initialise CUDA
+    modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[str, ...] = ()
 
@@ -284,7 +290,9 @@ class Recommendation:
     speedup: Optional[float] = None  # over the baseline
     ceiling_batches_per_s: Optional[float] = None
     fraction_of_ceiling: Optional[float] = None
-    input_bound_fraction: Optional[float] = None  # of the baseline: 1 - baseline / ceiling
+    input_bound_fraction: Optional[float] = None  # of the baseline: what the verdict is based on
+    data_wait_fraction: Optional[float] = None  # of the baseline, measured directly (None: not observable)
+    ceiling_gap_fraction: Optional[float] = None  # of the baseline: 1 - baseline / compute ceiling
     input_bound: str = "unknown"
     verdict: str = ""  # one line in plain words
     reasons: Tuple[str, ...] = ()

@@ -39,7 +39,7 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers):
     for t in res["trials"]:
         assert {"config", "state", "batches_per_s", "data_wait_fraction", "main_cpu_pct", "workers_cpu_pct",
                 "gpu_util_pct", "peak_rss_bytes"} <= set(t)
-    assert "num_workers=" in rec["code"] and rec["code"].startswith("DataLoader(Samples(")
+    assert "num_workers=" in rec["code"] and rec["code"].startswith("train = DataLoader(Samples(")
     assert "Recommendation" in proc.stdout and "Paste this" in proc.stdout
 
 

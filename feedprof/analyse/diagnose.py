@@ -59,6 +59,15 @@ def epoch_startup(rec: LoaderRecord) -> tuple:
     return first, later
 
 
+def epoch_teardown(rec: LoaderRecord) -> Optional[float]:
+    """Mean time per ended epoch spent stopping the loader (None: none measured)."""
+    e = rec.epochs
+    ended = [(t, n) for t, n in zip(e.teardown_s, e.n_epochs) if t > 0]
+    if not ended:
+        return None
+    return sum(t for t, _ in ended) / sum(n for _, n in ended)
+
+
 def effective_rate(batches_per_s: Optional[float], batches_per_epoch: Optional[int],
                    startup_s: Optional[float]) -> Optional[float]:
     """Throughput with one epoch's start-up spread over the epoch's batches."""
@@ -79,11 +88,17 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     wait = sum(steps.wait_s)
     rates = stats.chunk_rates(steps, n_chunks)
     rate, low, high = stats.spread(rates)
-    wait_fraction = wait / wall if wall > 0 else None
+    wait_fraction = wait / wall if wall > 0 and rec.wait_observable else None
+    if not rec.wait_observable:
+        notes.append(f"data wait is not observable here: {rec.framework} pulls each batch inside its own "
+                     "runtime; the compute ceiling (feedprof tune) says how input-bound the job is")
     first, later = epoch_startup(rec)
     # Without a later epoch measured, the first epoch's start-up stands in for
     # every epoch's, except with persistent workers: they start once per run.
     startup = later if later is not None else (None if rec.config.get("persistent_workers") else first)
+    teardown = epoch_teardown(rec)
+    if teardown:
+        startup = (startup or 0.0) + teardown
     effective = effective_rate(rate, rec.batches_per_epoch, startup)
     if measured == 0:
         notes.append(f"{rec.batches} batches were delivered, all of them warm-up or epoch start-up: "
@@ -110,10 +125,11 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
         batch_size=rec.batch_size,
         samples_per_s=rate * rec.batch_size if rate is not None and rec.batch_size else None,
         data_wait_fraction=wait_fraction,
-        data_wait_s=wait if measured else None,
+        data_wait_s=wait if measured and rec.wait_observable else None,
         input_bound=classify(wait_fraction),
         time_to_first_batch_s=first,
         epoch_startup_s=later,
+        epoch_teardown_s=teardown,
         num_workers=workers if workers is not None else (peaks.n_workers or None),
         system_cpu_pct=mean(s.system_cpu_pct),
         main_cpu_pct=mean(s.main_cpu_pct),

@@ -103,8 +103,8 @@ def noise(trials: Sequence[Trial]) -> float:
 def recommend(trials: Sequence[Trial], framework: str, cost: Cost, describe: Callable[[Dict[str, Any]], str],
               code_for: Callable[[Dict[str, Any]], str], loader_site: str = "", cpu_cap: Optional[int] = None,
               notes: Sequence[str] = (), tol: float = PICK_TOLERANCE,
-              finalize: Optional[Callable[[Trial], Tuple[Dict[str, Any], List[str]]]] = None
-              ) -> Optional[Recommendation]:
+              finalize: Optional[Callable[[Trial, Sequence[Trial]], Tuple[Dict[str, Any], List[str]]]] = None,
+              cpu_bound: Optional[Callable[[Trial], Optional[bool]]] = None) -> Optional[Recommendation]:
     """``finalize(pick)`` may adjust the picked config with settings judged rather
     than trialled, returning (config, reasons)."""
     baseline = next((t for t in trials if t.role == "baseline"), None)
@@ -112,8 +112,11 @@ def recommend(trials: Sequence[Trial], framework: str, cost: Cost, describe: Cal
     chosen = pick(trials, cost, tol)
     if chosen is None:
         return None
+    config, judged = finalize(chosen.latest, trials) if finalize else (dict(chosen.latest.config), [])
+    switched = next((m for m in measured_configs(trials) if config_key(m.config) == config_key(config)), None)
+    if switched is not None:  # finalize preferred another measured config (tf.data: AUTOTUNE)
+        chosen = switched
     best = chosen.latest
-    config, judged = finalize(best) if finalize else (dict(best.config), [])
     base_measured = next((m for m in measured_configs(trials)
                           if baseline is not None and config_key(m.config) == config_key(baseline.config)), None)
     b_score = base_measured.score if base_measured else None
@@ -121,10 +124,12 @@ def recommend(trials: Sequence[Trial], framework: str, cost: Cost, describe: Cal
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if c_score is not None and p_score is not None and p_score > c_score:
         c_score = p_score
-    if b_score and c_score:
-        input_bound = max(0.0, 1 - b_score / c_score)
-    else:
-        input_bound = baseline.data_wait_fraction if baseline else None
+    # Two figures of the same thing (DESIGN: "report both; they should agree"): the
+    # data wait, measured inside one run, and the gap to the ceiling, which compares
+    # two runs and carries their noise. The verdict uses the wait where it is observable.
+    gap = max(0.0, 1 - b_score / c_score) if b_score and c_score else None
+    wait = baseline.data_wait_fraction if baseline else None
+    input_bound = wait if wait is not None else gap
     bound_class = classify(input_bound)
     speedup = p_score / b_score if b_score and p_score else None
     frac = p_score / c_score if c_score and p_score else None
@@ -147,14 +152,16 @@ def recommend(trials: Sequence[Trial], framework: str, cost: Cost, describe: Cal
         reasons.append(f"{describe(best.config)} runs at {fmt_rate(p_score)}{faster}{near}.")
     reasons.extend(judged)
     cores = _cores_per_worker(best)
-    if n_best and cores is not None:
-        if cores >= 0.5:
-            cap = f" and {cpu_cap} CPU(s) are usable" if cpu_cap else ""
-            reasons.append(f"The workers are CPU-bound ({cores:.2f} cores each{cap}): past the CPU count more "
-                           "workers only compete; to go faster, make per-sample work (decoding, augmentation) cheaper.")
+    bound = cpu_bound(best) if cpu_bound is not None else (None if cores is None else cores >= 0.5)
+    if n_best and n_best > 1 and bound is not None:
+        each = f" ({cores:.2f} cores each)" if cores else ""
+        if bound:
+            cap = f", and {cpu_cap} CPU(s) are usable" if cpu_cap else ""
+            reasons.append(f"The CPUs are the limit{each}{cap}: past that, more workers only compete; to go "
+                           "faster, make per-sample work (decoding, augmentation) cheaper.")
         else:
-            reasons.append(f"The workers mostly wait on I/O ({cores:.2f} cores each), so more workers than CPUs "
-                           "can pay off.")
+            reasons.append(f"The workers leave CPU time idle{each}: they wait on I/O or on handing batches over, "
+                           "so more workers than CPUs can pay off.")
     not_loader = bound_class == "not"
     if not_loader:
         reasons.append("Not the loader: the job already runs near the compute ceiling, so loader tuning "
@@ -188,7 +195,8 @@ def recommend(trials: Sequence[Trial], framework: str, cost: Cost, describe: Cal
         if best.samples_per_s and best.batches_per_s else None,
         baseline_config=dict(baseline.config) if baseline else {},
         baseline_batches_per_s=b_score, speedup=speedup, ceiling_batches_per_s=c_score,
-        fraction_of_ceiling=frac, input_bound_fraction=input_bound, input_bound=bound_class,
+        fraction_of_ceiling=frac, input_bound_fraction=input_bound, data_wait_fraction=wait,
+        ceiling_gap_fraction=gap, input_bound=bound_class,
         verdict=verdict, reasons=tuple(reasons), code=code_for(config), loader_site=loader_site)
 
 

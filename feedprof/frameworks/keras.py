@@ -11,6 +11,10 @@ NOTE [ PyDataset instrumentation in a trial child ]
               │ PyDatasetAdapter._get_iterator ─► ctl.iterate(): every batch Keras pulls is timed
               │                                   (or replayed, for the compute ceiling)
 
+Between epochs Keras stops its workers and re-creates the iterator around
+them: that gap is counted as the loader's per-epoch cost (tf_keras stalls 5 s
+there with workers > 1). It includes the script's per-epoch validation, if any.
+
 Where the batches are pulled decides what can be measured. The torch and jax
 backends, and the TF backend with workers > 1, pull each batch when the step
 needs it: the time blocked is the data wait. The TF backend with workers=1
@@ -67,7 +71,7 @@ def _num_batches(ds: Any) -> Optional[int]:
 def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     """Where to set the knobs: the dataset's construction, if its __init__
     forwards **kwargs to super().__init__, else that super call itself."""
-    from feedprof.frameworks.source import rewrite_call
+    from feedprof.frameworks.source import rewrite_call, rewrite_statement
 
     cfg = legalize(config)
     chain = list(getattr(loader, "call_chain", ()) or ())
@@ -85,16 +89,16 @@ def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
             inner = rewrite_call(path, line, ("__init__",), {}, drop=())
             forwards = inner is not None and "**" in inner
             if not forwards:
-                text = rewrite_call(path, line, ("__init__",), cfg)
-                if text:
-                    return f"{text}  # in {os.path.basename(path)}:{line}"
+                found = rewrite_statement(path, line, ("__init__",), cfg)
+                if found:
+                    return f"{found[0]}  # in {os.path.basename(path)}:{line}"
         if len(chain) > 1:
             path, line = locate(chain[-2])  # where the dataset is built
             dataset = getattr(loader, "dataset", "") or ""
             if path:
-                text = rewrite_call(path, line, (dataset,) if dataset else (), cfg)
-                if text:
-                    return text
+                found = rewrite_statement(path, line, (dataset,) if dataset else (), cfg)
+                if found:
+                    return found[0]
     return f"super().__init__(workers={cfg['workers']}, use_multiprocessing={cfg['use_multiprocessing']}, " \
            f"max_queue_size={cfg['max_queue_size']}, **kwargs)"
 
@@ -117,8 +121,10 @@ def install(ctl: Any) -> None:
         plan = ctl.plan("keras")
         cfg = legalize({**script_cfg, **(plan.inject or {})})
         orig_init(self, **cfg)
+        # the site users know is where the dataset is built, one frame out of its __init__
+        site = plan.chain[-2] if len(plan.chain) >= 2 else (plan.chain[-1] if plan.chain else "")
         self._feedprof_handle = ctl.created(plan, {"config": cfg, "script_config": script_cfg,
-                                                   "dataset": type(self).__name__}, self)
+                                                   "dataset": type(self).__name__, "site": site}, self)
         if plan.replay:
             _replay_items(type(self), orig_getitem_owner)
 
@@ -145,6 +151,10 @@ def install(ctl: Any) -> None:
             handle.info["batches_per_epoch"] = _num_batches(x)
             handle.info["backend"] = backend
             handle.info["wait_observable"] = wait_observable(handle.info["config"], backend)
+            # Between epochs Keras stops and restarts the workers (and the tf.data iterator
+            # around them): that time is the loader's, counted as the epoch's teardown.
+            # It also holds per-epoch validation, if the script runs one.
+            handle.info["gap_is_teardown"] = True
 
     def _get_iterator(self: Any) -> Any:
         handle = getattr(self.py_dataset, "_feedprof_handle", None)
@@ -176,6 +186,31 @@ def _replay_items(cls: type, saved: Dict[type, Any]) -> None:
     cls.__getitem__ = __getitem__
 
 
+def make_end_window(ctl: Any, base: type) -> Any:
+    """A factory of fit callbacks (``base``: the Keras flavour's Callback class).
+
+    The callback times the steps of tf.data pipelines that fit pulls inside its
+    compiled train function (claimed at train begin, so a validation pipeline
+    is never timed as training), and ends the trial once the window is measured.
+    """
+
+    class EndWindow(base):  # type: ignore[misc, valid-type]
+        def on_train_begin(self, logs: Any = None) -> None:
+            self.handles = ctl.claim_callback_handles()
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            for handle in getattr(self, "handles", ()):
+                ctl.epoch_begins(handle)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            now = ctl.now()
+            for handle in getattr(self, "handles", ()):
+                ctl.timed_step(handle, now)
+            ctl.check_stop()
+
+    return EndWindow
+
+
 def _patch_fit(ctl: Any) -> None:
     """Model.fit gets one more callback: it ends the window on the main thread."""
     import keras
@@ -185,10 +220,7 @@ def _patch_fit(ctl: Any) -> None:
         return
     orig_fit = Model.fit
     sig = inspect.signature(orig_fit)
-
-    class EndWindow(keras.callbacks.Callback):
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            ctl.check_stop()
+    EndWindow = make_end_window(ctl, keras.callbacks.Callback)
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:

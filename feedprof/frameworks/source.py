@@ -1,14 +1,16 @@
-"""Paste-ready recommendations: the script's own loader call with the knobs changed.
+"""Paste-ready recommendations: the script's own code with the knobs changed.
 
 Rather than a generic ``DataLoader(dataset, num_workers=4)``, feedprof reads
-the call at the loader's site from the script, swaps in the recommended
+the statement at the loader's site from the script, swaps in the recommended
 keyword arguments and leaves everything else (dataset, batch size, sampler,
-collate_fn...) exactly as the user wrote it.
+collate_fn, the variable it is assigned to...) exactly as the user wrote it.
 """
 from __future__ import annotations
 
 import ast
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+SIMPLE_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
 
 
 def _callee_name(node: ast.Call) -> str:
@@ -20,36 +22,32 @@ def _callee_name(node: ast.Call) -> str:
     return ""
 
 
-def find_call(source: str, line: int, names: Sequence[str]) -> Optional[ast.Call]:
-    """The innermost call to one of ``names`` whose span includes ``line``."""
+def _parse(path: str) -> Optional[ast.Module]:
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
+        with open(path, encoding="utf-8") as fh:
+            return ast.parse(fh.read())
+    except (OSError, UnicodeDecodeError, SyntaxError):
         return None
+
+
+def _spans(node: ast.AST, line: int) -> bool:
+    return node.lineno <= line <= getattr(node, "end_lineno", node.lineno)
+
+
+def find_call(tree: ast.AST, line: int, names: Sequence[str]) -> Optional[ast.Call]:
+    """The innermost call to one of ``names`` (any callee if empty) spanning ``line``."""
     best: Optional[ast.Call] = None
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _callee_name(node) in names:
-            end = getattr(node, "end_lineno", node.lineno)
-            if node.lineno <= line <= end:
-                if best is None or node.lineno >= best.lineno:
-                    best = node
+        if isinstance(node, ast.Call) and (not names or _callee_name(node) in names) and _spans(node, line):
+            if best is None or (node.lineno, node.col_offset) >= (best.lineno, best.col_offset):
+                best = node
     return best
 
 
-def rewrite_call(path: str, line: int, names: Sequence[str], knobs: Dict[str, Any],
-                 drop: Sequence[str] = (), positional: Sequence[str] = ()) -> Optional[str]:
-    """The call at ``path:line`` with ``knobs`` set (and the keywords in
-    ``drop`` removed), as source text; None if not found. ``positional``
-    names the callee's positional parameters in order, so a knob the user
-    passed positionally is replaced where it stands."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            source = fh.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-    call = find_call(source, line, names)
-    if call is None:
-        return None
+def _with_knobs(call: ast.Call, knobs: Dict[str, Any], drop: Sequence[str],
+                positional: Sequence[str]) -> ast.Call:
+    """A copy of ``call`` with ``knobs`` set: a knob the user passed positionally is
+    replaced where it stands, the others become keywords; ``drop`` keywords go."""
     args = list(call.args)
     as_keywords = dict(knobs)
     for i, name in enumerate(positional[: len(args)]):
@@ -57,4 +55,42 @@ def rewrite_call(path: str, line: int, names: Sequence[str], knobs: Dict[str, An
             args[i] = ast.Constant(as_keywords.pop(name))
     kept = [k for k in call.keywords if k.arg not in knobs and k.arg not in drop]
     new = [ast.keyword(arg=name, value=ast.Constant(value)) for name, value in as_keywords.items()]
-    return ast.unparse(ast.Call(func=call.func, args=args, keywords=kept + new))
+    return ast.Call(func=call.func, args=args, keywords=kept + new)
+
+
+def rewrite_call(path: str, line: int, names: Sequence[str], knobs: Dict[str, Any],
+                 drop: Sequence[str] = (), positional: Sequence[str] = ()) -> Optional[str]:
+    """The call at ``path:line`` with ``knobs`` set, as source text (None if not found)."""
+    tree = _parse(path)
+    call = find_call(tree, line, names) if tree is not None else None
+    return None if call is None else ast.unparse(_with_knobs(call, knobs, drop, positional))
+
+
+def rewrite_statement(path: str, line: int, names: Sequence[str], knobs: Dict[str, Any],
+                      drop: Sequence[str] = (), positional: Sequence[str] = ()
+                      ) -> Optional[Tuple[str, Optional[str]]]:
+    """The whole statement around the call (``loader = DataLoader(...)``,
+    ``ds = ds.map(...).batch(32)``) with the knobs set, to paste over the line as
+    it is, and the name it assigns to (or None). Inside a compound statement
+    (``for batch in DataLoader(...):``) only the call is given."""
+    tree = _parse(path)
+    call = find_call(tree, line, names) if tree is not None else None
+    if call is None:
+        return None
+    new_call = _with_knobs(call, knobs, drop, positional)
+    statement = next((node for node in ast.walk(tree)
+                      if isinstance(node, SIMPLE_STATEMENTS) and _spans(node, call.lineno)), None)
+    if statement is None:
+        return ast.unparse(new_call), None
+
+    class Swap(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> Any:
+            if node is call:
+                return new_call
+            return self.generic_visit(node)
+
+    swapped = Swap().visit(statement)
+    name = None
+    if isinstance(swapped, ast.Assign) and len(swapped.targets) == 1 and isinstance(swapped.targets[0], ast.Name):
+        name = swapped.targets[0].id
+    return ast.unparse(swapped), name

@@ -19,6 +19,7 @@ all keep working.
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from typing import Any, Dict, Optional
 
@@ -93,7 +94,7 @@ def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     changed; a generic call where the source cannot be read."""
     import os
 
-    from feedprof.frameworks.source import rewrite_call
+    from feedprof.frameworks.source import rewrite_statement
 
     cfg = effective(config)
     knobs = {"num_workers": cfg["num_workers"]}
@@ -114,9 +115,9 @@ def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     path, _, line = site.rpartition(":")
     if path and line.isdigit():
         full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
-        text = rewrite_call(full, int(line), ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
-        if text:
-            return text
+        found = rewrite_statement(full, int(line), ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
+        if found:
+            return found[0]
     return call_line(cfg, batch_size=getattr(loader, "batch_size", None))
 
 
@@ -131,6 +132,9 @@ def install(ctl: Any) -> None:
     sig = inspect.signature(orig_init)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        caller = sys._getframe(1).f_code.co_filename
+        if f"{os.sep}keras{os.sep}" in caller:  # Keras's torch backend feeding a PyDataset: not the user's loader
+            return orig_init(self, *args, **kwargs)
         try:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:  # let the DataLoader raise its own, familiar error

@@ -37,7 +37,7 @@ def _merge_steps(a: tuple, b: tuple) -> tuple:
 
 
 def _merge_epochs(a: tuple, b: tuple) -> tuple:
-    return (a[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+    return (a[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
 
 
 class StepRecorder:
@@ -58,6 +58,7 @@ class StepRecorder:
         self.origin_s = origin_s
         self.warmup_batches = warmup_batches
         self.info: dict = {}  # site, dataset, batch_size, config... set by whoever built the loader
+        self.gap_is_teardown = False  # count the time between epochs as the loader's (Keras: see frameworks/)
         self.batches = 0
         self.warmup_left = warmup_batches
         self.warmup_s = 0.0
@@ -70,11 +71,14 @@ class StepRecorder:
         self._epochs: DecimatingBuffer = DecimatingBuffer(EPOCH_CAPACITY, _merge_epochs)
         self._t_iter: Optional[float] = None
         self._t_prev: Optional[float] = None
-        self._epoch: Optional[list] = None  # [t_start, 1, first_batch_s, n_batches] of the open epoch
+        self._epoch: Optional[list] = None  # [t_start, 1, first_batch_s, n_batches, teardown_s] of the open epoch
 
     # -- the hot path -----------------------------------------------------
 
     def epoch_started(self, t_s: float) -> None:
+        if self.gap_is_teardown and self._epoch is not None and self.t_last is not None:
+            # the loader's own end of epoch happens between the last batch and now
+            self._epoch[4] += max(0.0, t_s - self.t_last)
         self._close_epoch()
         self._t_iter = t_s
         self._t_prev = None
@@ -86,7 +90,7 @@ class StepRecorder:
         self._t_prev = t_got_s
         if prev is None:  # first batch of an epoch: start-up, not a step
             t_iter = self._t_iter if self._t_iter is not None else t_req_s
-            self._epoch = [t_iter, 1, t_got_s - t_iter, 1]
+            self._epoch = [t_iter, 1, t_got_s - t_iter, 1, 0.0]
             return
         self._epoch[3] += 1
         wall = t_got_s - prev
@@ -101,6 +105,12 @@ class StepRecorder:
         self.steady_wall_s += wall
         self.steady_wait_s += wait
         self._steps.append((t_got_s, 1, wait, wall))
+
+    def epoch_teardown(self, seconds: float) -> None:
+        """Time spent ending the epoch on the loader's side (stopping its workers):
+        a per-epoch cost like start-up (tf_keras stalls ~5 s here with workers)."""
+        if self._epoch is not None:
+            self._epoch[4] += seconds
 
     # -- snapshots --------------------------------------------------------
 
@@ -122,6 +132,8 @@ class StepRecorder:
             call_chain=tuple(info.get("call_chain", ())),
             ordinal=int(info.get("ordinal", 0)),
             instances=int(info.get("instances", 1)),
+            wait_observable=bool(info.get("wait_observable", True)),
+            config_sites=tuple(info.get("config_sites", ())),
             dataset=info.get("dataset", ""),
             batch_size=info.get("batch_size"),
             batches_per_epoch=info.get("batches_per_epoch"),
@@ -143,6 +155,7 @@ class StepRecorder:
                 n_epochs=tuple(e[1] for e in epochs),
                 first_batch_s=tuple(e[2] for e in epochs),
                 n_batches=tuple(e[3] for e in epochs),
+                teardown_s=tuple(e[4] for e in epochs),
             ),
         )
 
@@ -174,7 +187,11 @@ class WatchedIterator:
     def __next__(self) -> Any:
         now = self._now
         t_req = now()
-        batch = self._next()
+        try:
+            batch = self._next()
+        except StopIteration:  # the loader ending its epoch (shutting workers down) is its cost
+            self.recorder.epoch_teardown(now() - t_req)
+            raise
         self.recorder.batch(t_req, now())
         if self.after is not None:
             self.after(self, batch)

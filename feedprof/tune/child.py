@@ -21,6 +21,7 @@ import os
 import runpy
 import sys
 import sysconfig
+import threading
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -50,9 +51,15 @@ def _is_user_file(filename: str) -> bool:
     return not path.startswith(_NOT_USER) and "site-packages" not in path and "dist-packages" not in path
 
 
-def user_call_chain(script_dir: str, skip: int = 2) -> Tuple[str, ...]:
-    """Frames of user code on the stack, outermost first, as "file.py:LINE"."""
+def user_call_chain(script_dir: str, skip: int = 2, direct: bool = False) -> Tuple[str, ...]:
+    """Frames of user code on the stack, outermost first, as "file.py:LINE".
+
+    ``direct``: only if the caller itself is user code (else ``()``), so that
+    framework code running on the user's behalf is told apart.
+    """
     frame = sys._getframe(skip)
+    if direct and (frame is None or not _is_user_file(frame.f_code.co_filename)):
+        return ()
     sites: List[str] = []
     while frame is not None and len(sites) < MAX_CHAIN:
         fn = frame.f_code.co_filename
@@ -76,6 +83,13 @@ class Plan:
     is_target: Optional[bool]  # None: no target was named (observe mode)
     inject: Optional[Dict[str, Any]]
     replay: bool
+
+
+class _StepView:
+    """What after_batch needs of an iterator, for steps timed from a callback."""
+
+    def __init__(self, rec: StepRecorder):
+        self.recorder = rec
 
 
 @dataclass
@@ -143,7 +157,10 @@ class Controller:
         self._replay = _ReplayCache()
         self.window: Optional[Window] = None
         self.done = False
+        self.stop_requested = False  # window measured off the main thread: stop at the next safe point
+        self._callback_handles: List[LoaderHandle] = []
         self.notes: List[str] = []
+        self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
 
     # -- events -----------------------------------------------------------
@@ -153,6 +170,39 @@ class Controller:
 
         self._events.write(json.dumps({"event": event, "t_s": self.now() - self.spec.origin_s, **fields}) + "\n")
         self._events.flush()
+
+    def user_chain(self) -> Tuple[str, ...]:
+        """The script's frames, if the adapter's caller is the script's own code."""
+        return user_call_chain(self.script_dir, skip=3, direct=True)
+
+    def injection(self, framework: str) -> Optional[Dict[str, Any]]:
+        """Knobs to inject into every part of a pipeline built by the script's own
+        code (tf.data: which pipeline is the training one is known only when it
+        is iterated, after it is built)."""
+        spec = self.spec
+        if spec.mode in (MODE_INJECT, MODE_CEILING) and spec.inject and spec.framework in (None, framework):
+            return dict(spec.inject)
+        return None
+
+    def timed_by_callback(self, handle: "LoaderHandle") -> None:
+        """A loader fit pulls inside its compiled train function: its steps are
+        timed by the fit callback that starts next."""
+        self._callback_handles.append(handle)
+
+    def claim_callback_handles(self) -> List["LoaderHandle"]:
+        handles, self._callback_handles = self._callback_handles, []
+        return handles
+
+    def note(self, text: str) -> None:
+        """Something the user should read in the summary (said once)."""
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def check_stop(self) -> None:
+        """A safe point on the main thread (a Keras callback): end the script if the
+        window was measured elsewhere."""
+        if self.stop_requested and threading.current_thread() is threading.main_thread():
+            raise StopTrial
 
     # -- called by framework adapters ------------------------------------
 
@@ -165,6 +215,8 @@ class Controller:
         chain = user_call_chain(self.script_dir, skip=3)
         spec = self.spec
         is_target: Optional[bool] = None
+        if not chain:  # built by framework code on the user's behalf (Keras's own DataLoader...)
+            return Plan(framework=framework, chain=chain, ordinal=0, is_target=False, inject=None, replay=False)
         if spec.target_chain is not None:
             is_target = tuple(spec.target_chain) == chain and spec.framework in (None, framework)
         elif spec.target_site is not None:
@@ -197,20 +249,24 @@ class Controller:
                 return slot.rec
         rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
                            warmup_batches=self.spec.warmup_batches, origin_s=self.spec.origin_s)
+        rec.gap_is_teardown = bool(handle.info.get("gap_is_teardown"))
         rec.info.update(handle.info)
-        rec.info.update(site=plan.chain[-1] if plan.chain else "", call_chain=plan.chain,
-                        ordinal=len(slots), injected=bool(plan.inject), replayed=plan.replay,
-                        is_target=plan.is_target, instances=1)
+        rec.info.update(site=handle.info.get("site") or (plan.chain[-1] if plan.chain else ""),
+                        call_chain=plan.chain, ordinal=len(slots), injected=bool(plan.inject),
+                        replayed=plan.replay, is_target=plan.is_target, instances=1)
         self.recorders.append(rec)
         slots.append(LoaderHandle(plan=plan, info=handle.info, ref=handle.ref, rec=rec))
         return rec
 
-    def iterate(self, handle: "LoaderHandle", make_iter: Callable[[], Iterator]) -> Iterator:
+    def iterate(self, handle: "LoaderHandle", make_iter: Callable[[], Iterator],
+                replay: Optional[bool] = None) -> Iterator:
+        """``replay=False``: the framework replays its batch itself (Keras replays
+        at __getitem__, so its worker pool is left idle, not bypassed)."""
         if handle.rec is None:
             handle.rec = self._bind(handle)
         rec = handle.rec
         rec.epoch_started(self.now())
-        if rec.info.get("replayed"):
+        if rec.info.get("replayed") if replay is None else replay:
             return ReplayIterator(rec, make_iter, self._replay, rec.info.get("batches_per_epoch"),
                                   self.after_batch, self.now)
         return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now)
@@ -235,11 +291,35 @@ class Controller:
             reason = f"{window_s:.1f} s"
         else:
             return
-        self.done = True
-        self.window = self._window_of(rec, reason)
-        self.write_result("ok", "window measured")
-        self.emit("window_done", loader_id=rec.loader_id)
-        raise StopTrial
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+            self.window = self._window_of(rec, reason)
+            self.write_result("ok", "window measured")
+            self.emit("window_done", loader_id=rec.loader_id)
+        if threading.current_thread() is threading.main_thread():
+            raise StopTrial
+        # Off the main thread (a tf.data generator): raising here would come back as a
+        # TensorFlow error. The main thread stops at its next safe point (check_stop).
+        self.stop_requested = True
+
+    def epoch_begins(self, handle: "LoaderHandle") -> None:
+        """An epoch of a loader whose steps are timed from the training loop."""
+        if handle.rec is None:
+            handle.rec = self._bind(handle)
+        handle.rec.epoch_started(self.now())
+
+    def timed_step(self, handle: "LoaderHandle", t_end_s: float) -> None:
+        """A step whose batch is pulled where Python cannot see it (inside a
+        compiled train function), timed by its end: its wall time is the gap
+        from the previous step's end; its data wait is not observable."""
+        if handle.rec is None:
+            self.epoch_begins(handle)
+        rec = handle.rec
+        rec.info["wait_observable"] = False
+        rec.batch(t_end_s, t_end_s)
+        self.after_batch(_StepView(rec), None)
 
     # -- results ------------------------------------------------------------
 
@@ -269,7 +349,8 @@ class Controller:
                   loaders=tuple(r.snapshot() for r in self.recorders),
                   window=self.window or Window(reason="no loader"),
                   outcome=Outcome(state=state, message=message, exit_code=exit_code, traceback=tb),
-                  cuda_used=cuda_in_use(), notes=tuple(self.notes))
+                  cuda_used=cuda_in_use(), notes=tuple(self.notes),
+                  modules=tuple(m for m in HEAVY_MODULES if m in sys.modules))
         write_text_atomic(self.spec.result_path, dumps(run))
 
 
@@ -293,6 +374,35 @@ def _strip_frames(te: traceback.TracebackException, seen: Optional[set] = None) 
             _strip_frames(nxt, seen)
 
 
+def failure_hint(exc: BaseException) -> str:
+    """What a known framework trap means, in a sentence (empty if not one)."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and "fit()" in text and any(
+            f"'{knob}'" in text for knob in ("workers", "use_multiprocessing", "max_queue_size")):
+        from feedprof.frameworks.keras import FIT_MOVED_HINT
+
+        return FIT_MOVED_HINT
+    return ""
+
+
+def _install(adapter: str, ctl: Controller) -> None:
+    """Instrument a framework the script just imported (a failure to do so is a
+    note, never an error in the user's script)."""
+    import importlib
+
+    try:
+        importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
+        if adapter == "keras" and "tensorflow" in sys.modules:
+            from feedprof.frameworks import tfdata
+
+            tfdata.install_keras_adapter(ctl)
+    except (ImportError, AttributeError) as exc:  # a framework version we do not know
+        ctl.note(f"could not instrument {adapter} ({type(exc).__name__}: {exc}); its loaders are not measured")
+
+
+HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax")
+
+
 def run_script(spec: TrialSpec) -> int:
     """Run the script under the controller; the exit code the child ends with."""
     from feedprof.frameworks import hooks
@@ -301,6 +411,9 @@ def run_script(spec: TrialSpec) -> int:
     ctl = Controller(spec)
     ctl.emit("started", pid=os.getpid())
     hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
+    hooks.when_imported("tensorflow", lambda _m: _install("tfdata", ctl))
+    hooks.when_imported("keras", lambda _m: _install("keras", ctl))
+    hooks.when_imported("tf_keras", lambda _m: _install("tf_keras", ctl))
     script = os.path.abspath(spec.script)
     sys.argv = [spec.script, *spec.argv]
     sys.path[0] = os.path.dirname(script)
@@ -323,7 +436,12 @@ def run_script(spec: TrialSpec) -> int:
     except BaseException as exc:  # the script's own error: reported as the script's
         tb = script_traceback(exc)
         sys.stderr.write(tb)
-        ctl.write_result("failed", f"{type(exc).__name__}: {exc}".strip(), tb=tb, exit_code=1)
+        message = f"{type(exc).__name__}: {exc}".strip()
+        hint = failure_hint(exc)
+        if hint:
+            sys.stderr.write(f"feedprof: {hint}\n")
+            message = f"{message} ({hint})"
+        ctl.write_result("failed", message, tb=tb, exit_code=1)
         return 1
     ctl.write_result("ok", "the script ended", exit_code=0)
     return 0

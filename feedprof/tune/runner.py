@@ -29,7 +29,8 @@ from feedprof.tune.signals import deferred_signals
 
 POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
-LOOKED_FOR = "a torch.utils.data.DataLoader being iterated"
+LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
+              "or tf.data.Dataset being iterated")
 TRIAL_ENV = "FEEDPROF_TRIAL_DIR"
 
 

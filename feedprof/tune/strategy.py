@@ -35,8 +35,6 @@ from feedprof.tune.space import Config, Space
 
 MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbing
 SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-up is a real share
-BUSY_WORKER_CORES = 0.9  # a worker using this much of a core is computing, not waiting
-SATURATED_SYSTEM_PCT = 95.0  # the machine's CPUs are full: more workers only compete
 MAX_REFINE = 3
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
 JUMP_MIN_WAIT = 0.5  # jump only while the loop mostly waits: the loader is the limit
@@ -164,20 +162,14 @@ class LadderStrategy:
 
     def _last_with_workers(self) -> Optional[Trial]:
         for t in reversed(self.trials):
-            if t.role == "search" and t.state == "ok" and self.space.primary_of(t.config) > 0:
+            if t.role == "search" and t.state == "ok" and self.space.primary_of(t.config) > 1:
                 return t
         return None
 
     def _cpu_bound(self) -> Optional[bool]:
-        """From the latest trial with workers: are the CPUs the limit? Workers
-        that use nearly a core each, or a machine whose CPUs are saturated, are
-        CPU-bound; anything less means the workers also wait (I/O, the hand-over
-        of batches), and more workers than CPUs can fill the idle time."""
+        """From the latest trial with workers: are the CPUs the limit? (space.cpu_bound)"""
         t = self._last_with_workers()
-        if t is None or t.workers_cpu_pct is None:
-            return None
-        per_worker = t.workers_cpu_pct / 100 / self.space.primary_of(t.config)
-        return per_worker >= BUSY_WORKER_CORES or (t.system_cpu_pct or 0) >= SATURATED_SYSTEM_PCT
+        return None if t is None else self.space.cpu_bound(t)
 
     def _next_rung(self) -> Optional[Proposal]:
         sp = self.space

@@ -58,8 +58,6 @@ class TuneOptions:
     fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
 
 
-FRAMEWORK_MODULES = {"torch": ("torch", "torch._dynamo")}
-
 
 class TuneError(Exception):
     """The tune could not go on; ``result`` holds what was measured."""
@@ -131,7 +129,8 @@ class Tuner:
                             lambda cfg: sp.code(cfg, self.loader, self.script),
                             loader_site=self.loader.site if self.loader else "", cpu_cap=self.cpu_cap,
                             notes=sp.notes() + ([stop_reason] if not complete and stop_reason else []),
-                            tol=self.opts.tolerance, finalize=lambda t: sp.finalize(t, self.opts.tolerance))
+                            tol=self.opts.tolerance, finalize=lambda t, trials: sp.finalize(t, self.opts.tolerance, list(trials)),
+                            cpu_bound=sp.cpu_bound)
         return TuneResult(
             script=self.script, argv=tuple(self.argv), framework=self.space.framework if self.space else "",
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
@@ -235,9 +234,10 @@ class Tuner:
                 self.zygote.close()
                 self.zygote = None
 
-    def _start_zygote(self, framework: str) -> None:
-        """Later trials fork from a process that imported the framework once."""
-        preload = [m for m in FRAMEWORK_MODULES.get(framework, ()) if m in FORK_SAFE]
+    def _start_zygote(self, modules: Sequence[str]) -> None:
+        """Later trials fork from a process that imported the script's heavy
+        frameworks once (only those known to be fork-safe after import)."""
+        preload = [m for m in modules if m in FORK_SAFE]
         if not preload or not self.opts.fork_trials:
             return
         try:
@@ -274,7 +274,7 @@ class Tuner:
                                              config_text=self.space.describe(rec.config))
         baseline = self.trials[0]
         self.memory.learn(baseline, self.space.workers(baseline.config), self.space.in_flight(baseline.config))
-        self._start_zygote(rec.framework)
+        self._start_zygote(run.modules)
         self.strategy = LadderStrategy(self.space, tol=o.tolerance, cpus_online=self.host.cpus_online)
         self.strategy.tell(baseline)
         bpe = f", {rec.batches_per_epoch} batches/epoch" if rec.batches_per_epoch else ""

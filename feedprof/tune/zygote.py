@@ -11,8 +11,9 @@ Every trial is still a fresh child process in its own process group, sampled
 and reaped exactly like a cold one (runner.py); it only skips re-importing
 the framework, which was over half of each trial's wall time. The baseline
 trial always runs cold (it is what finds out which framework the script uses).
-Pre-import only what is known to be fork-safe after import: torch and
-torch._dynamo (they start no Python threads on import, and CUDA only on first
+Pre-import only what is known to be fork-safe after import, and what the
+baseline trial showed the script imports: torch, torch._dynamo, tensorflow
+(they start no thread on import; CUDA and the TF runtime start on first
 use); the server checks that no thread is running before it forks anything. Memory of the
 pre-imported pages is shared with the zygote, so a forked trial's PSS reads a
 little lower than a cold one's; RSS and USS are unchanged.
@@ -29,9 +30,11 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
-# Modules the tuner may pre-import. torch._dynamo is pulled in by every torch
-# optimizer's first use and costs over a second to import on its own.
-FORK_SAFE = ("torch", "torch._dynamo")
+# Modules the tuner may pre-import: they start no thread on import (checked
+# again before every fork). torch._dynamo is pulled in by the first use of any
+# torch optimizer and costs over a second on its own; tensorflow costs ~4 s.
+# Not keras: scripts pick its backend (KERAS_BACKEND) before importing it.
+FORK_SAFE = ("torch", "torch._dynamo", "tensorflow")
 
 
 class ZygoteError(RuntimeError):

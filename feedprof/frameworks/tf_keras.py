@@ -1,0 +1,137 @@
+"""Legacy tf.keras (Keras 2, the ``tf_keras`` package): ``fit(Sequence or
+generator, workers=, use_multiprocessing=, max_queue_size=)``.
+
+The knobs are arguments of ``fit``; they reach tf_keras's data adapter, which
+is where they are injected (found by the fit call's site). The adapter always
+feeds the model through ``tf.data.Dataset.from_generator(...).prefetch()``, so
+the rate at which batches are pulled is the step rate but the time spent
+pulling them is loading, not waiting: data wait is reported as unknown and
+the compute ceiling tells how input-bound the job is.
+
+Known trap (shared/PLATFORM.md): with workers > 1 or use_multiprocessing,
+tf_keras stalls about 5 s at every epoch end (the old iterator's generator
+waits on a queue with a 5 s timeout before the next epoch can start). That
+gap between epochs is counted as the loader's teardown, so the amortised
+throughput pays for it: with short epochs, more workers can lose.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict
+
+from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize
+
+EPOCH_END_STALL_NOTE = ("tf_keras stalls about 5 s at every epoch end when workers > 1 or "
+                        "use_multiprocessing=True (its enqueuer's queue timeout): with short epochs that "
+                        "can outweigh the gain; Keras 3 does not have this stall")
+
+
+def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+    import os
+
+    from feedprof.frameworks.source import rewrite_statement
+
+    cfg = legalize(config)
+    chain = list(getattr(loader, "call_chain", ()) or ())
+    if chain:
+        path, _, line = chain[-1].rpartition(":")
+        if path and line.isdigit():
+            full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
+            found = rewrite_statement(full, int(line), ("fit", "fit_generator"), cfg)
+            if found:
+                return found[0]
+    return (f"model.fit(data, workers={cfg['workers']}, use_multiprocessing={cfg['use_multiprocessing']}, "
+            f"max_queue_size={cfg['max_queue_size']})")
+
+
+def install(ctl: Any) -> None:
+    from tf_keras.src.engine import data_adapter as da
+    from tf_keras.src.utils import data_utils
+
+    if getattr(da.GeneratorDataAdapter, "_feedprof_patched", False):
+        return
+    replayed: Dict[type, Any] = {}
+
+    def patch(cls: type) -> None:
+        orig_init = cls.__init__
+        orig_multi = cls._handle_multiprocessing
+        sig = inspect.signature(orig_init)
+
+        def __init__(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
+            if getattr(self, "_feedprof_in_init", False):  # KerasSequenceAdapter calls the base __init__
+                return orig_init(self, x, *args, **kwargs)
+            try:
+                bound = sig.bind(self, x, *args, **kwargs)
+            except TypeError:
+                return orig_init(self, x, *args, **kwargs)
+            script_cfg = legalize({k: bound.arguments.get(k, bound.arguments.get("kwargs", {}).get(k, DEFAULTS[k]))
+                                   for k in KNOBS})
+            plan = ctl.plan("tf.keras")
+            cfg = legalize({**script_cfg, **(plan.inject or {})})
+            for key, value in cfg.items():
+                bound.arguments[key] = value
+            dataset = type(x).__name__
+            self._feedprof_handle = handle = ctl.created(plan, {
+                "config": cfg, "script_config": script_cfg, "dataset": dataset, "wait_observable": False,
+                "gap_is_teardown": True,
+                "batches_per_epoch": len(x) if isinstance(x, data_utils.Sequence) else None}, x)
+            if cfg["workers"] > 1 or cfg["use_multiprocessing"]:
+                ctl.note(EPOCH_END_STALL_NOTE)
+            if plan.replay and isinstance(x, data_utils.Sequence):
+                _replay_items(type(x), replayed)
+            self._feedprof_in_init = True
+            try:
+                orig_init(*bound.args, **bound.kwargs)
+            finally:
+                self._feedprof_in_init = False
+
+        def _handle_multiprocessing(self: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
+            generator_fn = orig_multi(self, x, *args, **kwargs)
+            handle = getattr(self, "_feedprof_handle", None)
+            if handle is None:
+                return generator_fn
+            is_sequence = isinstance(x, data_utils.Sequence)
+            # A Sequence replays at __getitem__; a plain generator is replayed here.
+            return lambda: ctl.iterate(handle, generator_fn, replay=None if not is_sequence else False)
+
+        cls.__init__ = __init__
+        cls._handle_multiprocessing = _handle_multiprocessing
+
+    patch(da.KerasSequenceAdapter)
+    patch(da.GeneratorDataAdapter)
+    da.GeneratorDataAdapter._feedprof_patched = True
+    _patch_fit(ctl)
+
+
+def _replay_items(cls: type, saved: Dict[type, Any]) -> None:
+    from feedprof.frameworks.keras import _replay_items as replay
+
+    replay(cls, saved)
+
+
+def _patch_fit(ctl: Any) -> None:
+    import tf_keras
+
+    from feedprof.frameworks.keras import make_end_window
+
+    Model = tf_keras.Model
+    for name in ("fit", "fit_generator"):
+        orig = getattr(Model, name, None)
+        if orig is None or getattr(orig, "_feedprof", False):
+            continue
+        setattr(Model, name, _with_callback(orig, make_end_window(ctl, tf_keras.callbacks.Callback)))
+
+
+def _with_callback(orig: Any, make_callback: Any) -> Any:
+    sig = inspect.signature(orig)
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:
+            return orig(self, *args, **kwargs)
+        bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [make_callback()]
+        return orig(*bound.args, **bound.kwargs)
+
+    fit._feedprof = True  # type: ignore[attr-defined]
+    return fit

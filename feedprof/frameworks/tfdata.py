@@ -1,0 +1,258 @@
+"""``tf.data`` pipelines: inject parallelism into the script's own calls, time
+what the training loop pulls, replay one batch for the compute ceiling.
+
+NOTE [ tf.data instrumentation in a trial child ]
+
+    script: ds = tf.data.Dataset.from_tensor_slices(files)
+            ds = ds.map(parse, num_parallel_calls=4)   ─ patched: num_parallel_calls / deterministic
+            ds = ds.batch(32).prefetch(2)               ─ patched: prefetch buffer
+              (every transformation called from the script's own code is tagged with the
+               settings it asked for; the pipeline's settings are what the last one knows)
+    script: for x, y in ds: step(x, y)       ─ patched __iter__: options (private threadpool),
+                                                 a prefetch if the pipeline has none, the
+                                                 ceiling's replay; each next() timed (data wait)
+        or: model.fit(ds)                    ─ Keras TFDatasetAdapter: the same transformations;
+                                                 steps timed from the fit callback (the batch is
+                                                 pulled inside the compiled train function, so
+                                                 data wait is not observable there)
+
+Knobs: ``num_parallel_calls`` (an int, or "AUTOTUNE"), ``prefetch`` (buffer,
+int or "AUTOTUNE"), ``deterministic``, ``private_threadpool_size``. The
+threadpool matters: tf.data's default pool has as many threads as cores, which
+caps a sleep- or I/O-bound map at about that parallelism whatever
+``num_parallel_calls`` says (shared/PLATFORM.md); AUTOTUNE does not lift it.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
+AUTOTUNE = "AUTOTUNE"
+PARALLEL = ("map", "interleave", "batch")
+
+
+def to_tf(value: Any) -> Any:
+    return -1 if value == AUTOTUNE else value
+
+
+def from_tf(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        return None
+    return AUTOTUNE if value == -1 else value
+
+
+def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
+    out = {k: config.get(k) for k in KNOBS}
+    npc = out["num_parallel_calls"]
+    if isinstance(npc, int) and npc < 1:
+        out["num_parallel_calls"] = None
+    return out
+
+
+@dataclass
+class Pipeline:
+    """What the script asked of one pipeline, gathered along its transformations."""
+
+    sites: Tuple[str, ...] = ()  # the script's map/interleave call sites, innermost last
+    num_parallel_calls: Any = None
+    deterministic: Optional[bool] = None
+    prefetch: Any = None
+    has_prefetch: bool = False
+    handle: Any = None
+    runtime: Any = None  # the dataset actually iterated (options, prefetch, replay applied)
+    notes: List[str] = field(default_factory=list)
+
+    def script_config(self) -> Dict[str, Any]:
+        return legalize({"num_parallel_calls": self.num_parallel_calls, "prefetch": self.prefetch,
+                         "deterministic": self.deterministic, "private_threadpool_size": None})
+
+
+def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+    """The script's own map statement with the knobs, then what to add after it."""
+    import os
+
+    from feedprof.frameworks.source import rewrite_statement
+
+    cfg = legalize(config)
+    sites = getattr(loader, "config_sites", None) or ()
+    chain = list(getattr(loader, "call_chain", ()) or ())
+    map_site = sites[-1] if sites else (chain[-1] if chain else "")
+    path, _, line = map_site.rpartition(":")
+    knobs = {}
+    if cfg["num_parallel_calls"] is not None:
+        knobs["num_parallel_calls"] = cfg["num_parallel_calls"]
+    if cfg["deterministic"] is not None:
+        knobs["deterministic"] = cfg["deterministic"]
+    parts, name = [], "ds"
+    found = None
+    if path and line.isdigit():
+        full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
+        found = rewrite_statement(full, int(line), ("map", "interleave"), knobs)
+    if found:
+        parts.append(found[0])
+        name = found[1] or name
+    elif knobs:
+        parts.append(f"{name} = {name}.map(fn, " + ", ".join(f"{k}={v!r}" for k, v in knobs.items()) + ")")
+    if cfg["prefetch"] is not None:
+        parts.append(f"{name} = {name}.prefetch({cfg['prefetch']!r})")
+    if cfg["private_threadpool_size"]:
+        parts.append("options = tf.data.Options(); "
+                     f"options.threading.private_threadpool_size = {cfg['private_threadpool_size']}; "
+                     f"{name} = {name}.with_options(options)")
+    return "; ".join(parts).replace("'AUTOTUNE'", "tf.data.AUTOTUNE")
+
+
+def install(ctl: Any) -> None:
+    from tensorflow.python.data.ops import dataset_ops
+
+    D = dataset_ops.DatasetV2
+    if getattr(D, "_feedprof_patched", False):
+        return
+    originals = {name: getattr(D, name) for name in PARALLEL + ("prefetch", "__iter__")}
+    sigs = {name: inspect.signature(fn) for name, fn in originals.items()}
+
+    def parent_pipeline(ds: Any) -> Pipeline:
+        p = getattr(ds, "_feedprof_pipeline", None)
+        return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
+                        prefetch=p.prefetch, has_prefetch=p.has_prefetch) if p else Pipeline()
+
+    def transformation(name: str) -> Any:
+        orig, sig = originals[name], sigs[name]
+
+        def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+            chain = ctl.user_chain()
+            if not chain:  # TensorFlow's or Keras's own pipelines: left alone
+                return orig(self, *args, **kwargs)
+            try:
+                bound = sig.bind(self, *args, **kwargs)
+            except TypeError:
+                return orig(self, *args, **kwargs)
+            p = parent_pipeline(self)
+            inject = ctl.injection("tf.data")
+            if name in ("map", "interleave"):
+                p.sites = (p.sites + (chain[-1],))[-4:]
+                p.num_parallel_calls = from_tf(bound.arguments.get("num_parallel_calls"))
+                p.deterministic = bound.arguments.get("deterministic")
+                if inject is not None:
+                    if inject.get("num_parallel_calls") is not None:
+                        bound.arguments["num_parallel_calls"] = to_tf(inject["num_parallel_calls"])
+                    if inject.get("deterministic") is not None:
+                        bound.arguments["deterministic"] = inject["deterministic"]
+            elif name == "batch" and bound.arguments.get("num_parallel_calls") is not None and inject:
+                if inject.get("num_parallel_calls") is not None:  # the script batches in parallel: same knob
+                    bound.arguments["num_parallel_calls"] = to_tf(inject["num_parallel_calls"])
+            elif name == "prefetch":
+                p.prefetch = from_tf(bound.arguments.get("buffer_size"))
+                p.has_prefetch = True
+                if inject is not None and inject.get("prefetch") is not None:
+                    bound.arguments["buffer_size"] = to_tf(inject["prefetch"])
+            out = orig(*bound.args, **bound.kwargs)
+            try:
+                out._feedprof_pipeline = p
+            except AttributeError:
+                pass
+            return out
+
+        patched.__wrapped__ = orig  # type: ignore[attr-defined]
+        return patched
+
+    for name in PARALLEL + ("prefetch",):
+        setattr(D, name, transformation(name))
+
+    orig_iter = originals["__iter__"]
+
+    def __iter__(self: Any) -> Any:
+        p = getattr(self, "_feedprof_pipeline", None)
+        if p is None or not _eager():
+            return orig_iter(self)
+        handle = _register(ctl, self, p)
+        return ctl.iterate(handle, lambda: orig_iter(p.runtime), replay=False)
+
+    D.__iter__ = __iter__
+    D._feedprof_patched = True
+    if "keras" in sys.modules:
+        install_keras_adapter(ctl)
+
+
+def _eager() -> bool:
+    import tensorflow as tf
+
+    return tf.executing_eagerly()
+
+
+def _register(ctl: Any, ds: Any, p: Pipeline) -> Any:
+    """The pipeline's handle and the dataset to iterate, made once per dataset object."""
+    if p.handle is not None and p.runtime is not None:
+        return p.handle
+    import tensorflow as tf
+
+    plan = ctl.plan("tf.data")
+    script_cfg = p.script_config()
+    config = legalize({**script_cfg, **(plan.inject or {})})
+    runtime = ds
+    if plan.inject:
+        if config.get("prefetch") is not None and not p.has_prefetch:
+            runtime = runtime.prefetch(to_tf(config["prefetch"]))
+        if config.get("private_threadpool_size"):
+            options = tf.data.Options()
+            options.threading.private_threadpool_size = int(config["private_threadpool_size"])
+            runtime = runtime.with_options(options)
+    n = _cardinality(ds)
+    if plan.replay:  # compute ceiling: one batch, cached, as many times as an epoch has
+        runtime = ds.take(1).cache().repeat()
+        if n is not None:
+            runtime = runtime.take(n)
+    p.runtime = runtime
+    p.handle = ctl.created(plan, {"config": config, "script_config": script_cfg, "dataset": "tf.data.Dataset",
+                                  "batches_per_epoch": n, "batch_size": _batch_size(ds),
+                                  "config_sites": list(p.sites)}, ds)
+    return p.handle
+
+
+def _cardinality(ds: Any) -> Optional[int]:
+    try:
+        n = int(ds.cardinality())
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return n if n > 0 else None  # -1 infinite, -2 unknown
+
+
+def _batch_size(ds: Any) -> Optional[int]:
+    import tensorflow as tf
+
+    try:
+        first = tf.nest.flatten(ds.element_spec)[0]
+        dim = first.shape[0]
+    except (IndexError, TypeError, AttributeError, ValueError):
+        return None
+    return int(dim) if dim is not None else None
+
+
+def install_keras_adapter(ctl: Any) -> None:
+    """model.fit(ds) on a tagged pipeline: same settings, steps timed by the fit callback."""
+    try:
+        from keras.src.trainers.data_adapters import tf_dataset_adapter as tda
+    except ImportError:
+        return
+    Adapter = tda.TFDatasetAdapter
+    if getattr(Adapter, "_feedprof_patched", False):
+        return
+    orig_init = Adapter.__init__
+
+    def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
+        p = getattr(dataset, "_feedprof_pipeline", None)
+        if p is not None:
+            handle = _register(ctl, dataset, p)
+            ctl.timed_by_callback(handle)
+            dataset = p.runtime
+        orig_init(self, dataset, *args, **kwargs)
+
+    Adapter.__init__ = __init__
+    Adapter._feedprof_patched = True

@@ -1,0 +1,89 @@
+"""``feedprof.keras.ProfileCallback``: profile inside ``model.fit`` (Keras 3).
+
+    cb = feedprof.keras.ProfileCallback()
+    model.fit(dataset, epochs=3, callbacks=[cb])
+    print(cb.summary()); cb.save("run.json"); cb.report("feedprof.html")
+
+The callback is to ``fit`` what ``feedprof.profile()`` is to a PyTorch loop:
+it samples CPU, memory and GPU while training runs and times every step.
+On the torch and jax backends Keras fetches each batch before
+``on_train_batch_begin``, so the time from one batch's end to the next one's
+begin is the data wait. On the TensorFlow backend the batch is fetched inside
+the compiled train step: the steps are timed, the wait is reported as not
+observable, and ``feedprof tune`` measures how input-bound the job is (from a
+compute ceiling).
+
+Keras is imported only when the callback is first used.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+_CLASS = None
+
+
+def _build() -> type:
+    try:
+        import keras
+    except ImportError as exc:  # pragma: no cover - only without Keras
+        raise ImportError("feedprof.keras.ProfileCallback needs Keras 3 (pip install keras, "
+                          "or tensorflow which includes it)") from exc
+    from feedprof.record.clock import MONOTONIC
+    from feedprof.session import Profile
+
+    class ProfileCallback(keras.callbacks.Callback):
+        def __init__(self, interval_s: float = 0.2, gpu: bool = True, warmup_batches: int = 5):
+            super().__init__()
+            self.profile = Profile(interval_s=interval_s, gpu=gpu, warmup_batches=warmup_batches)
+            self._now = MONOTONIC.now_s
+            self._rec: Any = None
+            self._t_end = None
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            if self._rec is None:
+                backend = keras.backend.backend()
+                self._wait_observable = backend != "tensorflow"
+                self._rec = self.profile.recorder("keras", name="model.fit", backend=backend,
+                                                  batches_per_epoch=(self.params or {}).get("steps"),
+                                                  wait_observable=self._wait_observable)
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._rec.epoch_started(self._now())
+            self._t_end = None
+
+        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+            t = self._now()
+            # torch/jax: the batch was fetched since the last step ended (the wait)
+            self._rec.batch(self._t_end if self._wait_observable and self._t_end is not None else t, t)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._t_end = self._now()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self.profile.stop()
+
+        # -- results, as on feedprof.profile() -------------------------------
+
+        @property
+        def run(self) -> Any:
+            return self.profile.run
+
+        def summary(self) -> Any:
+            return self.profile.summary()
+
+        def save(self, path: str = "run.json") -> str:
+            return self.profile.save(path)
+
+        def report(self, path: str = "feedprof.html") -> str:
+            return self.profile.report(path)
+
+    return ProfileCallback
+
+
+def __getattr__(name: str) -> Any:
+    global _CLASS
+    if name == "ProfileCallback":
+        if _CLASS is None:
+            _CLASS = _build()
+        return _CLASS
+    raise AttributeError(f"module 'feedprof.keras' has no attribute {name!r}")

@@ -1,0 +1,151 @@
+"""Keras and tf.data training scripts written the way people write them
+(sleep-bound loading, so verdicts are unambiguous)."""
+
+PYDATASET = '''
+import argparse
+import os
+import time
+
+import numpy as np
+import keras
+
+
+class RemoteBatches(keras.utils.PyDataset):
+    def __init__(self, n_batches, batch_size, **kwargs):
+        super().__init__(**kwargs)
+        self.n_batches, self.batch_size = n_batches, batch_size
+
+    def __len__(self):
+        return self.n_batches
+
+    def __getitem__(self, index):
+        time.sleep({load_s})  # one remote read per batch
+        x = np.random.rand(self.batch_size, 8).astype("float32")
+        return x, x[:, :1]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=30)
+    args = parser.parse_args()
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(RemoteBatches({n_batches}, 16), epochs=args.epochs, verbose=0)
+'''
+
+TFDATA_LOOP = '''
+import time
+
+import tensorflow as tf
+
+
+def read(i):
+    time.sleep(0.004)  # a remote read; sleeping releases the GIL
+    return tf.cast(i, tf.float32)
+
+
+def load(i):
+    x = tf.py_function(read, [i], tf.float32)
+    return tf.reshape(x, ()) * tf.ones((8,))
+
+
+dataset = tf.data.Dataset.range(2048).map(load, num_parallel_calls=2).batch(16)
+model = tf.keras.Sequential([tf.keras.Input((8,)), tf.keras.layers.Dense(1)])
+optimizer = tf.keras.optimizers.SGD(0.01)
+
+
+@tf.function
+def train_step(x):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(x) ** 2)
+    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+
+
+for epoch in range(50):
+    for batch in dataset:
+        train_step(batch)
+'''
+
+TFDATA_FIT = '''
+import time
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+
+def read(x):
+    time.sleep(0.003)
+    return x
+
+
+def load(i):
+    x = tf.py_function(read, [tf.cast(i, tf.float32) * tf.ones((8,))], tf.float32)
+    x.set_shape((8,))
+    return x, x[:1]
+
+
+dataset = tf.data.Dataset.range(1024).map(load).batch(16)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(dataset, epochs=20, verbose=0)
+'''
+
+TF_KERAS_SEQUENCE = '''
+import sys
+import time
+
+import numpy as np
+import tf_keras as keras
+
+
+class Files(keras.utils.Sequence):
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, index):
+        time.sleep(0.005)
+        x = np.random.rand(16, 8).astype("float32")
+        return x, x[:, :1]
+
+
+workers = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+model = keras.Sequential([keras.layers.Input((8,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(Files(), epochs=20, verbose=0, workers=workers)
+'''
+
+CALLBACK = '''
+import time
+
+import numpy as np
+import keras
+import feedprof.keras
+
+
+class Slow(keras.utils.PyDataset):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, index):
+        time.sleep(0.01)
+        x = np.random.rand(16, 8).astype("float32")
+        return x, x[:, :1]
+
+
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+profile = feedprof.keras.ProfileCallback(interval_s=0.1, warmup_batches=2)
+model.fit(Slow(), epochs=3, verbose=0, callbacks=[profile])
+summary = profile.summary()
+print("WAIT", summary.data_wait_fraction)
+print("RATE", summary.batches_per_s)
+profile.save("{out}")
+'''
+
+
+def pydataset(load_s=0.01, n_batches=200):
+    return PYDATASET.format(load_s=load_s, n_batches=n_batches)

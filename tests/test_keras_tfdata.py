@@ -1,0 +1,151 @@
+"""Keras 3 (both backends), legacy tf.keras and tf.data, tuned and profiled for
+real in subprocesses (a Keras backend is fixed per process)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import run_feedprof, write_script
+from tests.scripts_keras import CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_LOOP, pydataset
+
+pytest.importorskip("tensorflow")
+pytest.importorskip("keras")
+
+QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup-batches", "3",
+              "--interval", "0.1", "--quiet"]
+
+
+def tune(tmp_path, script, *extra, env=None):
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), *TUNE_QUICK, *extra], env={**QUIET_TF, **(env or {})},
+                        timeout=400)
+    res = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
+    return proc, res
+
+
+def profile(tmp_path, script, *extra, env=None):
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), "--interval", "0.1", *extra],
+                        env={**QUIET_TF, **(env or {})}, timeout=300)
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
+    return proc, run
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["tensorflow", "torch"])
+def test_io_bound_pydataset_gets_more_workers(tmp_path, backend, no_leftovers):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    script = write_script(tmp_path, "train.py", pydataset(load_s=0.01))
+    proc, res = tune(tmp_path, script, "--budget", "70", "--max-workers", "16", env={"KERAS_BACKEND": backend})
+    assert proc.returncode == 0, proc.stderr
+    rec = res["recommendation"]
+    assert rec["framework"] == "keras"
+    assert set(rec["config"]) == {"workers", "use_multiprocessing", "max_queue_size"}
+    assert rec["config"]["workers"] > 2 and rec["speedup"] > 2
+    assert res["trials"][0]["config"]["workers"] == 1  # the script's own default
+    assert "RemoteBatches(" in rec["code"] and "workers=" in rec["code"]
+    if backend == "torch":  # batches are pulled in Python: the wait is measured directly
+        assert res["trials"][0]["data_wait_fraction"] > 0.5
+
+
+@pytest.mark.slow
+def test_tfdata_pipeline_beats_autotune(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", TFDATA_LOOP)
+    proc, res = tune(tmp_path, script, "--budget", "80", "--max-workers", "32")
+    assert proc.returncode == 0, proc.stderr
+    rec = res["recommendation"]
+    assert rec["framework"] == "tf.data"
+    assert set(rec["config"]) == {"num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size"}
+    auto = [t for t in res["trials"] if t["config"].get("num_parallel_calls") == "AUTOTUNE" and t["state"] == "ok"]
+    assert auto, "AUTOTUNE is measured as one candidate"
+    assert rec["batches_per_s"] >= max(t["effective_batches_per_s"] or t["batches_per_s"] for t in auto)
+    assert all(t["peak_rss_bytes"] for t in auto)  # its memory, to compare
+    assert any("AUTOTUNE" in r for r in rec["reasons"])
+    assert rec["code"].startswith("dataset = tf.data.Dataset.range(2048).map(load, num_parallel_calls=")
+    assert ".batch(16)" in rec["code"]  # the rest of the user's statement is kept
+
+
+def test_fit_on_a_tfdata_pipeline_is_profiled(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", TFDATA_FIT)
+    proc, run = profile(tmp_path, script, "--window-batches", "40")
+    assert proc.returncode == 0, proc.stderr
+    s = run["summary"]
+    assert s["framework"] == "tf.data" and s["batches_measured"] >= 30
+    assert s["data_wait_fraction"] is None  # pulled inside the compiled train function
+    assert any("not observable" in n for n in s["notes"])
+
+
+def test_tf_keras_epoch_end_stall_is_counted(tmp_path, no_leftovers):
+    pytest.importorskip("tf_keras")
+    script = write_script(tmp_path, "train.py", TF_KERAS_SEQUENCE)
+    proc, run = profile(tmp_path, script, "--window-batches", "60", "--window-seconds", "60", "--", "2")
+    assert proc.returncode == 0, proc.stderr
+    s = run["summary"]
+    assert s["framework"] == "tf.keras"
+    assert s["epoch_teardown_s"] > 4.0  # tf_keras's enqueuer waits 5 s at every epoch end
+    assert s["effective_batches_per_s"] < 0.5 * s["batches_per_s"]
+    assert any("stalls about 5 s" in n for n in s["notes"])
+
+
+def test_keras3_fit_workers_gets_a_hint(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", pydataset().replace(
+        "model.fit(RemoteBatches({n}, 16), epochs=args.epochs, verbose=0)".format(n=200),
+        "model.fit(RemoteBatches(200, 16), epochs=1, verbose=0, workers=4)"))
+    proc, run = profile(tmp_path, script)
+    assert proc.returncode == 1
+    assert "unexpected keyword argument 'workers'" in proc.stderr
+    assert "moved workers, use_multiprocessing and max_queue_size from fit() to the PyDataset" in proc.stderr
+
+
+def test_pydataset_that_skips_super_init_is_measured_and_called_out(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", pydataset(load_s=0.002).replace(
+        "super().__init__(**kwargs)", "pass  # forgot super().__init__(**kwargs)"))
+    proc, run = profile(tmp_path, script, "--window-batches", "40")
+    assert proc.returncode == 0, proc.stderr
+    notes = run["summary"]["notes"]
+    assert any("does not call super().__init__(**kwargs)" in n for n in notes)
+    assert run["summary"]["batches_measured"] >= 30
+
+
+@pytest.mark.slow
+def test_multiprocessing_trial_that_hangs_is_classified(tmp_path, no_leftovers):
+    # Loading is pure-Python work (it holds the GIL), so after the thread ladder the tune
+    # tries use_multiprocessing=True, and here its worker processes never answer.
+    script = write_script(tmp_path, "train.py", pydataset(load_s=0.01).replace(
+        "        time.sleep(0.01)  # one remote read per batch",
+        "        import multiprocessing as mp\n"
+        "        if mp.current_process().name != 'MainProcess':\n"
+        "            time.sleep(3600)  # a pool worker that hangs\n"
+        "        end = time.perf_counter() + 0.006\n"
+        "        while time.perf_counter() < end:  # decoding in Python: holds the GIL\n"
+        "            pass"))
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "90", "--trial-timeout", "10",
+                         "--max-workers", "4", *TUNE_QUICK], env=QUIET_TF, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    hung = [t for t in res["trials"] if t["config"].get("use_multiprocessing")]
+    assert hung and all(t["state"] == "timeout" for t in hung), [(t["config"], t["state"]) for t in res["trials"]]
+    assert res["recommendation"] is not None and not res["recommendation"]["config"]["use_multiprocessing"]
+
+
+@pytest.mark.parametrize("backend,wait_known", [("tensorflow", False), ("torch", True)])
+def test_keras_profile_callback(tmp_path, backend, wait_known):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    out = tmp_path / "run.json"
+    script = write_script(tmp_path, "train.py", CALLBACK.replace("{out}", str(out)))
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **QUIET_TF, "KERAS_BACKEND": backend, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr
+    wait = proc.stdout.split("WAIT ")[1].split()[0]
+    if wait_known:
+        assert float(wait) > 0.5  # 10 ms of loading per batch against a tiny step
+    else:
+        assert wait == "None"
+    saved = json.loads(out.read_text())
+    assert saved["schema"] == "feedprof.run/1" and saved["summary"]["batches_per_s"] > 0
