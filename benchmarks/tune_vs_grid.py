@@ -3,10 +3,14 @@
 For each workload in benchmarks/workloads/:
 
 1. ``feedprof tune`` with its defaults (wall time: the tune's cost);
-2. the exhaustive grid over the same knobs — num_workers {0,1,2,4,8,16,32} x
-   prefetch_factor {2,4} x persistent_workers {False,True} (pin_memory too
-   where the script uses CUDA) — each config one trial with the same trial
-   settings the tuner uses (wall time: the grid's cost);
+2. the exhaustive grid over the same knobs, each config one trial with the
+   same trial settings the tuner uses (wall time: the grid's cost):
+   PyTorch  num_workers {0,1,2,4,8,16,32} x prefetch_factor {2,4} x
+            persistent_workers {False,True} (x pin_memory where CUDA is used)
+   Keras    workers {1,2,4,8,16,32} x use_multiprocessing x max_queue_size {10,20}
+   tf.data  num_parallel_calls {1,2,4,8,16,32,AUTOTUNE} (private threadpool as
+            large past the core count) x prefetch {none, AUTOTUNE} x
+            deterministic {default, False};
 3. an independent re-measurement, with longer windows and interleaved
    repetitions, of the recommended config and of the grid's three best:
    quality = recommended / best of those (medians over repetitions). The
@@ -39,18 +43,26 @@ from feedprof.analyse.recommend import score, trial_from_run
 from feedprof.record.host import host_info, usable_cpu_count
 from feedprof.tune.protocol import MODE_INJECT
 from feedprof.tune.runner import TrialOptions, run_trial
-from feedprof.tune.space import TorchSpace
+from feedprof.tune.space import make_space
 from feedprof.tune.tuner import TuneOptions, Tuner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ["cpu_decode", "io_remote", "compute_heavy", "two_loaders"]
+WORKLOADS = ["cpu_decode", "io_remote", "compute_heavy", "two_loaders", "keras_io", "tfdata_io"]
 
 
-def grid(cuda: bool):
-    yield {"num_workers": 0}
-    pins = (False, True) if cuda else (False,)
-    for n, pf, pw, pin in itertools.product((1, 2, 4, 8, 16, 32), (2, 4), (False, True), pins):
-        yield {"num_workers": n, "prefetch_factor": pf, "persistent_workers": pw, "pin_memory": pin}
+def grid(framework: str, cuda: bool, cpu_cap: int):
+    if framework == "torch":
+        yield {"num_workers": 0}
+        pins = (False, True) if cuda else (False,)
+        for n, pf, pw, pin in itertools.product((1, 2, 4, 8, 16, 32), (2, 4), (False, True), pins):
+            yield {"num_workers": n, "prefetch_factor": pf, "persistent_workers": pw, "pin_memory": pin}
+    elif framework in ("keras", "tf.keras"):
+        for n, mp, q in itertools.product((1, 2, 4, 8, 16, 32), (False, True), (10, 20)):
+            yield {"workers": n, "use_multiprocessing": mp, "max_queue_size": q}
+    elif framework == "tf.data":
+        for npc, pf, det in itertools.product((1, 2, 4, 8, 16, 32, "AUTOTUNE"), (None, "AUTOTUNE"), (None, False)):
+            pool = npc if isinstance(npc, int) and npc > cpu_cap else None
+            yield {"num_parallel_calls": npc, "prefetch": pf, "deterministic": det, "private_threadpool_size": pool}
 
 
 def measure(script, config, target, host, opts, work):
@@ -76,13 +88,13 @@ def one(name, reps, out_rows):
     base_run = result.trials[0].run
     loader = training_loader(base_run)
     target = {"chain": list(loader.call_chain), "framework": loader.framework}
-    space = TorchSpace(loader.config, usable_cpu_count(), 32, base_run.cuda_used)
+    space = make_space(loader.framework, loader.config, usable_cpu_count(), 32, base_run.cuda_used)
     trial_opts = TrialOptions(window_batches=topts.window_batches, window_seconds=topts.window_seconds,
                               min_window_batches=topts.min_window_batches, warmup_batches=topts.warmup_batches,
-                              timeout_s=180)
+                              timeout_s=60)
     t0 = time.monotonic()
     grid_trials = []
-    for cfg in grid(bool(base_run.cuda_used)):
+    for cfg in grid(loader.framework, bool(base_run.cuda_used), usable_cpu_count()):
         t = measure(script, space.legalize(cfg), target, host, trial_opts, work)
         grid_trials.append(t)
         print(f"  grid {space.describe(t.config):<55} {score(t) or 0:8.1f} b/s  {t.state}", flush=True)
@@ -92,26 +104,43 @@ def one(name, reps, out_rows):
     contenders = {space.key(t.config): t.config for t in ranked[:3]}
     rec_cfg = space.legalize(rec.config)
     contenders.setdefault(space.key(rec_cfg), rec_cfg)
+    AUTO = ("AUTOTUNE",)
+    if loader.framework == "tf.data":  # the bar for tf.data: at least AUTOTUNE's throughput
+        contenders[AUTO] = space.legalize({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE"})
     long_opts = TrialOptions(window_batches=5000, window_seconds=6.0, min_window_batches=60,
-                             warmup_batches=topts.warmup_batches, timeout_s=180)
+                             warmup_batches=topts.warmup_batches, timeout_s=120)
     AA = ("A/A",)  # the recommended config again, under another name
     contenders[AA] = rec_cfg
     remeasured = {k: [] for k in contenders}
+    rss = {k: 0 for k in contenders}
     for _ in range(reps):  # interleaved, so drift hits every contender alike
         for k, cfg in contenders.items():
-            remeasured[k].append(score(measure(script, cfg, target, host, long_opts, work)) or 0.0)
+            t = measure(script, cfg, target, host, long_opts, work)
+            remeasured[k].append(score(t) or 0.0)
+            rss[k] = max(rss[k], t.peak_rss_bytes or 0)
     med = {k: statistics.median(v) for k, v in remeasured.items()}
     aa = med.pop(AA) / med[space.key(rec_cfg)]
+    vs_auto = None
+    if AUTO in med:
+        vs_auto = med[space.key(rec_cfg)] / med[AUTO] if med[AUTO] else None
+        if space.key(contenders[AUTO]) not in med:
+            med[space.key(contenders[AUTO])] = med[AUTO]
+        med.pop(AUTO)
     best_key = max(med, key=med.get)
     quality = med[space.key(rec_cfg)] / med[best_key]
     row = {
         "workload": name, "recommended": space.describe(rec_cfg),
         "grid_best": space.describe(contenders[best_key]), "quality": quality, "aa_noise": aa,
+        "vs_autotune": vs_auto, "framework": loader.framework,
+        "peak_rss_bytes": {("A/A: " if k == AA else "AUTOTUNE: " if k == AUTO else "")
+                           + space.describe(contenders[k]): v for k, v in rss.items()},
         "tune_s": tune_s, "grid_s": grid_s, "cost": tune_s / grid_s, "tune_trials": len(result.trials),
         "grid_trials": len(grid_trials), "speedup_over_baseline": rec.speedup,
-        "remeasured_batches_per_s": {("A/A: " if k == AA else "") + space.describe(contenders[k]): v
-                                     for k, v in remeasured.items()},
+        "remeasured_batches_per_s": {("A/A: " if k == AA else "AUTOTUNE: " if k == AUTO else "")
+                                     + space.describe(contenders[k]): v for k, v in remeasured.items()},
     }
+    if vs_auto is not None:
+        print(f"{name}: recommended = {100 * vs_auto:.0f} % of AUTOTUNE's throughput", flush=True)
     print(f"{name}: recommended {row['recommended']} = {100 * quality:.1f} % of the best re-measured "
           f"({row['grid_best']}; A/A noise floor {100 * aa:.0f} %); tune {tune_s:.0f} s = "
           f"{100 * row['cost']:.0f} % of the grid's {grid_s:.0f} s", flush=True)

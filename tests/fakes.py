@@ -26,6 +26,18 @@ class FakeClock:
         return event.is_set()
 
 
+def _nvml_errors():
+    """NVML's error classes, from tests/fake_nvml/pynvml.py (one definition)."""
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_nvml", "pynvml.py")
+    spec = importlib.util.spec_from_file_location("feedprof_tests_fake_pynvml", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def fake_pynvml(uuids: List[str], names: Optional[List[str]] = None, init_error: Optional[int] = None,
                 util: Optional[Dict[int, float]] = None):
     """A module with pynvml's API for len(uuids) GPUs in NVML (PCI) order.
@@ -34,20 +46,11 @@ def fake_pynvml(uuids: List[str], names: Optional[List[str]] = None, init_error:
     NVMLError_GpuIsLost, as a GPU that fell off the bus does.
     """
     nv = types.SimpleNamespace()
-
-    class NVMLError(Exception):
-        def __init__(self, value: int):
-            super().__init__(value)
-            self.value = value
-
-    class NVMLError_LibraryNotFound(NVMLError):
-        pass
-
-    class NVMLError_DriverNotLoaded(NVMLError):
-        pass
-
-    class NVMLError_GpuIsLost(NVMLError):
-        pass
+    errors = _nvml_errors()  # the same classes the file-based fake (fake_nvml/pynvml.py) raises
+    NVMLError = errors.NVMLError
+    NVMLError_LibraryNotFound = errors.NVMLError_LibraryNotFound
+    NVMLError_DriverNotLoaded = errors.NVMLError_DriverNotLoaded
+    NVMLError_GpuIsLost = errors.NVMLError_GpuIsLost
 
     nv.NVMLError = NVMLError
     nv.NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
