@@ -50,6 +50,16 @@ def test_script_faults(tmp_path, body, exit_code, message, no_leftovers):
     assert (out / "run.json").exists() and run_feedprof(["report", str(out / "run.json")]).returncode == 0
 
 
+@pytest.mark.parametrize("command", ["profile", "tune"])
+@pytest.mark.parametrize("content", [b"\x7fELF\x02\x01\x01\x00\x00\x00binary", "print('é')\n".encode("latin-1")])
+def test_a_file_that_is_not_python(tmp_path, command, content):
+    path = tmp_path / "train.py"
+    path.write_bytes(content)
+    proc = run_feedprof([command, str(path), "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2
+    assert "is not a Python script" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 def test_script_that_finishes_before_the_window_is_measured(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=1, step_ms=1, epochs=1, n=40))
     proc, out = profile(tmp_path, script, "--window-batches", "500")
