@@ -214,6 +214,8 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
         run = run_trial(script, script_args, os.path.join(out_dir, "trial"), host, opts)
         interrupted = False
     except TrialInterrupted as stop:
+        if stop.run is None:  # stopped as the script was starting: nothing measured
+            raise KeyboardInterrupt from None
         run, interrupted = stop.run, True
     run = dataclasses.replace(run, kind="profile")
     save(run, run_json)

@@ -27,15 +27,16 @@ def run_feedprof(args, via="module", timeout=240, cwd=None, env=None):
 
 
 def leftover_trial_processes():
-    """Trial children or their loader workers still alive: every one of them
-    inherits FEEDPROF_TRIAL_DIR, whether forked or spawned."""
+    """Trial children or their loader workers still alive (every one of them
+    inherits FEEDPROF_TRIAL_DIR, whether forked or spawned), or a fork server."""
     found = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
                 continue
-            if "FEEDPROF_TRIAL_DIR" in p.environ():
-                found.append((p.pid, " ".join(p.cmdline())))
+            cmdline = " ".join(p.cmdline())
+            if "FEEDPROF_TRIAL_DIR" in p.environ() or "feedprof.tune.zygote" in cmdline:
+                found.append((p.pid, cmdline))
         except psutil.Error:
             continue
     return found

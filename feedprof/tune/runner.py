@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -104,6 +104,25 @@ def _descendants(pid: int) -> List[psutil.Process]:
         return []
 
 
+def _launch(spec_path: str, log_path: str, env_extra: Dict[str, str], opts: TrialOptions) -> Tuple[Any, Any]:
+    """Start the trial child, forked from the zygote or cold; (process, log file or None)."""
+    if opts.zygote is not None and opts.capture_output:
+        return opts.zygote.fork(spec_path, log_path, env_extra, os.getcwd()), None
+    out = open(log_path, "wb") if opts.capture_output else None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "feedprof.tune.child", spec_path],
+            stdout=out, stderr=subprocess.STDOUT if out else None,
+            stdin=subprocess.DEVNULL if opts.capture_output else None,
+            start_new_session=True,  # its own process group: one killpg reaps its workers
+            env={**os.environ, **env_extra})
+    except BaseException:
+        if out:
+            out.close()
+        raise
+    return proc, out
+
+
 def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
               opts: TrialOptions = TrialOptions(), mode: str = MODE_OBSERVE,
               inject: Optional[Dict[str, Any]] = None, target: Optional[Dict[str, Any]] = None,
@@ -131,39 +150,39 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     # Inherited by every descendant (fork or spawn): how tests find stragglers.
     env_extra = {**opts.extra_env, TRIAL_ENV: trial_dir}
     started_at = now_iso()
+    sampler: Optional[Sampler] = None
+    state: Optional[_Watch] = None
     out = None
-    if opts.zygote is not None and opts.capture_output:
-        proc = opts.zygote.fork(spec_path, log_path, env_extra, os.getcwd())
-    else:
-        out = open(log_path, "wb") if opts.capture_output else None
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "feedprof.tune.child", spec_path],
-            stdout=out, stderr=subprocess.STDOUT if out else None,
-            stdin=subprocess.DEVNULL if opts.capture_output else None,
-            start_new_session=True,  # its own process group: one killpg reaps its workers
-            env={**os.environ, **env_extra})
-    sampler = None
-    try:
-        sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin).start()
-    except psutil.NoSuchProcess:  # it died before we could look at it
-        pass
+
     def on_child_event(ev: dict) -> None:
         if sampler is not None and ev.get("event") in ("loader", "first_batch"):
             sampler.refresh_tree()  # workers start now: look for them at the next sample
         if on_event is not None:
             on_event(ev)
 
-    state = _Watch(proc, origin, opts, events_path, on_child_event, on_poll)
-    try:
+    proc = None
+    try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
+        proc, out = _launch(spec_path, log_path, env_extra, opts)
+        state = _Watch(proc, origin, opts, events_path, on_child_event, on_poll)
+        try:
+            sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin).start()
+        except psutil.NoSuchProcess:  # it died before we could look at it
+            pass
         state.wait()
-    except BaseException as exc:  # Ctrl-C / SIGTERM in the parent: reap, then pass it on
+    except BaseException as exc:  # Ctrl-C / SIGTERM in the parent (or a bug here): reap, then pass it on
+        if proc is None:
+            raise  # nothing was started
+        run = None
         with deferred_signals():
-            kill_group(proc, state.known)
+            kill_group(proc, state.known if state else [])
             samples = sampler.stop() if sampler else None
-            run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
-                            interrupted=True)
+            if state is not None:
+                run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
+                                interrupted=True)
             if out:
                 out.close()
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
         signum = getattr(exc, "signum", signal.SIGINT)
         raise TrialInterrupted(run, signum) from None
     kill_group(proc, state.known)

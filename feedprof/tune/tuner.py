@@ -175,10 +175,7 @@ class Tuner:
         except TrialInterrupted as stop:
             if stop.run is not None:
                 self.trials.append(trial_from_run(index, role, config or {}, stop.run))
-            with deferred_signals():
-                result = self.save(False, "interrupted: the tune was stopped before it finished "
-                                          "(feedprof tune --resume DIR goes on from here)")
-            raise TuneInterrupted(result) from None
+            raise
         trial = dataclasses.replace(trial_from_run(index, role, config, run), config_text=self._text(role, config))
         self.trials.append(trial)
         self.progress.trial_done(trial)
@@ -229,10 +226,18 @@ class Tuner:
     def run(self) -> TuneResult:
         try:
             return self._run_tune()
+        except (TrialInterrupted, KeyboardInterrupt):
+            # Ctrl-C or SIGTERM, during a trial (the runner has reaped it and
+            # _run kept what it measured) or between trials: keep every trial.
+            with deferred_signals():
+                result = self.save(False, "interrupted: the tune was stopped before it finished "
+                                          "(feedprof tune --resume DIR goes on from here)")
+            raise TuneInterrupted(result) from None
         finally:
-            if self.zygote is not None:
-                self.zygote.close()
-                self.zygote = None
+            with deferred_signals():  # a second Ctrl-C must not leave the fork server behind
+                if self.zygote is not None:
+                    self.zygote.close()
+                    self.zygote = None
 
     def _start_zygote(self, modules: Sequence[str]) -> None:
         """Later trials fork from a process that imported the script's heavy
@@ -333,9 +338,13 @@ def tune(script: str, argv: Sequence[str] = (), out_dir: str = "feedprof-out",
     if progress:
         tuner.progress = ConsoleProgress(sys.stderr, describe=lambda cfg: tuner.space.describe(cfg)
                                          if tuner.space else "the script's own settings")
-    result = tuner.run()
     from feedprof.render.html import write_report
 
+    try:
+        result = tuner.run()
+    except TuneInterrupted as stop:  # the partial result is on the exception, and in the report
+        write_report(stop.result, os.path.join(out_dir, "report.html"))
+        raise
     write_report(result, os.path.join(out_dir, "report.html"))
     if progress:
         print(format_recommendation(result.recommendation, result), file=sys.stderr)

@@ -50,7 +50,11 @@ class Zygote:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, env=env, text=True, bufsize=1)
         self._exits: Dict[int, int] = {}
-        line = self._readline(timeout_s)
+        try:
+            line = self._readline(timeout_s)
+        except BaseException:  # Ctrl-C while it imports: it is in its own session, so end it here
+            self.close()
+            raise
         if line is None or json.loads(line).get("ready") is not True:
             self.close()
             raise ZygoteError(f"the fork server did not start ({line!r})")
