@@ -21,7 +21,7 @@ The grid runs every config cold (a fresh interpreter each), as a sweep by
 hand would; the tuner forks its trials from a process that imported the
 framework once (feedprof/tune/zygote.py), which is part of what it is for.
 
-    python benchmarks/tune_vs_grid.py                       # all workloads, ~20 min on 2 cores
+    python benchmarks/tune_vs_grid.py                       # all workloads, ~45 min on 2 cores
     python benchmarks/tune_vs_grid.py io_remote --reps 3
 
 Targets (issue #3): quality >= 97 %, cost <= 20 % of the grid's.
@@ -40,11 +40,13 @@ import time
 
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.recommend import score, trial_from_run
+from feedprof.codec import write_text_atomic
 from feedprof.record.host import host_info, usable_cpu_count
 from feedprof.tune.protocol import MODE_INJECT
 from feedprof.tune.runner import TrialOptions, run_trial
 from feedprof.tune.space import make_space
 from feedprof.tune.tuner import TuneOptions, Tuner
+from feedprof.units import fmt_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = ["cpu_decode", "io_remote", "compute_heavy", "two_loaders", "keras_io", "tfdata_io"]
@@ -156,15 +158,32 @@ def main():
     rows = []
     for name in args.workloads:
         one(name, args.reps, rows)
+        save(args.out, rows)  # after every workload: an interrupted run keeps what it measured
+    print_tables(rows)
+
+
+def print_tables(rows):
     print("\n| workload | recommended | best re-measured | quality | A/A | tune | grid | cost |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['workload']} | {r['recommended']} | {r['grid_best']} | {100 * r['quality']:.0f} % | "
               f"{100 * r['aa_noise']:.0f} % | {r['tune_s']:.0f} s ({r['tune_trials']} trials) | "
               f"{r['grid_s']:.0f} s ({r['grid_trials']}) | {100 * r['cost']:.0f} % |")
-    with open(args.out, "w") as fh:
-        json.dump({"command": " ".join(["python"] + sys.argv), "machine": platform.node(),
-                   "cpus": usable_cpu_count(), "rows": rows}, fh, indent=1)
+    tfdata = [r for r in rows if r["vs_autotune"] is not None]
+    if tfdata:
+        print("\n| workload | recommended | throughput vs AUTOTUNE | peak RSS, recommended | peak RSS, AUTOTUNE |")
+        print("|---|---|---|---|---|")
+        for r in tfdata:
+            rss = r["peak_rss_bytes"]
+            auto = next(v for k, v in rss.items() if k.startswith("AUTOTUNE: "))
+            print(f"| {r['workload']} | {r['recommended']} | {100 * r['vs_autotune']:.0f} % | "
+                  f"{fmt_bytes(rss.get(r['recommended']))} | {fmt_bytes(auto)} |")
+
+
+def save(path, rows):
+    data = {"command": " ".join(["python"] + sys.argv), "machine": platform.node(),
+            "cpus": usable_cpu_count(), "rows": rows}
+    write_text_atomic(path, json.dumps(data, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,15 +12,11 @@ of all usable cores. ``None`` means "not measured", never zero.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
-import os
-import sys
-import types
-import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
+
+from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
 
 SCHEMA_RUN = "feedprof.run/1"
 SCHEMA_TUNE = "feedprof.tune/1"
@@ -318,79 +314,7 @@ class TuneResult:
     notes: Tuple[str, ...] = ()
 
 
-# ---------------------------------------------------------- (de)serialising
-
-
-def to_dict(obj: Any) -> Any:
-    """Dataclasses to plain JSON-able data; non-finite floats become None."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [to_dict(v) for v in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def from_dict(cls: type, data: Any) -> Any:
-    """Rebuild ``cls`` from :func:`to_dict` output; unknown keys are ignored
-    (newer files), missing keys take the field's default (older files)."""
-    return _convert(cls, data)
-
-
-def _convert(tp: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = typing.get_origin(tp)
-    if origin is typing.Union or (sys.version_info >= (3, 10) and origin is types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _convert(args[0], value) if len(args) == 1 else value
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise StoreError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
-        hints = _hints(tp)
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name in value:
-                kwargs[f.name] = _convert(hints[f.name], value[f.name])
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise StoreError(f"{tp.__name__} lacks the required field {f.name!r}")
-        return tp(**kwargs)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v) for v in value)
-        return tuple(_convert(a, v) for a, v in zip(args, value))
-    if origin is dict:
-        return dict(value)
-    if tp is float and isinstance(value, int):
-        return float(value)
-    return value
-
-
-_HINTS: Dict[type, Dict[str, Any]] = {}
-
-
-def _hints(tp: type) -> Dict[str, Any]:
-    if tp not in _HINTS:
-        _HINTS[tp] = typing.get_type_hints(tp)
-    return _HINTS[tp]
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(to_dict(obj), indent=1, allow_nan=False)
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+# ------------------------------------------------------------------ files
 
 
 def save(obj: Any, path: str) -> None:
@@ -421,5 +345,5 @@ def from_json_data(data: Any, source: str = "input") -> Any:
         raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1, tune/1)")
     try:
         return from_dict(cls, data)
-    except (TypeError, KeyError, IndexError) as exc:
+    except (DecodeError, TypeError, KeyError, IndexError) as exc:
         raise StoreError(f"{source}: malformed {schema} file ({exc})") from None

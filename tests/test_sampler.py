@@ -1,7 +1,6 @@
 """Sampler schedule (fake clock), bounded memory, and real psutil readings."""
 import multiprocessing as mp
 import os
-import threading
 import time
 
 import pytest

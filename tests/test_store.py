@@ -3,8 +3,9 @@ import json
 import pytest
 
 import feedprof
+from feedprof.codec import dumps
 from feedprof.store import (GpuInfo, GpuSeries, HostInfo, LoaderRecord, Run, Samples, StoreError, Summary,
-                            TuneResult, Trial, Recommendation, dumps, from_json_data, load, save)
+                            TuneResult, Trial, Recommendation, from_json_data, load, save)
 
 
 def sample_run():

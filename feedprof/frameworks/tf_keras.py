@@ -71,7 +71,7 @@ def install(ctl: Any) -> None:
             for key, value in cfg.items():
                 bound.arguments[key] = value
             dataset = type(x).__name__
-            self._feedprof_handle = handle = ctl.created(plan, {
+            self._feedprof_handle = ctl.created(plan, {
                 "config": cfg, "script_config": script_cfg, "dataset": dataset, "wait_observable": False,
                 "gap_is_teardown": True,
                 "batches_per_epoch": len(x) if isinstance(x, data_utils.Sequence) else None}, x)

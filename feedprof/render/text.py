@@ -1,8 +1,6 @@
 """Plain-text summaries for terminals and ``print(prof.summary())``."""
 from __future__ import annotations
 
-from typing import Optional
-
 from feedprof.analyse.diagnose import verdict_words
 from feedprof.store import Summary
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds

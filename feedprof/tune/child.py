@@ -20,59 +20,22 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-import sysconfig
 import threading
-import traceback
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-import feedprof
+from feedprof.codec import dumps, write_text_atomic
 from feedprof.record.clock import MONOTONIC
 from feedprof.record.steps import StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, Run, Window, dumps, write_text_atomic
+from feedprof.store import Outcome, Run, Window
 from feedprof.tune.protocol import MODE_CEILING, MODE_INJECT, TrialSpec, site_matches
-
-MAX_CHAIN = 4  # user frames kept per call site
-_FEEDPROF_DIR = os.path.dirname(os.path.abspath(feedprof.__file__))
-_NOT_USER = tuple(
-    os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                 sysconfig.get_paths()["platlib"], _FEEDPROF_DIR} if p)
+from feedprof.tune.replay import ReplayCache, ReplayIterator
+from feedprof.tune.userframes import failure_hint, script_traceback, user_call_chain
 
 
 class StopTrial(BaseException):
     """The window is measured: unwind the script (not an error)."""
-
-
-def _is_user_file(filename: str) -> bool:
-    if filename.startswith("<"):
-        return False
-    path = os.path.abspath(filename)
-    return not path.startswith(_NOT_USER) and "site-packages" not in path and "dist-packages" not in path
-
-
-def user_call_chain(script_dir: str, skip: int = 2, direct: bool = False) -> Tuple[str, ...]:
-    """Frames of user code on the stack, outermost first, as "file.py:LINE".
-
-    ``direct``: only if the caller itself is user code (else ``()``), so that
-    framework code running on the user's behalf is told apart.
-    """
-    frame = sys._getframe(skip)
-    if direct and (frame is None or not _is_user_file(frame.f_code.co_filename)):
-        return ()
-    sites: List[str] = []
-    while frame is not None and len(sites) < MAX_CHAIN:
-        fn = frame.f_code.co_filename
-        if _is_user_file(fn):
-            sites.append(f"{display_path(fn, script_dir)}:{frame.f_lineno}")
-        frame = frame.f_back
-    return tuple(reversed(sites))
-
-
-def display_path(filename: str, script_dir: str) -> str:
-    path = os.path.abspath(filename)
-    rel = os.path.relpath(path, script_dir)
-    return path if rel.startswith("..") else rel
 
 
 @dataclass
@@ -102,51 +65,6 @@ class LoaderHandle:
     rec: Optional[StepRecorder] = None
 
 
-class _ReplayCache:
-    batch: Any = None
-    filled = False
-
-
-class ReplayIterator:
-    """Compute ceiling: hand out one real batch again and again, so loading
-    costs nothing. The same object is returned each step (no copy): the
-    ceiling is an upper bound, and a copy would be a loading cost."""
-
-    __slots__ = ("recorder", "after", "_make", "_cache", "_left", "_now")
-
-    def __init__(self, rec: StepRecorder, make_iter: Callable[[], Iterator], cache: _ReplayCache,
-                 n_batches: Optional[int], after: Callable, now: Callable[[], float]):
-        self.recorder = rec
-        self.after = after
-        self._make = make_iter
-        self._cache = cache
-        self._left = n_batches
-        self._now = now
-
-    def __iter__(self) -> "ReplayIterator":
-        return self
-
-    def __next__(self) -> Any:
-        t_req = self._now()
-        if self._left is not None:
-            if self._left <= 0:
-                raise StopIteration
-            self._left -= 1
-        cache = self._cache
-        if not cache.filled:
-            real = self._make()
-            cache.batch = next(real)
-            cache.filled = True
-            del real  # shuts its workers down; later epochs never build one
-        self.recorder.batch(t_req, self._now())
-        if self.after is not None:
-            self.after(self, cache.batch)
-        return cache.batch
-
-    def __len__(self) -> int:
-        return self._left or 0
-
-
 class Controller:
     def __init__(self, spec: TrialSpec, clock: Any = MONOTONIC):
         self.spec = spec
@@ -154,7 +72,7 @@ class Controller:
         self.script_dir = os.path.dirname(os.path.abspath(spec.script))
         self.recorders: List[StepRecorder] = []
         self._slots: Dict[Tuple[str, ...], List[LoaderHandle]] = {}
-        self._replay = _ReplayCache()
+        self._replay = ReplayCache()
         self.window: Optional[Window] = None
         self.done = False
         self.stop_requested = False  # window measured off the main thread: stop at the next safe point
@@ -352,37 +270,6 @@ class Controller:
                   cuda_used=cuda_in_use(), notes=tuple(self.notes),
                   modules=tuple(m for m in HEAVY_MODULES if m in sys.modules))
         write_text_atomic(self.spec.result_path, dumps(run))
-
-
-def script_traceback(exc: BaseException) -> str:
-    """The script's own traceback, without feedprof's and runpy's frames."""
-    te = traceback.TracebackException.from_exception(exc)
-    _strip_frames(te)
-    return "".join(te.format())
-
-
-def _strip_frames(te: traceback.TracebackException, seen: Optional[set] = None) -> None:
-    seen = set() if seen is None else seen
-    if id(te) in seen:
-        return
-    seen.add(id(te))
-    keep = [f for f in te.stack if not os.path.abspath(f.filename).startswith(_FEEDPROF_DIR)
-            and not f.filename.endswith(os.sep + "runpy.py")]
-    te.stack = traceback.StackSummary.from_list(keep)
-    for nxt in (te.__cause__, te.__context__):
-        if nxt is not None:
-            _strip_frames(nxt, seen)
-
-
-def failure_hint(exc: BaseException) -> str:
-    """What a known framework trap means, in a sentence (empty if not one)."""
-    text = str(exc)
-    if isinstance(exc, TypeError) and "fit()" in text and any(
-            f"'{knob}'" in text for knob in ("workers", "use_multiprocessing", "max_queue_size")):
-        from feedprof.frameworks.keras import FIT_MOVED_HINT
-
-        return FIT_MOVED_HINT
-    return ""
 
 
 def _install(adapter: str, ctl: Controller) -> None:

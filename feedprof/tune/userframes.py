@@ -1,0 +1,73 @@
+"""Which stack frames are the user's: call sites that name a loader
+("train.py:54"), and the script's own traceback without feedprof's frames."""
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import traceback
+from typing import List, Optional, Tuple
+
+import feedprof
+
+MAX_CHAIN = 4  # user frames kept per call site
+_FEEDPROF_DIR = os.path.dirname(os.path.abspath(feedprof.__file__))
+_NOT_USER = tuple(
+    os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
+                                 sysconfig.get_paths()["platlib"], _FEEDPROF_DIR} if p)
+
+def _is_user_file(filename: str) -> bool:
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    return not path.startswith(_NOT_USER) and "site-packages" not in path and "dist-packages" not in path
+
+def user_call_chain(script_dir: str, skip: int = 2, direct: bool = False) -> Tuple[str, ...]:
+    """Frames of user code on the stack, outermost first, as "file.py:LINE".
+
+    ``direct``: only if the caller itself is user code (else ``()``), so that
+    framework code running on the user's behalf is told apart.
+    """
+    frame = sys._getframe(skip)
+    if direct and (frame is None or not _is_user_file(frame.f_code.co_filename)):
+        return ()
+    sites: List[str] = []
+    while frame is not None and len(sites) < MAX_CHAIN:
+        fn = frame.f_code.co_filename
+        if _is_user_file(fn):
+            sites.append(f"{display_path(fn, script_dir)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return tuple(reversed(sites))
+
+def display_path(filename: str, script_dir: str) -> str:
+    path = os.path.abspath(filename)
+    rel = os.path.relpath(path, script_dir)
+    return path if rel.startswith("..") else rel
+
+def script_traceback(exc: BaseException) -> str:
+    """The script's own traceback, without feedprof's and runpy's frames."""
+    te = traceback.TracebackException.from_exception(exc)
+    _strip_frames(te)
+    return "".join(te.format())
+
+def _strip_frames(te: traceback.TracebackException, seen: Optional[set] = None) -> None:
+    seen = set() if seen is None else seen
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    keep = [f for f in te.stack if not os.path.abspath(f.filename).startswith(_FEEDPROF_DIR)
+            and not f.filename.endswith(os.sep + "runpy.py")]
+    te.stack = traceback.StackSummary.from_list(keep)
+    for nxt in (te.__cause__, te.__context__):
+        if nxt is not None:
+            _strip_frames(nxt, seen)
+
+def failure_hint(exc: BaseException) -> str:
+    """What a known framework trap means, in a sentence (empty if not one)."""
+    text = str(exc)
+    if isinstance(exc, TypeError) and "fit()" in text and any(
+            f"'{knob}'" in text for knob in ("workers", "use_multiprocessing", "max_queue_size")):
+        from feedprof.frameworks.keras import FIT_MOVED_HINT
+
+        return FIT_MOVED_HINT
+    return ""
