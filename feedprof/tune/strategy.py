@@ -7,6 +7,8 @@ NOTE [ Search, not grid ]
           └► ladder 0, 2, 4, 8, ... (and the CPU count) over the primary knob
                stop when: throughput reaches the ceiling (within tolerance)
                           a rung gains less than MIN_GAIN over the rungs below
+                            (the first such rung is forgiven while the loop
+                            still waits and the CPUs have room)
                           the next rung passes the CPU count and the workers are
                             CPU-bound (beyond it only I/O-bound workers pay off)
                           a trial fails, is killed or rejected
@@ -60,6 +62,7 @@ class LadderStrategy:
         self.notes: List[str] = []  # why the search stopped where it did
         self._ladder_pos = -1
         self._pending_rung: Optional[Config] = None
+        self._flat_rungs = 0  # rungs that gained less than min_gain
         self._refines = 0
         self._secondary_tried: set = set()
         self._confirm_queue: Optional[List[Measured]] = None
@@ -155,10 +158,23 @@ class LadderStrategy:
         high = s * (trial.batches_per_s_high / trial.batches_per_s) \
             if s and trial.batches_per_s and trial.batches_per_s_high else s
         if n >= 2 and below and high is not None and high < max(below) * (1 + self.min_gain):
+            self._flat_rungs += 1
+            if self._flat_rungs == 1 and self._loader_limits_with_cpu_to_spare(trial):
+                self._note(f"{sp.primary}={n} gained less than {fmt_pct(self.min_gain)}, but the loop still "
+                           "waited and the CPUs had room: one more rung was tried")
+                return False
             self._note(f"{sp.primary}={n} gained less than {fmt_pct(self.min_gain)} over fewer workers: "
                        "more workers stopped paying off")
             return True
         return False
+
+    def _loader_limits_with_cpu_to_spare(self, trial: Trial) -> bool:
+        """The loop mostly waits and the workers leave CPU idle: a rung that
+        gained nothing may have been held back by handing batches over (each
+        worker idles while the loop takes its batch), which more workers
+        overlap. Worth one more rung before the ladder gives up."""
+        wait = trial.data_wait_fraction
+        return wait is not None and wait >= JUMP_MIN_WAIT and self.space.cpu_bound(trial) is False
 
     def _last_with_workers(self) -> Optional[Trial]:
         for t in reversed(self.trials):
