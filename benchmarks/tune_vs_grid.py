@@ -154,7 +154,12 @@ def main():
     ap.add_argument("workloads", nargs="*", default=WORKLOADS)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune-vs-grid-cpu-2core.json"))
+    ap.add_argument("--tables", metavar="JSON", help="print the tables of a saved run, run nothing")
     args = ap.parse_args()
+    if args.tables:
+        with open(args.tables, encoding="utf-8") as fh:
+            print_tables(json.load(fh)["rows"])
+        return
     rows = []
     for name in args.workloads:
         one(name, args.reps, rows)
@@ -163,10 +168,18 @@ def main():
 
 
 def print_tables(rows):
-    print("\n| workload | recommended | best re-measured | quality | A/A | tune | grid | cost |")
-    print("|---|---|---|---|---|---|---|---|")
+    """The README tables. Re-measured throughput is the median of the
+    repetitions, with the slowest and fastest beside it."""
+    def spread(r, name):
+        reps = r["remeasured_batches_per_s"].get(name) or r["remeasured_batches_per_s"].get(f"AUTOTUNE: {name}")
+        return f"{statistics.median(reps):.0f} ({min(reps):.0f}–{max(reps):.0f})" if reps else "?"
+
+    print("\n| workload | recommended | best re-measured | b/s, recommended | b/s, best | quality | A/A | tune "
+          "| grid | cost |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['recommended']} | {r['grid_best']} | {100 * r['quality']:.0f} % | "
+        print(f"| {r['workload']} | {r['recommended']} | {r['grid_best']} | {spread(r, r['recommended'])} | "
+              f"{spread(r, r['grid_best'])} | {100 * r['quality']:.0f} % | "
               f"{100 * r['aa_noise']:.0f} % | {r['tune_s']:.0f} s ({r['tune_trials']} trials) | "
               f"{r['grid_s']:.0f} s ({r['grid_trials']}) | {100 * r['cost']:.0f} % |")
     tfdata = [r for r in rows if r["vs_autotune"] is not None]

@@ -1,8 +1,11 @@
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from feedprof.record.host import host_info, local_world_size, usable_cpu_count
+from feedprof.record.host import ProcessTreeProbe, host_info, local_world_size, usable_cpu_count
 
 
 def cgroup(tmp_path, text):
@@ -43,3 +46,23 @@ def test_host_info_reads_the_machine_without_importing_frameworks():
     assert info.cpus_usable >= 1 and info.ram_bytes > 0 and info.cpu_model
     assert "torch" in info.frameworks  # from package metadata
     assert ("torch" in sys.modules) == had_torch
+
+
+def test_a_worker_read_as_soon_as_it_is_found_is_not_a_spike():
+    # A busy child listed and read in the same sample: psutil's cpu_percent()
+    # divided a 10 ms CPU-time tick by microseconds there (a few hundred tries
+    # here read up to 4.7 cores from one process).
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # it has used CPU time before any probe sees it
+        first = []
+        for _ in range(300):
+            probe = ProcessTreeProbe(os.getpid(), min_children_refresh_s=0.0)
+            first.append(probe.read(0.0).workers_cpu_pct)
+        time.sleep(0.3)
+        later = probe.read(0.3).workers_cpu_pct
+    finally:
+        busy.kill()
+        busy.wait()
+    assert max(first) <= 105.0  # one busy process: at most one core
+    assert later > 30.0  # and it is seen working

@@ -3,8 +3,9 @@
 Costs measured on the 2-core dev machine (see shared/PLATFORM.md) shape this:
 ``children(recursive=True)`` scans every process on the machine (~2 ms here),
 so the tree is re-listed adaptively: at the sampling rate while it changes
-(workers start with each epoch), backing off to every 2 s while it is stable; ``cpu_percent()`` on a fresh Process object always
-reads 0.0, so Process objects are kept between samples; PSS/USS
+(workers start with each epoch), backing off to every 2 s while it is stable; a process's CPU is
+measured from its own CPU-time deltas (``ProcessCpu``), never over an interval
+too short for the kernel's 10 ms ticks; PSS/USS
 (``memory_full_info``) walks every mapping of every process, ~5 ms per torch
 worker, so it runs on its own schedule, spaced so that it costs at most
 ``MEMORY_DETAIL_BUDGET`` of one core however many workers there are.
@@ -67,20 +68,49 @@ class CpuTimesMeter:
         return tuple(pcts)
 
 
+class ProcessCpu:
+    """Percent of one core a process used since the previous reading.
+
+    Not psutil's ``cpu_percent()``: a reading right after the first one (a
+    worker listed and read in the same sample) divides a 10 ms CPU-time tick
+    by microseconds and reports a dozen cores. Readings closer together than
+    ``MIN_INTERVAL_S`` repeat the last rate and keep the baseline, so the next
+    one covers the whole interval."""
+
+    MIN_INTERVAL_S = 0.05
+
+    def __init__(self, proc: psutil.Process):
+        self.proc = proc
+        self._last = (self._used_s(), time.monotonic())
+        self._pct = 0.0
+
+    def _used_s(self) -> float:
+        t = self.proc.cpu_times()
+        return t.user + t.system
+
+    def read(self) -> float:
+        used, now = self._used_s(), time.monotonic()
+        used0, t0 = self._last
+        if now - t0 >= self.MIN_INTERVAL_S:
+            self._pct = max(0.0, 100.0 * (used - used0) / (now - t0))
+            self._last = (used, now)
+        return self._pct
+
+
 class ProcessTreeProbe:
     def __init__(self, pid: int, children_refresh_s: float = 2.0,
                  memory_detail_interval_s: float = 2.0, shm_path: str = SHM_PATH,
                  min_children_refresh_s: float = 0.2):
         self.pid = pid
         self.main = psutil.Process(pid)
-        self.main.cpu_percent()  # prime: the first call has no baseline
+        self._main_cpu = ProcessCpu(self.main)
         self.children_refresh_s = children_refresh_s  # the slowest re-listing, when nothing changes
         self.min_children_refresh_s = min(min_children_refresh_s, children_refresh_s)
         self._refresh_every = self.min_children_refresh_s
         self.memory_detail_interval_s = memory_detail_interval_s
         self.shm_path = shm_path if os.path.isdir(shm_path) else None
         self._cpu = CpuTimesMeter()
-        self._children: Dict[int, psutil.Process] = {}
+        self._children: Dict[int, ProcessCpu] = {}
         self._helpers: set = set()
         self._t_children = float("-inf")
         self._t_detail_due = float("-inf")
@@ -112,11 +142,11 @@ class ProcessTreeProbe:
             if pid in self._children:
                 continue
             try:
-                proc.cpu_percent()
+                cpu = ProcessCpu(proc)
                 cmd = " ".join(proc.cmdline())
             except psutil.Error:
                 continue
-            self._children[pid] = proc
+            self._children[pid] = cpu
             if any(m in cmd for m in _HELPER_MARKERS):
                 self._helpers.add(pid)
 
@@ -126,17 +156,17 @@ class ProcessTreeProbe:
             self._t_children = t_s
         try:
             with self.main.oneshot():
-                main_cpu = self.main.cpu_percent()
+                main_cpu = self._main_cpu.read()
                 main_rss = self.main.memory_info().rss
         except psutil.NoSuchProcess:
             raise TargetGone(self.pid) from None
         workers_cpu = 0.0
         workers_rss = 0
-        for pid, proc in list(self._children.items()):
+        for pid, cpu in list(self._children.items()):
             try:
-                with proc.oneshot():
-                    workers_cpu += proc.cpu_percent()
-                    workers_rss += proc.memory_info().rss
+                with cpu.proc.oneshot():
+                    workers_cpu += cpu.read()
+                    workers_rss += cpu.proc.memory_info().rss
             except psutil.Error:
                 self._children.pop(pid, None)
                 self._helpers.discard(pid)
@@ -164,7 +194,7 @@ class ProcessTreeProbe:
         pss = uss = 0
         worker_pss: List[int] = []
         worker_uss: List[int] = []
-        for pid, proc in [(self.pid, self.main)] + list(self._children.items()):
+        for pid, proc in [(self.pid, self.main)] + [(pid, cpu.proc) for pid, cpu in self._children.items()]:
             try:
                 full = proc.memory_full_info()
             except psutil.Error:  # gone, or no permission: leave it out of this reading
