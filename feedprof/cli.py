@@ -271,8 +271,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
                        loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout)
     tuner = Tuner(script, script_args, out_dir, opts, previous=previous)
     if not args.quiet:
-        tuner.progress = ConsoleProgress(sys.stderr, describe=lambda cfg: tuner.space.describe(cfg)
-                                         if tuner.space else "the script's own settings")
+        tuner.progress = ConsoleProgress(sys.stderr, describe=tuner.describe)
     report_path = os.path.join(out_dir, "report.html")
     try:
         result = tuner.run()

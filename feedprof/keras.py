@@ -64,9 +64,8 @@ def _build() -> type:
 
         # -- results, as on feedprof.profile() -------------------------------
 
-        @property
         def run(self) -> Any:
-            return self.profile.run
+            return self.profile.run()
 
         def summary(self) -> Any:
             return self.profile.summary()

@@ -126,7 +126,7 @@ def install(ctl: Any) -> None:
         self._feedprof_handle = ctl.created(plan, {"config": cfg, "script_config": script_cfg,
                                                    "dataset": type(self).__name__, "site": site}, self)
         if plan.replay:
-            _replay_items(type(self), orig_getitem_owner)
+            replay_items(type(self), orig_getitem_owner)
 
     def adapter_init(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
         handle = getattr(x, "_feedprof_handle", None)
@@ -144,7 +144,7 @@ def install(ctl: Any) -> None:
                                         "dataset": type(x).__name__, "no_super_init": True}, x)
             x._feedprof_handle = handle
             if plan.replay:
-                _replay_items(type(x), orig_getitem_owner)
+                replay_items(type(x), orig_getitem_owner)
         orig_adapter_init(self, x, *args, **kwargs)
         if handle is not None:
             backend = _backend()
@@ -169,7 +169,7 @@ def install(ctl: Any) -> None:
     _patch_fit(ctl)
 
 
-def _replay_items(cls: type, saved: Dict[type, Any]) -> None:
+def replay_items(cls: type, saved: Dict[type, Any]) -> None:
     """Compute ceiling: every __getitem__ of this dataset class returns the first
     batch it ever loaded, so the workers (threads or processes) cost nothing."""
     if cls in saved:
@@ -215,21 +215,21 @@ def _patch_fit(ctl: Any) -> None:
     """Model.fit gets one more callback: it ends the window on the main thread."""
     import keras
 
-    Model = keras.Model
-    if getattr(Model.fit, "_feedprof", False):
-        return
-    orig_fit = Model.fit
+    if not getattr(keras.Model.fit, "_feedprof", False):
+        keras.Model.fit = with_callback(keras.Model.fit, make_end_window(ctl, keras.callbacks.Callback))
+
+
+def with_callback(orig_fit: Any, make_callback: Any) -> Any:
+    """``orig_fit`` with ``make_callback()`` appended to its callbacks (both Keras flavours)."""
     sig = inspect.signature(orig_fit)
-    EndWindow = make_end_window(ctl, keras.callbacks.Callback)
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             bound = sig.bind(self, *args, **kwargs)
-        except TypeError:  # e.g. fit(workers=...): let Keras say it, in its words
+        except TypeError:  # e.g. fit(workers=...) on Keras 3: let Keras say it, in its words
             return orig_fit(self, *args, **kwargs)
-        callbacks = list(bound.arguments.get("callbacks") or [])
-        bound.arguments["callbacks"] = callbacks + [EndWindow()]
+        bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [make_callback()]
         return orig_fit(*bound.args, **bound.kwargs)
 
     fit._feedprof = True  # type: ignore[attr-defined]
-    Model.fit = fit
+    return fit

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict
 
-from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize
+from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
 
 EPOCH_END_STALL_NOTE = ("tf_keras stalls about 5 s at every epoch end when workers > 1 or "
                         "use_multiprocessing=True (its enqueuer's queue timeout): with short epochs that "
@@ -78,7 +78,7 @@ def install(ctl: Any) -> None:
             if cfg["workers"] > 1 or cfg["use_multiprocessing"]:
                 ctl.note(EPOCH_END_STALL_NOTE)
             if plan.replay and isinstance(x, data_utils.Sequence):
-                _replay_items(type(x), replayed)
+                replay_items(type(x), replayed)
             self._feedprof_in_init = True
             try:
                 orig_init(*bound.args, **bound.kwargs)
@@ -103,35 +103,12 @@ def install(ctl: Any) -> None:
     _patch_fit(ctl)
 
 
-def _replay_items(cls: type, saved: Dict[type, Any]) -> None:
-    from feedprof.frameworks.keras import _replay_items as replay
-
-    replay(cls, saved)
-
-
 def _patch_fit(ctl: Any) -> None:
     import tf_keras
-
-    from feedprof.frameworks.keras import make_end_window
 
     Model = tf_keras.Model
     for name in ("fit", "fit_generator"):
         orig = getattr(Model, name, None)
         if orig is None or getattr(orig, "_feedprof", False):
             continue
-        setattr(Model, name, _with_callback(orig, make_end_window(ctl, tf_keras.callbacks.Callback)))
-
-
-def _with_callback(orig: Any, make_callback: Any) -> Any:
-    sig = inspect.signature(orig)
-
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            bound = sig.bind(self, *args, **kwargs)
-        except TypeError:
-            return orig(self, *args, **kwargs)
-        bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [make_callback()]
-        return orig(*bound.args, **bound.kwargs)
-
-    fit._feedprof = True  # type: ignore[attr-defined]
-    return fit
+        setattr(Model, name, with_callback(orig, make_end_window(ctl, tf_keras.callbacks.Callback)))

@@ -153,7 +153,7 @@ class Tuner:
                             loader_timeout_s=o.loader_timeout_s, capture_output=True, zygote=self.zygote)
         return dataclasses.replace(opts, **overrides)
 
-    def _run(self, role: str, mode: str, config: Dict[str, Any], why: str,
+    def _run(self, role: str, mode: str, config: Dict[str, Any],
              overrides: Optional[Dict[str, Any]] = None, timeout_s: Optional[float] = None,
              target: Optional[Dict[str, Any]] = None) -> Trial:
         index = len(self.trials)
@@ -163,9 +163,8 @@ class Tuner:
             self.trials.append(trial)
             self.progress.trial_done(trial)
             return trial
-        label = "one cached batch replayed" if role == "ceiling" else (
-            self.space.describe(config) if self.space else "the script's own settings")
-        self.progress.trial_started(index, self._planned(), role, label, self.elapsed(), self.opts.budget_s)
+        self.progress.trial_started(index, self._planned(), role, self._text(role, config), self.elapsed(),
+                                    self.opts.budget_s)
         trial_dir = os.path.join(self.out_dir, "trials", f"{index:02d}-{role}")
         inject = {} if mode == MODE_OBSERVE else dict(config)
         try:
@@ -190,10 +189,12 @@ class Tuner:
                 return self._replay.pop(i)
         return None
 
-    def _text(self, role: str, config: Dict[str, Any]) -> str:
-        if role == "ceiling":
-            return "one cached batch replayed"
+    def describe(self, config: Dict[str, Any]) -> str:
+        """A config in words (before the baseline found the loader: the script's own)."""
         return self.space.describe(config) if self.space is not None else "the script's own settings"
+
+    def _text(self, role: str, config: Dict[str, Any]) -> str:
+        return "one cached batch replayed" if role == "ceiling" else self.describe(config)
 
     def _typical_trial_s(self, proposal: Optional[Proposal] = None) -> float:
         """What a trial costs, from the median of the successful ones so far (a
@@ -258,7 +259,7 @@ class Tuner:
             f"  results: {os.path.relpath(self.results_path)} (rewritten after every trial)"])
         self.progress.table_header()
         target = {"site": o.loader_site} if o.loader_site else None
-        baseline = self._run("baseline", MODE_OBSERVE, {}, "the script's own settings",
+        baseline = self._run("baseline", MODE_OBSERVE, {},
                              timeout_s=o.trial_timeout_s or max(60.0, o.budget_s), target=target)
         run = baseline.run
         rec = training_loader(run) if run is not None else None
@@ -312,7 +313,7 @@ class Tuner:
             if "min_window_batches" in overrides:  # e.g. persistent_workers: span epoch boundaries
                 overrides["window_batches"] = max(o.window_batches, overrides["min_window_batches"])
                 overrides["window_seconds"] = max(o.window_seconds, 3 * o.window_seconds)
-            trial = self._run(proposal.role, mode, proposal.config, proposal.why, overrides=overrides,
+            trial = self._run(proposal.role, mode, proposal.config, overrides=overrides,
                               timeout_s=min(trial_timeout, max(10.0, self.remaining() + 10)), target=target)
             self.strategy.tell(trial)
             if trial.state == "ok" and proposal.role != "ceiling":
@@ -336,8 +337,7 @@ def tune(script: str, argv: Sequence[str] = (), out_dir: str = "feedprof-out",
     os.makedirs(out_dir, exist_ok=True)
     tuner = Tuner(script, argv, out_dir, opts)
     if progress:
-        tuner.progress = ConsoleProgress(sys.stderr, describe=lambda cfg: tuner.space.describe(cfg)
-                                         if tuner.space else "the script's own settings")
+        tuner.progress = ConsoleProgress(sys.stderr, describe=tuner.describe)
     from feedprof.render.html import write_report
 
     try:
