@@ -17,9 +17,11 @@ For each workload in benchmarks/workloads/:
    recommended config is also re-measured a second time under another name:
    that A/A ratio is the noise floor quality should be read against.
 
-The grid runs every config cold (a fresh interpreter each), as a sweep by
-hand would; the tuner forks its trials from a process that imported the
-framework once (feedprof/tune/zygote.py), which is part of what it is for.
+The grid runs through the same tuner with ``GridStrategy`` (every config
+cold, a fresh interpreter each, as a sweep by hand would: no fork server,
+no ceiling, its own baseline first); the tuner forks its trials from a process
+that imported the framework once (feedprof/tune/zygote.py), which is part of
+what it is for.
 
     python benchmarks/tune_vs_grid.py                       # all workloads, ~45 min on 2 cores
     python benchmarks/tune_vs_grid.py io_remote --reps 3
@@ -29,6 +31,7 @@ Targets (issue #3): quality >= 97 %, cost <= 20 % of the grid's.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -41,10 +44,11 @@ import time
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.recommend import score, trial_from_run
 from feedprof.codec import write_text_atomic
-from feedprof.record.host import host_info, usable_cpu_count
-from feedprof.tune.protocol import MODE_INJECT
-from feedprof.tune.runner import TrialOptions, run_trial
-from feedprof.tune.space import make_space
+from feedprof.record.host import machine_info, usable_cpu_count
+from feedprof.store import Phase, Role
+from feedprof.tune.protocol import Mode
+from feedprof.tune.runner import Injection, TrialOptions, run_trial
+from feedprof.tune.strategy import GridStrategy
 from feedprof.tune.tuner import TuneOptions, Tuner
 from feedprof.units import fmt_bytes
 
@@ -69,15 +73,29 @@ def grid(framework: str, cuda: bool, cpu_cap: int):
 
 def measure(script, config, target, host, opts, work):
     run = run_trial(script, [], os.path.join(work, f"t{time.monotonic_ns()}"), host, opts,
-                    mode=MODE_INJECT, inject=config, target=target)
-    return trial_from_run(0, "search", config, run)
+                    what=Injection(mode=Mode.INJECT, config=config, **target))
+    return trial_from_run(0, Role.SEARCH, config, run)
+
+
+def run_grid(script, work, topts):
+    """The exhaustive grid, through the tuner: (its trials, wall time without its baseline)."""
+    def grid_strategy(space, opts, host):
+        return GridStrategy(space, grid(space.framework, bool(space.cuda_used), space.cpu_cap))
+
+    opts = dataclasses.replace(topts, budget_s=24 * 3600, fork_trials=False, trial_timeout_s=60)
+    result = Tuner(script, [], os.path.join(work, "grid"), opts, strategy=grid_strategy).run()
+    trials = [t for t in result.trials if t.phase == Phase.GRID]
+    for t in trials:
+        print(f"  grid {t.config_text:<55} {score(t) or 0:8.1f} b/s  {t.state}", flush=True)
+    baseline_s = sum(t.duration_s for t in result.trials if t.role == Role.BASELINE)
+    return trials, result.duration_s - baseline_s
 
 
 def one(name, reps, out_rows):
     script = os.path.join(HERE, "workloads", f"{name}.py")
     work = tempfile.mkdtemp(prefix=f"feedprof-bench-{name}-")
     topts = TuneOptions()
-    host = host_info()
+    host = machine_info()
     print(f"\n== {name}", flush=True)
 
     t0 = time.monotonic()
@@ -87,20 +105,10 @@ def one(name, reps, out_rows):
     rec = result.recommendation
     print(f"tune: {len(result.trials)} trials in {tune_s:.0f} s -> {rec.config if rec else None}", flush=True)
 
-    base_run = result.trials[0].run
-    loader = training_loader(base_run)
-    target = {"chain": list(loader.call_chain), "framework": loader.framework}
-    space = make_space(loader.framework, loader.config, usable_cpu_count(), 32, base_run.cuda_used)
-    trial_opts = TrialOptions(window_batches=topts.window_batches, window_seconds=topts.window_seconds,
-                              min_window_batches=topts.min_window_batches, warmup_batches=topts.warmup_batches,
-                              timeout_s=60)
-    t0 = time.monotonic()
-    grid_trials = []
-    for cfg in grid(loader.framework, bool(base_run.cuda_used), usable_cpu_count()):
-        t = measure(script, space.legalize(cfg), target, host, trial_opts, work)
-        grid_trials.append(t)
-        print(f"  grid {space.describe(t.config):<55} {score(t) or 0:8.1f} b/s  {t.state}", flush=True)
-    grid_s = time.monotonic() - t0
+    loader = training_loader(result.trials[0].run)
+    target = {"chain": tuple(loader.call_chain), "framework": loader.framework}
+    space = tuner.space
+    grid_trials, grid_s = run_grid(script, work, topts)
 
     ranked = sorted((t for t in grid_trials if score(t)), key=score, reverse=True)
     contenders = {space.key(t.config): t.config for t in ranked[:3]}

@@ -8,14 +8,15 @@ Public API::
     print(prof.summary()); prof.save("run.json"); prof.report("feedprof.html")
 
     feedprof.load("run.json")               # a saved run (or a tune's results.json)
-    feedprof.tune("train.py", budget_s=60)  # sweep the loader settings of an unmodified script
+    result = feedprof.tune("train.py", budget_s=60)  # sweep the loader settings of an unmodified script
+    print(feedprof.text(result))            # the recommendation in words
 """
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["profile", "tune", "load", "report", "__version__"]
+__all__ = ["profile", "tune", "load", "report", "text", "__version__"]
 
 
 def profile(enabled: bool = True, **kwargs: Any) -> Any:
@@ -48,9 +49,22 @@ def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: b
     Other options: ``max_workers``, ``loader_site`` ("train.py:42"),
     ``window_seconds``, ``min_window_batches``, ``warmup_batches``, ``gpu``.
     """
-    from feedprof.tune.tuner import tune as _tune
+    import dataclasses
+    import sys
 
-    return _tune(script, list(argv), out_dir=out_dir, progress=progress, **options)
+    from feedprof.app import run_tune
+    from feedprof.tune.tuner import TuneOptions
+
+    opts = dataclasses.replace(TuneOptions(), **options)
+    return run_tune(script, list(argv), out_dir, opts, progress=progress, show=progress, out=sys.stderr)
+
+
+def text(obj: Any) -> str:
+    """In plain words: a TuneResult's recommendation, a Run's or Summary's
+    summary, or one finding (``feedprof.reasons``), as the command line says them."""
+    from feedprof.render.text import words_for
+
+    return words_for(obj)
 
 
 def report(obj: Any, path: str = "feedprof.html") -> str:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import dataclasses
 import io
 import os
 import signal
 import sys
 import tokenize
 from typing import Any, List, Optional, Sequence, Tuple
+
+from feedprof import defaults
+from feedprof.defaults import WindowDefaults
+from feedprof.store import TrialState
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = "feedprof-out"
@@ -118,19 +121,20 @@ def positive_float(text: str) -> float:
 # ---------------------------------------------------------------- parsers
 
 
-def _add_window_flags(p: argparse.ArgumentParser, window_batches: int = 200, window_seconds: float = 30.0) -> None:
+def _add_window_flags(p: argparse.ArgumentParser, window: WindowDefaults) -> None:
     g = p.add_argument_group("measurement window")
-    g.add_argument("--window-batches", type=positive_int, default=window_batches, metavar="N",
-                   help=f"steady-state batches to measure before ending the script (default {window_batches})")
-    g.add_argument("--window-seconds", type=positive_float, default=window_seconds, metavar="S",
-                   help=f"or this many seconds of steady state, whichever comes first (default {window_seconds:g})")
-    g.add_argument("--warmup-batches", type=int, default=5, metavar="N",
-                   help="batches excluded as warm-up after each run's first batch (default 5)")
-    g.add_argument("--interval", type=positive_float, default=0.2, metavar="S",
-                   help="sampling period for CPU/GPU/memory (default 0.2 s = 5 Hz)")
+    g.add_argument("--window-batches", type=positive_int, default=window.batches, metavar="N",
+                   help=f"steady-state batches to measure before ending the script (default {window.batches})")
+    g.add_argument("--window-seconds", type=positive_float, default=window.seconds, metavar="S",
+                   help=f"or this many seconds of steady state, whichever comes first (default {window.seconds:g})")
+    g.add_argument("--warmup-batches", type=int, default=window.warmup_batches, metavar="N",
+                   help=f"batches excluded as warm-up after each run's first batch (default {window.warmup_batches})")
+    g.add_argument("--interval", type=positive_float, default=defaults.INTERVAL_S, metavar="S",
+                   help=f"sampling period for CPU/GPU/memory (default {defaults.INTERVAL_S:g} s)")
     g.add_argument("--no-gpu", action="store_true", help="do not sample the GPU")
-    g.add_argument("--loader-timeout", type=positive_float, default=120.0, metavar="S",
-                   help="give up if no data loader yields a batch within S seconds (default 120)")
+    g.add_argument("--loader-timeout", type=positive_float, default=defaults.LOADER_TIMEOUT_S, metavar="S",
+                   help="give up if no data loader yields a batch within S seconds "
+                        f"(default {defaults.LOADER_TIMEOUT_S:g})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="run the script to completion instead of a window")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the script after S seconds in all")
-    _add_window_flags(p)
+    _add_window_flags(p, defaults.PROFILE_WINDOW)
     p.set_defaults(func=cmd_profile)
 
     t = sub.add_parser("tune", help="sweep the loader settings, recommend the best",
@@ -160,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", default=None, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
-    t.add_argument("--budget", type=positive_float, default=120.0, metavar="S",
-                   help="time budget for the whole tune in seconds (default 120)")
+    t.add_argument("--budget", type=positive_float, default=defaults.TUNE_BUDGET_S, metavar="S",
+                   help=f"time budget for the whole tune in seconds (default {defaults.TUNE_BUDGET_S:g})")
     t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
                    help="most workers to try (default: max(32, 2 x usable CPUs); beyond the CPU count "
                         "only when the workers wait on I/O)")
@@ -171,9 +175,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "
                         "at least 30 s); a hung trial is recorded as a timeout and the tune goes on")
-    _add_window_flags(t, window_batches=2000, window_seconds=2.0)
-    t.add_argument("--min-window-batches", type=positive_int, default=30, metavar="N",
-                   help="measure at least this many steady-state batches per trial (default 30)")
+    _add_window_flags(t, defaults.TUNE_WINDOW)
+    t.add_argument("--min-window-batches", type=positive_int, default=defaults.TUNE_WINDOW.min_batches, metavar="N",
+                   help=f"measure at least this many steady-state batches per trial "
+                        f"(default {defaults.TUNE_WINDOW.min_batches})")
     t.set_defaults(func=cmd_tune)
 
     r = sub.add_parser("report", help="render a saved run.json or results.json as HTML",
@@ -190,72 +195,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.record.gpu import open_gpu
-    from feedprof.record.host import host_info
+    from feedprof.app import run_profile
     from feedprof.render.text import format_summary
-    from feedprof.store import save
-    from feedprof.tune.runner import TrialInterrupted, TrialOptions, run_trial
+    from feedprof.render.words import LOOKED_FOR, say
+    from feedprof.tune.runner import TrialOptions
 
     script = check_script(args.script)
     out_dir = check_out_dir(args.out)
-    gpu = open_gpu() if not args.no_gpu else None
-    host = host_info(gpu_status=gpu.status if gpu else "GPU: sampling turned off",
-                     gpus=gpu.devices if gpu else ())
-    if gpu:
-        gpu.close()
     opts = TrialOptions(window_batches=args.window_batches, window_seconds=args.window_seconds,
                         warmup_batches=args.warmup_batches, full=args.full, timeout_s=args.timeout,
                         loader_timeout_s=None if args.full else args.loader_timeout,
                         interval_s=args.interval, gpu=not args.no_gpu, capture_output=False)
     what = "to completion" if args.full else f"for up to {args.window_batches} steady-state batches"
     _err(f"feedprof: profiling {os.path.relpath(script)} {what}")
-    run_json = os.path.join(out_dir, "run.json")
-    try:
-        run = run_trial(script, script_args, os.path.join(out_dir, "trial"), host, opts)
-        interrupted = False
-    except TrialInterrupted as stop:
-        if stop.run is None:  # stopped as the script was starting: nothing measured
-            raise KeyboardInterrupt from None
-        run, interrupted = stop.run, True
-    run = dataclasses.replace(run, kind="profile")
-    save(run, run_json)
+    run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu)
     report = _write_report(run, os.path.join(out_dir, "report.html"))
+    print(format_summary(run.summary, run.host))
+    _err(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'run.json'))}" +
+         (f" and {os.path.relpath(report)}" if report else ""))
     outcome = run.outcome
-    print(format_summary(run.summary, host.gpu_status))
-    _err(f"feedprof: wrote {os.path.relpath(run_json)}" + (f" and {os.path.relpath(report)}" if report else ""))
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
         return EXIT_INTERRUPTED
-    if outcome.state == "ok" and not run.loaders:
-        from feedprof.tune.runner import LOOKED_FOR
-
+    if outcome.state == TrialState.OK and not run.loaders:
         _err(f"feedprof: the script ended without iterating a data loader (looked for {LOOKED_FOR}): "
              "nothing to profile")
         return EXIT_SCRIPT_FAILED
-    if outcome.state == "ok":
+    if outcome.state == TrialState.OK:
         return EXIT_OK
-    _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {outcome.message}")
+    _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {say(outcome.cause)}")
     return EXIT_SCRIPT_FAILED
 
 
-def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.render.progress import ConsoleProgress, format_recommendation
-    from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
-
+def _previous_tune(args: argparse.Namespace) -> Any:
+    """--resume DIR: the interrupted tune to go on with (its script and arguments)."""
     from feedprof.store import StoreError, TuneResult, load
 
-    previous = None
-    if args.resume is not None:
-        try:
-            previous = load(os.path.join(args.resume, "results.json"))
-        except StoreError as exc:
-            raise UsageError(f"--resume {args.resume}: {exc}") from None
-        if not isinstance(previous, TuneResult):
-            raise UsageError(f"--resume {args.resume}: results.json is not from feedprof tune")
-        if args.script is not None and os.path.abspath(args.script) != previous.script:
-            raise UsageError(f"--resume {args.resume} tuned {previous.script}, not {args.script}")
-        if args.out is not None and os.path.abspath(args.out) != os.path.abspath(args.resume):
-            raise UsageError("--resume DIR writes to DIR: leave out --out, or give the same directory")
+    try:
+        previous = load(os.path.join(args.resume, "results.json"))
+    except StoreError as exc:
+        raise UsageError(f"--resume {args.resume}: {exc}") from None
+    if not isinstance(previous, TuneResult):
+        raise UsageError(f"--resume {args.resume}: results.json is not from feedprof tune")
+    if args.script is not None and os.path.abspath(args.script) != previous.script:
+        raise UsageError(f"--resume {args.resume} tuned {previous.script}, not {args.script}")
+    if args.out is not None and os.path.abspath(args.out) != os.path.abspath(args.resume):
+        raise UsageError("--resume DIR writes to DIR: leave out --out, or give the same directory")
+    return previous
+
+
+def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
+    from feedprof.app import run_tune
+    from feedprof.render.progress import format_recommendation
+    from feedprof.render.words import say
+    from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
+
+    previous = _previous_tune(args) if args.resume is not None else None
+    if previous is not None:
         args.script = previous.script
         script_args = script_args or list(previous.argv)
     if args.script is None:
@@ -269,30 +265,20 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
                        loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout)
-    tuner = Tuner(script, script_args, out_dir, opts, previous=previous)
-    if not args.quiet:
-        tuner.progress = ConsoleProgress(sys.stderr, describe=tuner.describe)
-    report_path = os.path.join(out_dir, "report.html")
+    written = f"{os.path.relpath(os.path.join(out_dir, 'results.json'))} and " \
+              f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
     try:
-        result = tuner.run()
+        run_tune(script, script_args, out_dir, opts, progress=not args.quiet, previous=previous)
     except TuneInterrupted as stop:
-        from feedprof.tune.signals import deferred_signals
-
-        with deferred_signals():
-            _write_report(stop.result, report_path)
         _err(format_recommendation(stop.result.recommendation, stop.result))
-        _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in "
-             f"{os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
+        _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")
         return EXIT_INTERRUPTED
     except TuneError as exc:
-        _err(f"feedprof: {exc}")
+        _err(f"feedprof: {say(exc.reason)}")
         _show_trial_output(exc.result)
-        _write_report(exc.result, report_path)
-        _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
+        _err(f"feedprof: wrote {written}")
         return exc.exit_code
-    print(format_recommendation(result.recommendation, result))
-    _write_report(result, report_path)
-    _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
+    _err(f"feedprof: wrote {written}")
     return EXIT_OK
 
 
@@ -331,14 +317,9 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
 
 
 def _write_report(obj: Any, path: str) -> Optional[str]:
-    """Write the HTML report; a failure to write says so and keeps the JSON."""
-    from feedprof.render.html import write_report
+    from feedprof.app import write_report
 
-    try:
-        return write_report(obj, path)
-    except OSError as exc:
-        _err(f"feedprof: could not write {path}: {exc.strerror}")
-        return None
+    return write_report(obj, path)
 
 
 def _err(msg: str) -> None:

@@ -5,6 +5,7 @@ Knows nothing of feedprof's records or schemas (store.py does).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import os
@@ -12,6 +13,8 @@ import sys
 import types
 import typing
 from typing import Any, Dict
+
+TAG = "code"  # the key that names a tagged union's member (see _member)
 
 
 class DecodeError(ValueError):
@@ -21,7 +24,11 @@ class DecodeError(ValueError):
 def to_dict(obj: Any) -> Any:
     """Dataclasses to plain JSON-able data; non-finite floats become None."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        fields = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        tag = getattr(type(obj), TAG, None) if hasattr(type(obj), "tagged") else None
+        return {TAG: tag, **fields} if tag is not None else fields
+    if isinstance(obj, enum.Enum):
+        return obj.value
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -44,9 +51,15 @@ def _convert(tp: Any, value: Any) -> Any:
     if origin is typing.Union or (sys.version_info >= (3, 10) and origin is types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _convert(args[0], value) if len(args) == 1 else value
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        try:
+            return tp(value)
+        except ValueError:
+            raise DecodeError(f"{value!r} is not a {tp.__name__}") from None
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise DecodeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        tp = _member(tp, value)
         hints = _hints(tp)
         kwargs = {}
         for f in dataclasses.fields(tp):
@@ -65,6 +78,12 @@ def _convert(tp: Any, value: Any) -> Any:
     if tp is float and isinstance(value, int):
         return float(value)
     return value
+
+
+def _member(tp: type, value: dict) -> type:
+    """A tagged union (a base class with ``tagged(code)``): the member the data names."""
+    tagged = getattr(tp, "tagged", None)
+    return tagged(value.get(TAG)) if tagged is not None else tp
 
 
 _HINTS: Dict[type, Dict[str, Any]] = {}

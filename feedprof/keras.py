@@ -28,11 +28,14 @@ def _build() -> type:
     except ImportError as exc:  # pragma: no cover - only without Keras
         raise ImportError("feedprof.keras.ProfileCallback needs Keras 3 (pip install keras, "
                           "or tensorflow which includes it)") from exc
+    from feedprof import defaults
     from feedprof.record.clock import MONOTONIC
+    from feedprof.record.steps import LoaderInfo
     from feedprof.session import Profile
 
     class ProfileCallback(keras.callbacks.Callback):
-        def __init__(self, interval_s: float = 0.2, gpu: bool = True, warmup_batches: int = 5):
+        def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
+                     warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches):
             super().__init__()
             self.profile = Profile(interval_s=interval_s, gpu=gpu, warmup_batches=warmup_batches)
             self._now = MONOTONIC.now_s
@@ -43,9 +46,9 @@ def _build() -> type:
             if self._rec is None:
                 backend = keras.backend.backend()
                 self._wait_observable = backend != "tensorflow"
-                self._rec = self.profile.recorder("keras", name="model.fit", backend=backend,
-                                                  batches_per_epoch=(self.params or {}).get("steps"),
-                                                  wait_observable=self._wait_observable)
+                self._rec = self.profile.recorder("keras", name="model.fit", info=LoaderInfo(
+                    backend=backend, batches_per_epoch=(self.params or {}).get("steps"),
+                    wait_observable=self._wait_observable))
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._rec.epoch_started(self._now())
@@ -64,8 +67,10 @@ def _build() -> type:
 
         # -- results, as on feedprof.profile() -------------------------------
 
+        @property
         def run(self) -> Any:
-            return self.profile.run()
+            """The Run recorded so far (as ``feedprof.profile().run``)."""
+            return self.profile.run
 
         def summary(self) -> Any:
             return self.profile.summary()

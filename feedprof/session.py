@@ -19,9 +19,10 @@ from typing import Any, Iterable, List, Optional
 
 from feedprof.analyse.diagnose import summarize, training_loader
 from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.record.sampler import DEFAULT_INTERVAL_S, Sampler
-from feedprof.record.steps import DEFAULT_WARMUP_BATCHES, StepRecorder, Watched
-from feedprof.store import Run, Samples, Summary, Window, save
+from feedprof import defaults
+from feedprof.record.sampler import Sampler
+from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, Watched
+from feedprof.store import GpuStatus, Run, Samples, Summary, Window, WindowEnd, save
 
 
 def now_iso() -> str:
@@ -40,8 +41,8 @@ def cuda_in_use() -> Optional[bool]:
 
 
 class Profile:
-    def __init__(self, interval_s: float = DEFAULT_INTERVAL_S, gpu: bool = True,
-                 warmup_batches: int = DEFAULT_WARMUP_BATCHES, clock: Clock = MONOTONIC,
+    def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
+                 warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches, clock: Clock = MONOTONIC,
                  sample: bool = True):
         self.interval_s = interval_s
         self.gpu = gpu
@@ -72,8 +73,8 @@ class Profile:
             raise RuntimeError("this profile was already started; make a new feedprof.profile()")
         self._origin_s = self.clock.now_s()
         self._started_at = now_iso()
-        gpu = open_gpu(cuda_uuids=torch_cuda_uuids()) if self.gpu else NullGpu("GPU: sampling turned off")
-        self._host = host_info(gpu_status=gpu.status, gpus=gpu.devices)
+        gpu = open_gpu(cuda_uuids=torch_cuda_uuids()) if self.gpu else NullGpu(GpuStatus.OFF)
+        self._host = host_info(gpu)
         if self.sample:
             self._sampler = Sampler(pid=os.getpid(), interval_s=self.interval_s, gpu=gpu,
                                     clock=self.clock, origin_s=self._origin_s).start()
@@ -95,26 +96,22 @@ class Profile:
             self.start()
         from feedprof.frameworks import describe_loader
 
-        rec = StepRecorder(loader_id=len(self._recorders), warmup_batches=self.warmup_batches,
-                           origin_s=self._origin_s, name=name)
-        info = describe_loader(iterable)
-        caller = sys._getframe(1)
-        info["site"] = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
-        rec.framework = info.pop("framework")
+        framework, info = describe_loader(iterable)
         if batch_size is not None:
-            info["batch_size"] = batch_size
-        rec.info.update(info)
-        self._recorders.append(rec)
+            info.batch_size = batch_size
+        caller = sys._getframe(1)
+        site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+        rec = self.recorder(framework, name=name, info=info)
+        rec.binding = Binding(site=site)
         return Watched(iterable, rec, now=self.clock.now_s)
 
-    def recorder(self, framework: str, name: str = "", **info: Any) -> StepRecorder:
+    def recorder(self, framework: str, name: str = "", info: Optional[LoaderInfo] = None) -> StepRecorder:
         """A step recorder fed by the caller (a framework callback) rather than
         by ``watch``."""
         if self._origin_s is None:
             self.start()
         rec = StepRecorder(loader_id=len(self._recorders), framework=framework, name=name,
-                           warmup_batches=self.warmup_batches, origin_s=self._origin_s)
-        rec.info.update(info)
+                           warmup_batches=self.warmup_batches, origin_s=self._origin_s, info=info)
         self._recorders.append(rec)
         return rec
 
@@ -139,17 +136,18 @@ class Profile:
             start = None if rec.t_steady_start is None else rec.t_steady_start - self._origin_s
             last = None if rec.t_last is None else rec.t_last - self._origin_s
             run = _replace(run, window=Window(loader_id=train.loader_id, t_start_s=start,
-                                              t_end_s=last, reason="full run"))
+                                              t_end_s=last, end=WindowEnd.FULL_RUN))
         return _replace(run, summary=summarize(run))
 
     def summary(self) -> Summary:
-        return self.run.summary
+        """What the run says about its training loader; ``print()`` it for words."""
+        return PrintableSummary.of(self.run.summary)
 
     def print(self, file: Any = None) -> None:
         print(self.summary(), file=file or sys.stdout)
 
     def save(self, path: str = "run.json") -> str:
-        """Write ``run.json`` (schema ``feedprof.run/1``); ``feedprof.load`` reads it back."""
+        """Write ``run.json`` (schema ``feedprof.run/2``); ``feedprof.load`` reads it back."""
         save(self.run, path)
         return path
 
@@ -178,7 +176,7 @@ class NullProfile:
         return iterable
 
     def summary(self) -> Summary:
-        return Summary(notes=("profiling was turned off",))
+        return PrintableSummary()
 
     def print(self, file: Any = None) -> None:
         pass
@@ -188,6 +186,24 @@ class NullProfile:
 
     def report(self, path: str = "feedprof.html") -> Optional[str]:
         return None
+
+
+class PrintableSummary(Summary):
+    """The Summary record that ``prof.summary()`` returns: the same fields, and
+    ``print()`` words it (the record itself stays free of words)."""
+
+    @classmethod
+    def of(cls, summary: Optional[Summary]) -> "PrintableSummary":
+        import dataclasses
+
+        if summary is None:
+            return cls()
+        return cls(**{f.name: getattr(summary, f.name) for f in dataclasses.fields(Summary)})
+
+    def __str__(self) -> str:
+        from feedprof.render.text import format_summary
+
+        return format_summary(self)
 
 
 def profile(enabled: bool = True, **kwargs: Any):

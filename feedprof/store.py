@@ -3,7 +3,8 @@
 Everything that crosses a process or a file boundary is one of these frozen
 dataclasses: the record layer produces them, analyse and render only read
 them, and ``feedprof report`` rebuilds them from ``run.json`` /
-``results.json`` alone. Nothing here calls back into hardware.
+``results.json`` alone. Nothing here calls back into hardware, and nothing
+here is worded: findings are ``reasons.Reason`` records with their figures.
 
 Conventions: times are seconds (``_s``) since the run's origin, memory is
 bytes (``_bytes``), process CPU is psutil's percent of one core (100 = one
@@ -17,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
+from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
+from feedprof.reasons import Reason, Verdict
 
-SCHEMA_RUN = "feedprof.run/1"
-SCHEMA_TUNE = "feedprof.tune/1"
+SCHEMA_RUN = "feedprof.run/2"
+SCHEMA_TUNE = "feedprof.tune/2"
 
 
 class StoreError(ValueError):
@@ -51,7 +54,8 @@ class HostInfo:
     feedprof_version: str = ""
     frameworks: Dict[str, str] = field(default_factory=dict)
     gpus: Tuple[GpuInfo, ...] = ()
-    gpu_status: str = ""  # "ok" or why there is no GPU data
+    gpu_status: GpuStatus = GpuStatus.UNKNOWN
+    gpu_status_detail: str = ""  # NVML's own error text, where there is one
 
 
 # ------------------------------------------------------------------ samples
@@ -95,6 +99,8 @@ class Samples:
     per_core_cpu_pct: Tuple[Tuple[float, ...], ...] = ()
     main_cpu_pct: Tuple[Optional[float], ...] = ()
     workers_cpu_pct: Tuple[Optional[float], ...] = ()
+    main_runq_pct: Tuple[Optional[float], ...] = ()  # runnable but waiting for a CPU: starved by other work
+    workers_runq_pct: Tuple[Optional[float], ...] = ()
     main_rss_bytes: Tuple[Optional[int], ...] = ()
     workers_rss_bytes: Tuple[Optional[int], ...] = ()
     n_workers: Tuple[int, ...] = ()
@@ -103,7 +109,7 @@ class Samples:
     tree_uss_bytes: Tuple[Optional[int], ...] = ()
     gpus: Tuple[GpuSeries, ...] = ()
     peaks: Peaks = field(default_factory=Peaks)
-    notes: Tuple[str, ...] = ()
+    notes: Tuple[Reason, ...] = ()
 
 
 # -------------------------------------------------------------------- steps
@@ -166,15 +172,15 @@ class Window:
     loader_id: Optional[int] = None
     t_start_s: Optional[float] = None
     t_end_s: Optional[float] = None
-    reason: str = ""  # batches | seconds | script ended | full run | stopped
+    end: WindowEnd = WindowEnd.NONE
 
 
 @dataclass(frozen=True)
 class Outcome:
-    state: str = "ok"  # ok | failed | timeout | killed | rejected | interrupted
-    message: str = ""
+    state: TrialState = TrialState.OK
+    cause: Optional[Reason] = None  # why it did not end well (reasons.py)
     exit_code: Optional[int] = None
-    traceback: str = ""
+    traceback: str = ""  # the script's own, without feedprof's frames
 
 
 # ------------------------------------------------------------------ summary
@@ -205,18 +211,15 @@ class Summary:
     system_cpu_pct: Optional[float] = None
     main_cpu_pct: Optional[float] = None
     workers_cpu_pct: Optional[float] = None
+    workers_runq_pct: Optional[float] = None  # the workers' wait for a CPU (percent of one core)
+    other_cpu_cores: Optional[float] = None  # cores busy with processes outside the job
     gpu_util_pct: Tuple[Optional[float], ...] = ()  # per device, CUDA order
     peak_tree_rss_bytes: Optional[int] = None
     peak_tree_pss_bytes: Optional[int] = None
     peak_worker_pss_bytes: Optional[int] = None
     peak_worker_uss_bytes: Optional[int] = None
     peak_shm_used_bytes: Optional[int] = None
-    notes: Tuple[str, ...] = ()
-
-    def __str__(self) -> str:  # the renderer owns the wording; this is for print()
-        from feedprof.render.text import format_summary
-
-        return format_summary(self)
+    notes: Tuple[Reason, ...] = ()
 
 
 # ---------------------------------------------------------------------- run
@@ -238,7 +241,7 @@ class Run:
     cuda_used: Optional[bool] = None  # did the script initialise CUDA
     modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
-    notes: Tuple[str, ...] = ()
+    notes: Tuple[Reason, ...] = ()
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)
@@ -250,11 +253,12 @@ class Run:
 @dataclass(frozen=True)
 class Trial:
     index: int
-    role: str  # baseline | ceiling | search | confirm
+    role: Role
     config: Dict[str, Any]
-    state: str  # ok | failed | timeout | killed | rejected | interrupted
-    reason: str = ""
-    config_text: str = ""  # the config in words: knobs that differ from the framework's defaults
+    state: TrialState
+    cause: Optional[Reason] = None  # why it did not end well
+    phase: Phase = Phase.SEARCH
+    config_text: str = ""  # the config as keywords, leaving out the framework's defaults
     batches_per_s: Optional[float] = None
     batches_per_s_low: Optional[float] = None
     batches_per_s_high: Optional[float] = None
@@ -265,6 +269,8 @@ class Trial:
     system_cpu_pct: Optional[float] = None
     main_cpu_pct: Optional[float] = None
     workers_cpu_pct: Optional[float] = None
+    workers_runq_pct: Optional[float] = None
+    other_cpu_cores: Optional[float] = None
     gpu_util_pct: Tuple[Optional[float], ...] = ()
     peak_rss_bytes: Optional[int] = None
     peak_pss_bytes: Optional[int] = None
@@ -289,9 +295,9 @@ class Recommendation:
     input_bound_fraction: Optional[float] = None  # of the baseline: what the verdict is based on
     data_wait_fraction: Optional[float] = None  # of the baseline, measured directly (None: not observable)
     ceiling_gap_fraction: Optional[float] = None  # of the baseline: 1 - baseline / compute ceiling
-    input_bound: str = "unknown"
-    verdict: str = ""  # one line in plain words
-    reasons: Tuple[str, ...] = ()
+    input_bound: str = "unknown"  # highly | moderately | not | unknown (the TF Profiler's classes)
+    verdict: Reason = field(default_factory=Verdict)  # the headline's figures (render/words.py words it)
+    reasons: Tuple[Reason, ...] = ()
     code: str = ""  # the paste-ready line
     loader_site: str = ""
 
@@ -307,11 +313,11 @@ class TuneResult:
     duration_s: float = 0.0
     budget_s: float = 0.0
     complete: bool = False  # False: interrupted or the budget cut the search short
-    stop_reason: str = ""
+    stop_reason: Optional[Reason] = None
     host: HostInfo = field(default_factory=HostInfo)
     recommendation: Optional[Recommendation] = None
     trials: Tuple[Trial, ...] = ()
-    notes: Tuple[str, ...] = ()
+    notes: Tuple[Reason, ...] = ()
 
 
 # ------------------------------------------------------------------ files
@@ -338,12 +344,16 @@ def load(path: str) -> Any:
 def from_json_data(data: Any, source: str = "input") -> Any:
     schema = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(schema, str) or not schema.startswith("feedprof."):
-        raise StoreError(f"{source}: not a feedprof file (no 'schema': 'feedprof.run/1' or 'feedprof.tune/1')")
+        raise StoreError(f"{source}: not a feedprof file (no 'schema': '{SCHEMA_RUN}' or '{SCHEMA_TUNE}')")
     kind, _, version = schema.partition("/")
     cls = {"feedprof.run": Run, "feedprof.tune": TuneResult}.get(kind)
-    if cls is None or version != "1":
-        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1, tune/1)")
+    if cls is None or version not in ("1", "2"):
+        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1-2, tune/1-2)")
     try:
+        if version == "1":
+            from feedprof.upgrade import upgrade_v1
+
+            data = upgrade_v1(data)
         return from_dict(cls, data)
-    except (DecodeError, TypeError, KeyError, IndexError) as exc:
+    except (DecodeError, TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
         raise StoreError(f"{source}: malformed {schema} file ({exc})") from None

@@ -26,16 +26,23 @@ def run_feedprof(args, via="module", timeout=240, cwd=None, env=None):
                           cwd=cwd, env=full_env)
 
 
-def leftover_trial_processes():
+TEST_MARK = "FEEDPROF_TEST_ID"  # inherited by everything a test starts: its leftovers, not another run's
+
+
+def leftover_trial_processes(mark=None):
     """Trial children or their loader workers still alive (every one of them
-    inherits FEEDPROF_TRIAL_DIR, whether forked or spawned), or a fork server."""
+    inherits FEEDPROF_TRIAL_DIR, whether forked or spawned), or a fork server;
+    with ``mark``, only those started under that test's mark."""
     found = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
                 continue
+            env = p.environ()
+            if mark is not None and env.get(TEST_MARK) != mark:
+                continue
             cmdline = " ".join(p.cmdline())
-            if "FEEDPROF_TRIAL_DIR" in p.environ() or "feedprof.tune.zygote" in cmdline:
+            if "FEEDPROF_TRIAL_DIR" in env or "feedprof.tune.zygote" in cmdline:
                 found.append((p.pid, cmdline))
         except psutil.Error:
             continue
@@ -43,9 +50,11 @@ def leftover_trial_processes():
 
 
 @pytest.fixture
-def no_leftovers():
+def no_leftovers(monkeypatch, request):
+    mark = f"{os.getpid()}:{request.node.nodeid}"
+    monkeypatch.setenv(TEST_MARK, mark)
     yield
     deadline = time.monotonic() + 5
-    while leftover_trial_processes() and time.monotonic() < deadline:
+    while leftover_trial_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert leftover_trial_processes() == []
+    assert leftover_trial_processes(mark) == []

@@ -8,7 +8,8 @@ from typing import Dict, List, Optional
 
 
 class FakeClock:
-    """``now_s`` returns what the test says; ``wait_s`` advances time instead of sleeping."""
+    """``now_s`` returns what the test says; ``wait_s`` and ``sleep_s`` advance
+    time instead of sleeping."""
 
     def __init__(self, t: float = 100.0):
         self.t = t
@@ -24,6 +25,9 @@ class FakeClock:
         self.waits.append(timeout_s)
         self.t += max(0.0, timeout_s)
         return event.is_set()
+
+    def sleep_s(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
 
 
 def _nvml_errors():

@@ -25,7 +25,7 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     proc, res = tune(tmp_path, script, "--budget", "90", "--max-workers", "16")
     assert proc.returncode == 0, proc.stderr
-    assert res["schema"] == "feedprof.tune/1"
+    assert res["schema"] == "feedprof.tune/2"
     rec = res["recommendation"]
     assert rec["framework"] == "torch"
     assert set(rec["config"]) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
@@ -51,7 +51,8 @@ def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers):
     rec = res["recommendation"]
     assert rec["input_bound"] == "not"
     assert rec["config"]["num_workers"] < 4  # fewer workers: they cost memory for nothing
-    assert "Not input-bound" in rec["verdict"]
+    assert rec["verdict"]["code"] == "verdict" and rec["verdict"]["kind"] == "fewer_workers"
+    assert "Not the loader: the 4 workers add nothing; num_workers=" in proc.stdout
     assert len(res["trials"]) <= 5  # near the ceiling at once: no ladder to climb
 
 
@@ -61,7 +62,8 @@ def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers):
     proc, res = tune(tmp_path, script, "--budget", "12")
     assert proc.returncode == 0, proc.stderr
     assert res["complete"] is False
-    assert "budget cut the search short" in res["stop_reason"]
+    assert res["stop_reason"]["code"] == "budget_cut_short" and res["stop_reason"]["budget_s"] == 12
+    assert "budget cut the search short" in proc.stdout
     assert res["recommendation"] is not None  # it still recommends from what it measured
     assert "budget" in proc.stdout
 

@@ -2,6 +2,7 @@ import pytest
 
 from feedprof.analyse import stats
 from feedprof.analyse.diagnose import classify, effective_rate, summarize, training_loader
+from feedprof.reasons import NoLoaderIterated, OnlyWarmup
 from feedprof.store import EpochLog, LoaderRecord, Peaks, Run, Samples, StepLog, Window
 
 
@@ -77,12 +78,12 @@ def test_summary_without_steady_steps_says_so():
     rec = LoaderRecord(loader_id=0, framework="torch", batches=3)
     s = summarize(Run(loaders=(rec,)))
     assert s.data_wait_fraction is None and s.input_bound == "unknown"
-    assert any("warm-up" in n for n in s.notes)
+    assert OnlyWarmup(batches=3) in s.notes
 
 
 def test_summary_without_loader():
     s = summarize(Run())
-    assert "no data loader was iterated" in s.notes
+    assert s.notes == (NoLoaderIterated(),)
 
 
 def test_persistent_workers_pay_their_start_up_once():
@@ -90,8 +91,8 @@ def test_persistent_workers_pay_their_start_up_once():
 
     run = make_run()
     train = run.loaders[0]
-    one_epoch = dataclasses.replace(train, epochs=dataclasses.replace(train.epochs))  # only the first epoch seen
-    short = dataclasses.replace(one_epoch, batches_per_epoch=20)
+    assert train.epochs.n_epochs == (1,)  # only the first epoch seen: its start-up stands in for every epoch's
+    short = dataclasses.replace(train, batches_per_epoch=20)
     plain = summarize(dataclasses.replace(run, loaders=(short, run.loaders[1])))
     persistent = summarize(dataclasses.replace(run, loaders=(
         dataclasses.replace(short, config={"num_workers": 2, "persistent_workers": True}), run.loaders[1])))

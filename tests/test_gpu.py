@@ -4,6 +4,8 @@ import shutil
 import pytest
 
 from feedprof.record.gpu import NullGpu, NvmlGpu, open_gpu, parse_visible_devices
+from feedprof.render.words import gpu_status
+from feedprof.store import GpuStatus
 from tests.fakes import fake_pynvml
 
 UUIDS = ["GPU-1111-aaaa", "GPU-2222-bbbb", "GPU-3333-cccc"]
@@ -48,17 +50,20 @@ def test_units():
     assert r.mem_used_bytes == 2**30
 
 
-@pytest.mark.parametrize("err,reason", [(12, "NVML library not found"), (9, "driver not loaded")])
-def test_null_backend_says_why(err, reason):
+@pytest.mark.parametrize("err,status,words", [(12, GpuStatus.NO_LIBRARY, "NVML library not found"),
+                                              (9, GpuStatus.NO_DRIVER, "driver not loaded")])
+def test_null_backend_says_why(err, status, words):
     gpu = open_gpu(nvml=fake_pynvml(UUIDS, init_error=err))
     assert isinstance(gpu, NullGpu)
-    assert gpu.status.startswith("GPU: not available — ") and reason in gpu.status
+    assert gpu.status is status
+    assert gpu_status(gpu.status, gpu.detail).startswith("not available — ") and words in gpu_status(gpu.status)
     assert gpu.read() == () and gpu.devices == ()
 
 
 def test_everything_hidden():
     gpu = open_gpu(nvml=fake_pynvml(UUIDS), visible_devices="")
-    assert isinstance(gpu, NullGpu) and "hides every GPU" in gpu.status
+    assert isinstance(gpu, NullGpu) and gpu.status is GpuStatus.ALL_HIDDEN
+    assert "hides every GPU" in gpu_status(gpu.status)
 
 
 def test_this_machine_without_a_gpu_gets_the_null_backend():
@@ -66,7 +71,8 @@ def test_this_machine_without_a_gpu_gets_the_null_backend():
         pytest.skip("this machine has an NVIDIA driver")
     gpu = open_gpu()
     assert isinstance(gpu, NullGpu)
-    assert "not available" in gpu.status
+    assert gpu.status in (GpuStatus.NO_PYNVML, GpuStatus.NO_LIBRARY, GpuStatus.NO_DRIVER, GpuStatus.NO_GPU)
+    assert "not available" in gpu_status(gpu.status)
 
 
 @pytest.mark.gpu

@@ -42,7 +42,7 @@ def test_host_info_reads_the_machine_without_importing_frameworks():
     import sys
 
     had_torch = "torch" in sys.modules
-    info = host_info(gpu_status="GPU: test")
+    info = host_info()
     assert info.cpus_usable >= 1 and info.ram_bytes > 0 and info.cpu_model
     assert "torch" in info.frameworks  # from package metadata
     assert ("torch" in sys.modules) == had_torch

@@ -1,6 +1,7 @@
 """What the charts draw, computed from stored records (no browser needed)."""
 import pytest
 
+from feedprof.reasons import OverMemoryBudget
 from feedprof.render import plots
 from feedprof.store import (GpuSeries, HostInfo, LoaderRecord, Recommendation, Run, Samples, StepLog, Trial,
                             TuneResult, Window)
@@ -39,7 +40,8 @@ def test_throughput_chart_marks_baseline_pick_and_ceiling():
                     batches_per_s_low=9.0, batches_per_s_high=11.0),
               Trial(index=1, role="ceiling", config={"num_workers": 0}, state="ok", batches_per_s=100.0),
               Trial(index=2, role="search", config={"num_workers": 4}, state="ok", batches_per_s=80.0),
-              Trial(index=3, role="search", config={"num_workers": 64}, state="rejected", reason="RAM"))
+              Trial(index=3, role="search", config={"num_workers": 64}, state="rejected",
+                    cause=OverMemoryBudget(need_bytes=2, free_bytes=1)))
     rec = Recommendation(framework="torch", config={"num_workers": 4}, trial_index=2, ceiling_batches_per_s=100.0,
                          baseline_batches_per_s=10.0)
     chart = plots.throughput_data(TuneResult(trials=trials, recommendation=rec))

@@ -5,6 +5,9 @@ import time
 
 import pytest
 
+from feedprof.reasons import GpuUnavailable, SamplingStopped
+from feedprof.store import GpuStatus
+
 from feedprof.record.gpu import NullGpu
 from feedprof.record.sampler import Sampler, next_tick
 from tests.fakes import FakeClock, fake_pynvml
@@ -22,7 +25,7 @@ def test_next_tick_skips_missed_ticks_instead_of_bursting():
 
 def test_thread_loop_waits_on_the_grid():
     clock = FakeClock(0.0)
-    s = Sampler(interval_s=0.2, gpu=NullGpu("GPU: test"), clock=clock)
+    s = Sampler(interval_s=0.2, gpu=NullGpu(GpuStatus.NO_GPU), clock=clock)
     slow = s.sample_once
 
     def sample_taking_50ms():
@@ -38,7 +41,7 @@ def test_thread_loop_waits_on_the_grid():
 
 def test_rows_are_bounded_and_peaks_exact():
     clock = FakeClock(0.0)
-    s = Sampler(interval_s=0.2, gpu=NullGpu("GPU: test"), clock=clock, capacity=16,
+    s = Sampler(interval_s=0.2, gpu=NullGpu(GpuStatus.NO_GPU), clock=clock, capacity=16,
                 memory_detail_interval_s=1e9)
     for _ in range(1000):
         s.sample_once()
@@ -48,7 +51,7 @@ def test_rows_are_bounded_and_peaks_exact():
     assert snap.n_taken == 1000
     assert snap.stride >= 64
     assert snap.peaks.tree_rss_bytes is not None and snap.peaks.tree_rss_bytes >= max(snap.main_rss_bytes)
-    assert snap.notes == ("GPU: test",)
+    assert snap.notes == (GpuUnavailable(status="no_gpu"),)
 
 
 def _busy(seconds):
@@ -76,7 +79,7 @@ def test_real_process_tree_is_sampled_workers_included():
     assert all(r > 0 for r in snap.main_rss_bytes)
     assert snap.peaks.tree_pss_bytes is not None and snap.peaks.worker_uss_bytes is not None
     assert len(snap.per_core_cpu_pct[-1]) == os.cpu_count()
-    assert any("GPU: sampling turned off" in n for n in snap.notes)
+    assert GpuUnavailable(status="off") in snap.notes
 
 
 def test_observing_a_process_that_exits_ends_quietly():
@@ -88,7 +91,7 @@ def test_observing_a_process_that_exits_ends_quietly():
     time.sleep(0.3)
     snap = s.stop()
     assert snap.n_taken >= 2
-    assert not any("stopped" in n for n in snap.notes)
+    assert not any(isinstance(n, SamplingStopped) for n in snap.notes)
 
 
 def test_gpu_columns_and_a_gpu_lost_mid_run():

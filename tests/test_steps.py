@@ -83,7 +83,7 @@ def test_watched_iterator_times_with_injected_clock():
     assert rec.batches == 5
     assert rec.steady_wait_s == pytest.approx(4 * 0.2)
     assert rec.steady_wall_s == pytest.approx(4 * 0.25)
-    assert rec.info["batch_size"] == 4  # read off the first batch
+    assert rec.info.batch_size == 4  # read off the first batch
 
 
 def test_watched_is_transparent():

@@ -4,8 +4,10 @@ import pytest
 
 import feedprof
 from feedprof.codec import dumps
-from feedprof.store import (GpuInfo, GpuSeries, HostInfo, LoaderRecord, Run, Samples, StoreError, Summary,
-                            TuneResult, Trial, Recommendation, from_json_data, load, save)
+from feedprof.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unknown, Verdict, WaitNotObservable
+from feedprof.store import (GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord, Outcome, Phase, Role, Run,
+                            Samples, StoreError, Summary, Trial, TrialState, TuneResult, Recommendation,
+                            from_json_data, load, save)
 
 
 def sample_run():
@@ -23,7 +25,7 @@ def test_run_round_trip(tmp_path):
     path = str(tmp_path / "run.json")
     save(run, path)
     back = feedprof.load(path)
-    assert json.load(open(path))["schema"] == "feedprof.run/1"
+    assert json.load(open(path))["schema"] == "feedprof.run/2"
     assert back.samples == run.samples
     assert back.loaders == run.loaders
     assert back.host == run.host
@@ -31,14 +33,65 @@ def test_run_round_trip(tmp_path):
 
 
 def test_tune_round_trip(tmp_path):
-    res = TuneResult(script="t.py", recommendation=Recommendation(framework="torch", config={"num_workers": 4}),
-                     trials=(Trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", run=sample_run()),))
+    verdict = Verdict(kind="faster", input_bound="highly", config={"num_workers": 4}, speedup=3.0)
+    rejected = Trial(index=1, role=Role.SEARCH, config={"num_workers": 64}, state=TrialState.REJECTED,
+                     phase=Phase.LADDER, cause=OverMemoryBudget(need_bytes=10, per_worker_bytes=2, free_bytes=5))
+    res = TuneResult(script="t.py", recommendation=Recommendation(
+        framework="torch", config={"num_workers": 4}, verdict=verdict,
+        reasons=(CpusAreTheLimit(cores_per_worker=0.97, cpu_cap=2),)),
+        trials=(Trial(index=0, role=Role.BASELINE, config={"num_workers": 0}, state=TrialState.OK, run=sample_run()),
+                rejected))
     path = str(tmp_path / "results.json")
     save(res, path)
+    data = json.load(open(path))
+    assert data["schema"] == "feedprof.tune/2"
+    # findings are codes with their figures, and enums are their plain strings
+    assert data["recommendation"]["reasons"] == [{"code": "cpus_are_the_limit", "cores_per_worker": 0.97, "cpu_cap": 2}]
+    assert data["trials"][1]["state"] == "rejected" and data["trials"][1]["phase"] == "ladder"
+    assert data["trials"][1]["cause"]["code"] == "over_memory_budget"
     back = load(path)
     assert isinstance(back, TuneResult)
-    assert back.recommendation.config == {"num_workers": 4}
+    assert back.recommendation == res.recommendation
+    assert back.trials[1] == rejected and back.trials[1].state is TrialState.REJECTED
     assert back.trials[0].run.loaders == res.trials[0].run.loaders
+
+
+def test_a_finding_from_a_newer_feedprof_is_kept_as_unknown():
+    data = json.loads(dumps(Run(script="a.py", notes=(WaitNotObservable(framework="tf.data"),))))
+    data["notes"].append({"code": "from_the_future", "x": 1})
+    notes = from_json_data(data).notes
+    assert notes[0] == WaitNotObservable(framework="tf.data") and isinstance(notes[1], Unknown)
+
+
+V1_TUNE = {
+    "schema": "feedprof.tune/1", "script": "/x/train.py", "framework": "torch", "stop_reason": "",
+    "host": {"gpu_status": "GPU: not available — NVML library not found (no NVIDIA driver on this machine)"},
+    "notes": ["pin_memory has no effect here"],
+    "recommendation": {"framework": "torch", "config": {"num_workers": 4}, "verdict": "Highly input-bound: 3.0× faster",
+                       "reasons": ["The CPUs are the limit."]},
+    "trials": [{"index": 0, "role": "baseline", "config": {"num_workers": 0}, "state": "ok", "reason": "",
+                "run": {"schema": "feedprof.run/1", "window": {"reason": "200 batches"},
+                        "outcome": {"state": "ok", "message": "window measured"}, "notes": ["a note"],
+                        "host": {"gpu_status": "ok"}}},
+               {"index": 1, "role": "search", "config": {"num_workers": 64}, "state": "killed",
+                "reason": "SIGKILL: killed, most likely by the out-of-memory killer"}],
+}
+
+
+def test_version_1_files_are_read_with_their_words(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(V1_TUNE))
+    res = load(str(path))
+    assert res.recommendation.verdict == Text("Highly input-bound: 3.0× faster")
+    assert res.recommendation.reasons == (Text("The CPUs are the limit."),)
+    assert res.notes == (Text("pin_memory has no effect here"),)
+    assert res.host.gpu_status is GpuStatus.UNKNOWN and "NVML library not found" in res.host.gpu_status_detail
+    base, killed = res.trials
+    assert base.role is Role.BASELINE and base.phase is Phase.BASELINE and base.cause is None
+    assert base.run.window.end == "batches" and base.run.outcome == Outcome()
+    assert base.run.host.gpu_status is GpuStatus.OK and base.run.notes == (Text("a note"),)
+    assert killed.state is TrialState.KILLED and killed.phase is Phase.SEARCH
+    assert killed.cause == Text("SIGKILL: killed, most likely by the out-of-memory killer")
 
 
 def test_unknown_keys_are_ignored_and_missing_take_defaults():
@@ -54,6 +107,9 @@ def test_unknown_keys_are_ignored_and_missing_take_defaults():
     ('[1, 2]', "not a feedprof file"),
     ('{"schema": "feedprof.run/9"}', "not one this feedprof reads"),
     ('{"schema": "feedprof.run/1", "loaders": [{"framework": "torch"}]}', "malformed|lacks"),
+    ('{"schema": "feedprof.run/2", "loaders": [{"framework": "torch"}]}', "malformed|lacks"),
+    ('{"schema": "feedprof.tune/2", "trials": [{"index": 0, "role": "nobody", "config": {}, "state": "ok"}]}',
+     "malformed.*not a Role"),
 ])
 def test_bad_files(tmp_path, content, match):
     path = tmp_path / "x.json"

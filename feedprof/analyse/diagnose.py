@@ -2,10 +2,11 @@
 wait, input-bound class, and the host/GPU picture over the same window."""
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from feedprof.analyse import stats
-from feedprof.store import LoaderRecord, Run, Summary
+from feedprof.reasons import FewSteadyBatches, NoLoaderIterated, OnlyWarmup, Reason, WaitNotObservable, said_once
+from feedprof.store import LoaderRecord, Run, Samples, Summary
 
 # The TensorFlow Profiler's input-pipeline thresholds.
 HIGHLY_INPUT_BOUND = 0.20
@@ -22,11 +23,6 @@ def classify(input_bound_fraction: Optional[float]) -> str:
     return "not"
 
 
-def verdict_words(input_bound: str) -> str:
-    return {"highly": "highly input-bound", "moderately": "moderately input-bound",
-            "not": "not input-bound", "unknown": "input-bound: unknown"}[input_bound]
-
-
 def training_loader(run: Run) -> Optional[LoaderRecord]:
     """The loader the window measured, else the one that delivered the most batches."""
     if run.window.loader_id is not None:
@@ -36,12 +32,19 @@ def training_loader(run: Run) -> Optional[LoaderRecord]:
     return max(run.loaders, key=lambda r: r.batches, default=None)
 
 
-def num_workers_of(rec: LoaderRecord) -> Optional[int]:
-    cfg = rec.config
+def workers_of(config: dict) -> Optional[int]:
+    """Worker processes (or threads) a loader config asks for, whatever the framework."""
     for key in ("num_workers", "workers"):
-        if isinstance(cfg.get(key), int):
-            return cfg[key]
+        if isinstance(config.get(key), int):
+            return config[key]
     return None
+
+
+def wait_fraction(rec: LoaderRecord) -> Optional[float]:
+    """Share of the steady-state steps' wall time spent blocked on the loader
+    (None where the framework pulls batches out of sight)."""
+    wall = sum(rec.steps.wall_s)
+    return sum(rec.steps.wait_s) / wall if wall > 0 and rec.wait_observable else None
 
 
 def epoch_startup(rec: LoaderRecord) -> tuple:
@@ -78,67 +81,93 @@ def effective_rate(batches_per_s: Optional[float], batches_per_epoch: Optional[i
 
 def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     rec = training_loader(run)
-    notes: List[str] = list(run.notes) + list(run.samples.notes)
+    notes: List[Reason] = list(run.notes) + list(run.samples.notes)
     if rec is None:
-        return Summary(notes=tuple(notes + ["no data loader was iterated"]))
-    w = run.window
+        return Summary(notes=tuple(notes + [NoLoaderIterated()]))
     steps = rec.steps
     measured = sum(steps.n_steps)
-    wall = sum(steps.wall_s)
-    wait = sum(steps.wait_s)
-    rates = stats.chunk_rates(steps, n_chunks)
-    rate, low, high = stats.spread(rates)
-    wait_fraction = wait / wall if wall > 0 and rec.wait_observable else None
-    if not rec.wait_observable:
-        notes.append(f"data wait is not observable here: {rec.framework} pulls each batch inside its own "
-                     "runtime; the compute ceiling (feedprof tune) says how input-bound the job is")
+    rate, low, high = stats.spread(rates := stats.chunk_rates(steps, n_chunks))
+    waited = wait_fraction(rec)
+    notes += _step_notes(rec, measured)
     first, later = epoch_startup(rec)
-    # Without a later epoch measured, the first epoch's start-up stands in for
-    # every epoch's, except with persistent workers: they start once per run.
-    startup = later if later is not None else (None if rec.config.get("persistent_workers") else first)
     teardown = epoch_teardown(rec)
-    if teardown:
-        startup = (startup or 0.0) + teardown
-    effective = effective_rate(rate, rec.batches_per_epoch, startup)
-    if measured == 0:
-        notes.append(f"{rec.batches} batches were delivered, all of them warm-up or epoch start-up: "
-                     "nothing to measure in steady state (a longer run would say more)")
-    elif measured < 3 * stats.MIN_STEPS_PER_CHUNK:
-        notes.append(f"only {measured} steady-state batches were measured: figures are rough")
-    # Host and GPU readings over the steady window (or the whole run if it had none).
-    t0 = w.t_start_s if w.t_start_s is not None else (steps.t_end_s[0] - steps.wall_s[0] if steps.t_end_s else None)
-    t1 = w.t_end_s if w.t_end_s is not None else (steps.t_end_s[-1] if steps.t_end_s else None)
-    s = run.samples
-    mean = lambda col: stats.window_mean(s.t_s, col, t0, t1)  # noqa: E731
-    workers = num_workers_of(rec)
-    peaks = s.peaks
+    workers = workers_of(rec.config)
     return Summary(
         loader=rec.name or rec.site or f"loader {rec.loader_id}",
         framework=rec.framework,
         batches_measured=measured,
-        measured_s=wall,
+        measured_s=sum(steps.wall_s),
         batches_per_s=rate,
         batches_per_s_low=low,
         batches_per_s_high=high,
         n_chunks=len(rates),
-        effective_batches_per_s=effective,
+        effective_batches_per_s=effective_rate(rate, rec.batches_per_epoch, _per_epoch_cost(rec, first, later, teardown)),
         batch_size=rec.batch_size,
         samples_per_s=rate * rec.batch_size if rate is not None and rec.batch_size else None,
-        data_wait_fraction=wait_fraction,
-        data_wait_s=wait if measured and rec.wait_observable else None,
-        input_bound=classify(wait_fraction),
+        data_wait_fraction=waited,
+        data_wait_s=sum(steps.wait_s) if measured and rec.wait_observable else None,
+        input_bound=classify(waited),
         time_to_first_batch_s=first,
         epoch_startup_s=later,
         epoch_teardown_s=teardown,
-        num_workers=workers if workers is not None else (peaks.n_workers or None),
+        num_workers=workers if workers is not None else (run.samples.peaks.n_workers or None),
+        **_host_means(run, rec),
+        notes=tuple(said_once(notes)),
+    )
+
+
+def _step_notes(rec: LoaderRecord, measured: int) -> List[Reason]:
+    notes: List[Reason] = []
+    if not rec.wait_observable:
+        notes.append(WaitNotObservable(framework=rec.framework))
+    if measured == 0:
+        notes.append(OnlyWarmup(batches=rec.batches))
+    elif measured < 3 * stats.MIN_STEPS_PER_CHUNK:
+        notes.append(FewSteadyBatches(batches=measured))
+    return notes
+
+
+def _per_epoch_cost(rec: LoaderRecord, first: Optional[float], later: Optional[float],
+                    teardown: Optional[float]) -> Optional[float]:
+    """Start-up plus teardown paid per epoch. Without a later epoch measured, the
+    first epoch's start-up stands in for every epoch's, except with persistent
+    workers: they start once per run."""
+    startup = later if later is not None else (None if rec.config.get("persistent_workers") else first)
+    if teardown:
+        startup = (startup or 0.0) + teardown
+    return startup
+
+
+def other_cores(s: Samples) -> Tuple[Optional[float], ...]:
+    """Per sample, cores busy outside the job: the machine's busy cores less the
+    job's own (main process and workers)."""
+    out = []
+    for system, cores, main, workers in zip(s.system_cpu_pct, s.per_core_cpu_pct, s.main_cpu_pct,
+                                            s.workers_cpu_pct):
+        if system is None or main is None or not cores:
+            out.append(None)
+            continue
+        out.append(max(0.0, system / 100 * len(cores) - (main + (workers or 0.0)) / 100))
+    return tuple(out)
+
+
+def _host_means(run: Run, rec: LoaderRecord) -> dict:
+    """Host and GPU readings over the steady window (or the whole run if it had none)."""
+    w, steps, s = run.window, rec.steps, run.samples
+    t0 = w.t_start_s if w.t_start_s is not None else (steps.t_end_s[0] - steps.wall_s[0] if steps.t_end_s else None)
+    t1 = w.t_end_s if w.t_end_s is not None else (steps.t_end_s[-1] if steps.t_end_s else None)
+    mean = lambda col: stats.window_mean(s.t_s, col, t0, t1)  # noqa: E731
+    peaks = s.peaks
+    return dict(
         system_cpu_pct=mean(s.system_cpu_pct),
         main_cpu_pct=mean(s.main_cpu_pct),
         workers_cpu_pct=mean(s.workers_cpu_pct),
+        workers_runq_pct=mean(s.workers_runq_pct),
+        other_cpu_cores=mean(other_cores(s)),
         gpu_util_pct=tuple(mean(g.util_pct) for g in s.gpus),
         peak_tree_rss_bytes=peaks.tree_rss_bytes,
         peak_tree_pss_bytes=peaks.tree_pss_bytes,
         peak_worker_pss_bytes=peaks.worker_pss_bytes,
         peak_worker_uss_bytes=peaks.worker_uss_bytes,
         peak_shm_used_bytes=peaks.shm_used_bytes,
-        notes=tuple(dict.fromkeys(notes)),
     )

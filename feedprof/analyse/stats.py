@@ -58,16 +58,6 @@ def spread(rates: Sequence[float]) -> Tuple[Optional[float], Optional[float], Op
     return median(rates), min(rates), max(rates)
 
 
-def relative_noise(rates: Sequence[float]) -> float:
-    """Half the relative width of the middle of the chunk rates (0.05 = ±5 %)."""
-    if len(rates) < 2:
-        return 0.0
-    s = sorted(rates)
-    lo, hi = s[len(s) // 4], s[(3 * len(s)) // 4]
-    mid = median(s) or 1.0
-    return 0.5 * (hi - lo) / mid if mid else 0.0
-
-
 def window_mean(t_s: Sequence[float], values: Sequence[Optional[float]],
                 t_start_s: Optional[float], t_end_s: Optional[float]) -> Optional[float]:
     """Mean of the readings inside [t_start_s, t_end_s] (all of them if unbounded)."""

@@ -2,25 +2,40 @@
 knobs at construction, and replay one batch for the compute ceiling.
 
 Adapters never import their framework at module import time: they are
-installed by a post-import hook (hooks.py) when the user's script imports it.
+installed by a post-import hook (hooks.py) when the user's script imports it,
+and they talk to the trial controller only through contract.Controller.
 """
 from __future__ import annotations
 
+import importlib
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
+
+from feedprof.record.steps import LoaderInfo
+
+_MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata"}
 
 
-def describe_loader(obj: Any) -> Dict[str, Any]:
-    """framework, dataset, batch_size, batches_per_epoch and config of a loader
-    handed to ``prof.watch``; an unknown iterable gets what can be read."""
+def describe_config(framework: str, config: Dict[str, Any]) -> str:
+    """A loader config as its framework's keywords, leaving out the defaults
+    ("num_workers=8, persistent_workers=True"); any knobs if the framework is unknown."""
+    module = _MODULES.get(framework)
+    if module is None:
+        return ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
+    return importlib.import_module(f"feedprof.frameworks.{module}").describe_config(config)
+
+
+def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:
+    """(framework, what is known) of a loader handed to ``prof.watch``; an
+    unknown iterable gets what can be read."""
     if "torch.utils.data" in sys.modules:
         from feedprof.frameworks import torch as torch_fw
 
         if torch_fw.is_dataloader(obj):
-            return {"framework": "torch", **torch_fw.describe(obj)}
-    info: Dict[str, Any] = {"framework": "iterable", "dataset": type(obj).__name__}
+            return "torch", torch_fw.describe(obj)
+    info = LoaderInfo(dataset=type(obj).__name__)
     try:
-        info["batches_per_epoch"] = len(obj)
+        info.batches_per_epoch = len(obj)
     except TypeError:
         pass
-    return info
+    return "iterable", info

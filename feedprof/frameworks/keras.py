@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 from typing import Any, Dict, Optional
+
+from feedprof.reasons import NoSuperInit
+from feedprof.record.steps import LoaderInfo
 
 KNOBS = ("workers", "use_multiprocessing", "max_queue_size")
 DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
-FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size from fit() to the "
-                  "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -42,6 +44,17 @@ def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
     out["max_queue_size"] = max(1, int(out["max_queue_size"]))
     out["use_multiprocessing"] = bool(out["use_multiprocessing"])
     return out
+
+
+def describe_config(config: Dict[str, Any]) -> str:
+    """workers, plus only the knobs that differ from Keras's defaults."""
+    cfg = legalize(config)
+    parts = [f"workers={cfg['workers']}"]
+    if cfg["use_multiprocessing"]:
+        parts.append("use_multiprocessing=True")
+    if cfg["max_queue_size"] != DEFAULTS["max_queue_size"]:
+        parts.append(f"max_queue_size={cfg['max_queue_size']}")
+    return ", ".join(parts)
 
 
 def _backend() -> str:
@@ -71,34 +84,24 @@ def _num_batches(ds: Any) -> Optional[int]:
 def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     """Where to set the knobs: the dataset's construction, if its __init__
     forwards **kwargs to super().__init__, else that super call itself."""
-    from feedprof.frameworks.source import rewrite_call, rewrite_statement
+    from feedprof.frameworks.source import resolve_site, rewrite_call, rewrite_statement
 
     cfg = legalize(config)
     chain = list(getattr(loader, "call_chain", ()) or ())
-    base = os.path.dirname(os.path.abspath(script))
-
-    def locate(site: str):
-        path, _, line = site.rpartition(":")
-        if not path or not line.isdigit():
-            return None, None
-        return (path if os.path.isabs(path) else os.path.join(base, path)), int(line)
-
     if chain:
-        path, line = locate(chain[-1])  # innermost: the super().__init__(...) call
-        if path:
-            inner = rewrite_call(path, line, ("__init__",), {}, drop=())
-            forwards = inner is not None and "**" in inner
-            if not forwards:
-                found = rewrite_statement(path, line, ("__init__",), cfg)
+        where = resolve_site(chain[-1], script)  # innermost: the super().__init__(...) call
+        if where is not None:
+            inner = rewrite_call(*where, ("__init__",), {}, drop=())
+            if inner is None or "**" not in inner:  # it does not forward **kwargs: set the knobs there
+                found = rewrite_statement(*where, ("__init__",), cfg)
                 if found:
-                    return f"{found[0]}  # in {os.path.basename(path)}:{line}"
-        if len(chain) > 1:
-            path, line = locate(chain[-2])  # where the dataset is built
-            dataset = getattr(loader, "dataset", "") or ""
-            if path:
-                found = rewrite_statement(path, line, (dataset,) if dataset else (), cfg)
-                if found:
-                    return found[0]
+                    return f"{found[0]}  # in {os.path.basename(where[0])}:{where[1]}"
+        where = resolve_site(chain[-2], script) if len(chain) > 1 else None  # where the dataset is built
+        dataset = getattr(loader, "dataset", "") or ""
+        if where is not None:
+            found = rewrite_statement(*where, (dataset,) if dataset else (), cfg)
+            if found:
+                return found[0]
     return f"super().__init__(workers={cfg['workers']}, use_multiprocessing={cfg['use_multiprocessing']}, " \
            f"max_queue_size={cfg['max_queue_size']}, **kwargs)"
 
@@ -118,43 +121,30 @@ def install(ctl: Any) -> None:
     def __init__(self: Any, workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10) -> None:
         script_cfg = legalize({"workers": workers, "use_multiprocessing": use_multiprocessing,
                                "max_queue_size": max_queue_size})
-        plan = ctl.plan("keras")
+        plan = ctl.plan("keras", sys._getframe(1))
         cfg = legalize({**script_cfg, **(plan.inject or {})})
         orig_init(self, **cfg)
         # the site users know is where the dataset is built, one frame out of its __init__
         site = plan.chain[-2] if len(plan.chain) >= 2 else (plan.chain[-1] if plan.chain else "")
-        self._feedprof_handle = ctl.created(plan, {"config": cfg, "script_config": script_cfg,
-                                                   "dataset": type(self).__name__, "site": site}, self)
+        self._feedprof_handle = ctl.created(plan, LoaderInfo(config=cfg, script_config=script_cfg,
+                                                             dataset=type(self).__name__, site=site), self)
         if plan.replay:
             replay_items(type(self), orig_getitem_owner)
 
     def adapter_init(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
         handle = getattr(x, "_feedprof_handle", None)
         if handle is None and isinstance(x, PyDataset):
-            # The subclass never called super().__init__(**kwargs): Keras falls back to
-            # workers=1 and ignores what was passed. Measure it anyway, and say so.
-            plan = ctl.plan("keras")
-            cfg = legalize({**DEFAULTS, **(plan.inject or {})})
-            for key, value in cfg.items():  # what super().__init__ would have set
-                setattr(x, f"_{key}", value)
-            ctl.note(f"{type(x).__name__}.__init__ does not call super().__init__(**kwargs): Keras ignores "
-                     "its workers, use_multiprocessing and max_queue_size (feedprof set them to measure; "
-                     "add the call for them to take effect)")
-            handle = ctl.created(plan, {"config": cfg, "script_config": dict(DEFAULTS),
-                                        "dataset": type(x).__name__, "no_super_init": True}, x)
-            x._feedprof_handle = handle
-            if plan.replay:
-                replay_items(type(x), orig_getitem_owner)
+            handle = _no_super_init(ctl, x, sys._getframe(1), orig_getitem_owner)
         orig_adapter_init(self, x, *args, **kwargs)
         if handle is not None:
             backend = _backend()
-            handle.info["batches_per_epoch"] = _num_batches(x)
-            handle.info["backend"] = backend
-            handle.info["wait_observable"] = wait_observable(handle.info["config"], backend)
+            handle.info.batches_per_epoch = _num_batches(x)
+            handle.info.backend = backend
+            handle.info.wait_observable = wait_observable(handle.info.config, backend)
             # Between epochs Keras stops and restarts the workers (and the tf.data iterator
             # around them): that time is the loader's, counted as the epoch's teardown.
             # It also holds per-epoch validation, if the script runs one.
-            handle.info["gap_is_teardown"] = True
+            handle.info.gap_is_teardown = True
 
     def _get_iterator(self: Any) -> Any:
         handle = getattr(self.py_dataset, "_feedprof_handle", None)
@@ -167,6 +157,21 @@ def install(ctl: Any) -> None:
     Adapter._get_iterator = _get_iterator
     PyDataset._feedprof_patched = True
     _patch_fit(ctl)
+
+
+def _no_super_init(ctl: Any, x: Any, caller: Any, replayed: Dict[type, Any]) -> Any:
+    """The subclass never called super().__init__(**kwargs): Keras falls back to
+    workers=1 and ignores what was passed. Measure it anyway, and say so."""
+    plan = ctl.plan("keras", caller)
+    cfg = legalize({**DEFAULTS, **(plan.inject or {})})
+    for key, value in cfg.items():  # what super().__init__ would have set
+        setattr(x, f"_{key}", value)
+    ctl.note(NoSuperInit(dataset=type(x).__name__))
+    handle = ctl.created(plan, LoaderInfo(config=cfg, script_config=dict(DEFAULTS), dataset=type(x).__name__), x)
+    x._feedprof_handle = handle
+    if plan.replay:
+        replay_items(type(x), replayed)
+    return handle
 
 
 def replay_items(cls: type, saved: Dict[type, Any]) -> None:

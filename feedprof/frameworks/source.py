@@ -8,9 +8,20 @@ collate_fn, the variable it is assigned to...) exactly as the user wrote it.
 from __future__ import annotations
 
 import ast
+import os
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 SIMPLE_STATEMENTS = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Expr, ast.Return)
+
+
+def resolve_site(site: str, script: str) -> Optional[Tuple[str, int]]:
+    """``"train.py:54"`` (a path relative to the script's directory, or absolute)
+    as (absolute path, line); None if it is not FILE:LINE."""
+    path, _, line = (site or "").rpartition(":")
+    if not path or not line.isdigit():
+        return None
+    full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
+    return full, int(line)
 
 
 def _callee_name(node: ast.Call) -> str:

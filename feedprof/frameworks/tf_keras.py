@@ -17,29 +17,24 @@ throughput pays for it: with short epochs, more workers can lose.
 from __future__ import annotations
 
 import inspect
+import sys
 from typing import Any, Dict
 
 from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
-
-EPOCH_END_STALL_NOTE = ("tf_keras stalls about 5 s at every epoch end when workers > 1 or "
-                        "use_multiprocessing=True (its enqueuer's queue timeout): with short epochs that "
-                        "can outweigh the gain; Keras 3 does not have this stall")
+from feedprof.reasons import EpochEndStall
+from feedprof.record.steps import LoaderInfo
 
 
 def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
-    import os
-
-    from feedprof.frameworks.source import rewrite_statement
+    from feedprof.frameworks.source import resolve_site, rewrite_statement
 
     cfg = legalize(config)
     chain = list(getattr(loader, "call_chain", ()) or ())
-    if chain:
-        path, _, line = chain[-1].rpartition(":")
-        if path and line.isdigit():
-            full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
-            found = rewrite_statement(full, int(line), ("fit", "fit_generator"), cfg)
-            if found:
-                return found[0]
+    where = resolve_site(chain[-1], script) if chain else None
+    if where is not None:
+        found = rewrite_statement(*where, ("fit", "fit_generator"), cfg)
+        if found:
+            return found[0]
     return (f"model.fit(data, workers={cfg['workers']}, use_multiprocessing={cfg['use_multiprocessing']}, "
             f"max_queue_size={cfg['max_queue_size']})")
 
@@ -66,17 +61,15 @@ def install(ctl: Any) -> None:
                 return orig_init(self, x, *args, **kwargs)
             script_cfg = legalize({k: bound.arguments.get(k, bound.arguments.get("kwargs", {}).get(k, DEFAULTS[k]))
                                    for k in KNOBS})
-            plan = ctl.plan("tf.keras")
+            plan = ctl.plan("tf.keras", sys._getframe(1))
             cfg = legalize({**script_cfg, **(plan.inject or {})})
             for key, value in cfg.items():
                 bound.arguments[key] = value
-            dataset = type(x).__name__
-            self._feedprof_handle = ctl.created(plan, {
-                "config": cfg, "script_config": script_cfg, "dataset": dataset, "wait_observable": False,
-                "gap_is_teardown": True,
-                "batches_per_epoch": len(x) if isinstance(x, data_utils.Sequence) else None}, x)
+            self._feedprof_handle = ctl.created(plan, LoaderInfo(
+                config=cfg, script_config=script_cfg, dataset=type(x).__name__, wait_observable=False,
+                gap_is_teardown=True, batches_per_epoch=len(x) if isinstance(x, data_utils.Sequence) else None), x)
             if cfg["workers"] > 1 or cfg["use_multiprocessing"]:
-                ctl.note(EPOCH_END_STALL_NOTE)
+                ctl.note(EpochEndStall())
             if plan.replay and isinstance(x, data_utils.Sequence):
                 replay_items(type(x), replayed)
             self._feedprof_in_init = True

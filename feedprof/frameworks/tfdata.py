@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import inspect
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+
+from feedprof.record.steps import LoaderInfo
 
 KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 AUTOTUNE = "AUTOTUNE"
@@ -56,6 +58,13 @@ def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def describe_config(config: Dict[str, Any]) -> str:
+    cfg = legalize(config)
+    parts = [f"num_parallel_calls={cfg['num_parallel_calls'] or 'None (sequential)'}"]
+    parts += [f"{k}={cfg[k]}" for k in ("prefetch", "deterministic", "private_threadpool_size") if cfg[k] is not None]
+    return ", ".join(parts)
+
+
 @dataclass
 class Pipeline:
     """What the script asked of one pipeline, gathered along its transformations."""
@@ -67,7 +76,6 @@ class Pipeline:
     has_prefetch: bool = False
     handle: Any = None
     runtime: Any = None  # the dataset actually iterated (options, prefetch, replay applied)
-    notes: List[str] = field(default_factory=list)
 
     def script_config(self) -> Dict[str, Any]:
         return legalize({"num_parallel_calls": self.num_parallel_calls, "prefetch": self.prefetch,
@@ -76,25 +84,19 @@ class Pipeline:
 
 def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     """The script's own map statement with the knobs, then what to add after it."""
-    import os
-
-    from feedprof.frameworks.source import rewrite_statement
+    from feedprof.frameworks.source import resolve_site, rewrite_statement
 
     cfg = legalize(config)
     sites = getattr(loader, "config_sites", None) or ()
     chain = list(getattr(loader, "call_chain", ()) or ())
-    map_site = sites[-1] if sites else (chain[-1] if chain else "")
-    path, _, line = map_site.rpartition(":")
+    where = resolve_site(sites[-1] if sites else (chain[-1] if chain else ""), script)
     knobs = {}
     if cfg["num_parallel_calls"] is not None:
         knobs["num_parallel_calls"] = cfg["num_parallel_calls"]
     if cfg["deterministic"] is not None:
         knobs["deterministic"] = cfg["deterministic"]
     parts, name = [], "ds"
-    found = None
-    if path and line.isdigit():
-        full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
-        found = rewrite_statement(full, int(line), ("map", "interleave"), knobs)
+    found = rewrite_statement(*where, ("map", "interleave"), knobs) if where is not None else None
     if found:
         parts.append(found[0])
         name = found[1] or name
@@ -118,41 +120,19 @@ def install(ctl: Any) -> None:
     originals = {name: getattr(D, name) for name in PARALLEL + ("prefetch", "__iter__")}
     sigs = {name: inspect.signature(fn) for name, fn in originals.items()}
 
-    def parent_pipeline(ds: Any) -> Pipeline:
-        p = getattr(ds, "_feedprof_pipeline", None)
-        return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
-                        prefetch=p.prefetch, has_prefetch=p.has_prefetch) if p else Pipeline()
-
     def transformation(name: str) -> Any:
         orig, sig = originals[name], sigs[name]
 
         def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
-            chain = ctl.user_chain()
+            chain = ctl.user_chain(sys._getframe(1))
             if not chain:  # TensorFlow's or Keras's own pipelines: left alone
                 return orig(self, *args, **kwargs)
             try:
                 bound = sig.bind(self, *args, **kwargs)
             except TypeError:
                 return orig(self, *args, **kwargs)
-            p = parent_pipeline(self)
-            inject = ctl.injection("tf.data")
-            if name in ("map", "interleave"):
-                p.sites = (p.sites + (chain[-1],))[-4:]
-                p.num_parallel_calls = from_tf(bound.arguments.get("num_parallel_calls"))
-                p.deterministic = bound.arguments.get("deterministic")
-                if inject is not None:
-                    if inject.get("num_parallel_calls") is not None:
-                        bound.arguments["num_parallel_calls"] = to_tf(inject["num_parallel_calls"])
-                    if inject.get("deterministic") is not None:
-                        bound.arguments["deterministic"] = inject["deterministic"]
-            elif name == "batch" and bound.arguments.get("num_parallel_calls") is not None and inject:
-                if inject.get("num_parallel_calls") is not None:  # the script batches in parallel: same knob
-                    bound.arguments["num_parallel_calls"] = to_tf(inject["num_parallel_calls"])
-            elif name == "prefetch":
-                p.prefetch = from_tf(bound.arguments.get("buffer_size"))
-                p.has_prefetch = True
-                if inject is not None and inject.get("prefetch") is not None:
-                    bound.arguments["buffer_size"] = to_tf(inject["prefetch"])
+            p = _parent_pipeline(self)
+            _tag_and_inject(name, bound.arguments, p, chain[-1], ctl.injection("tf.data"))
             out = orig(*bound.args, **bound.kwargs)
             try:
                 out._feedprof_pipeline = p
@@ -172,7 +152,7 @@ def install(ctl: Any) -> None:
         p = getattr(self, "_feedprof_pipeline", None)
         if p is None or not _eager():
             return orig_iter(self)
-        handle = _register(ctl, self, p)
+        handle = _register(ctl, self, p, sys._getframe(1))
         return ctl.iterate(handle, lambda: orig_iter(p.runtime), replay=False)
 
     D.__iter__ = __iter__
@@ -181,19 +161,47 @@ def install(ctl: Any) -> None:
         install_keras_adapter(ctl)
 
 
+def _parent_pipeline(ds: Any) -> Pipeline:
+    p = getattr(ds, "_feedprof_pipeline", None)
+    return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
+                    prefetch=p.prefetch, has_prefetch=p.has_prefetch) if p else Pipeline()
+
+
+def _tag_and_inject(name: str, args: Dict[str, Any], p: Pipeline, site: str,
+                    inject: Optional[Dict[str, Any]]) -> None:
+    """Record what the script asked of one transformation; set the injected knobs in ``args``."""
+    inject = inject or {}
+    if name in ("map", "interleave"):
+        p.sites = (p.sites + (site,))[-4:]
+        p.num_parallel_calls = from_tf(args.get("num_parallel_calls"))
+        p.deterministic = args.get("deterministic")
+        if inject.get("num_parallel_calls") is not None:
+            args["num_parallel_calls"] = to_tf(inject["num_parallel_calls"])
+        if inject.get("deterministic") is not None:
+            args["deterministic"] = inject["deterministic"]
+    elif name == "batch" and args.get("num_parallel_calls") is not None:
+        if inject.get("num_parallel_calls") is not None:  # the script batches in parallel: same knob
+            args["num_parallel_calls"] = to_tf(inject["num_parallel_calls"])
+    elif name == "prefetch":
+        p.prefetch = from_tf(args.get("buffer_size"))
+        p.has_prefetch = True
+        if inject.get("prefetch") is not None:
+            args["buffer_size"] = to_tf(inject["prefetch"])
+
+
 def _eager() -> bool:
     import tensorflow as tf
 
     return tf.executing_eagerly()
 
 
-def _register(ctl: Any, ds: Any, p: Pipeline) -> Any:
+def _register(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
     """The pipeline's handle and the dataset to iterate, made once per dataset object."""
     if p.handle is not None and p.runtime is not None:
         return p.handle
     import tensorflow as tf
 
-    plan = ctl.plan("tf.data")
+    plan = ctl.plan("tf.data", caller)
     script_cfg = p.script_config()
     config = legalize({**script_cfg, **(plan.inject or {})})
     runtime = ds
@@ -210,9 +218,9 @@ def _register(ctl: Any, ds: Any, p: Pipeline) -> Any:
         if n is not None:
             runtime = runtime.take(n)
     p.runtime = runtime
-    p.handle = ctl.created(plan, {"config": config, "script_config": script_cfg, "dataset": "tf.data.Dataset",
-                                  "batches_per_epoch": n, "batch_size": _batch_size(ds),
-                                  "config_sites": list(p.sites)}, ds)
+    p.handle = ctl.created(plan, LoaderInfo(config=config, script_config=script_cfg, dataset="tf.data.Dataset",
+                                            batches_per_epoch=n, batch_size=_batch_size(ds),
+                                            config_sites=tuple(p.sites)), ds)
     return p.handle
 
 
@@ -249,7 +257,7 @@ def install_keras_adapter(ctl: Any) -> None:
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         p = getattr(dataset, "_feedprof_pipeline", None)
         if p is not None:
-            handle = _register(ctl, dataset, p)
+            handle = _register(ctl, dataset, p, sys._getframe(1))
             ctl.timed_by_callback(handle)
             dataset = p.runtime
         orig_init(self, dataset, *args, **kwargs)

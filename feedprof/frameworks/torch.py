@@ -23,6 +23,8 @@ import os
 import sys
 from typing import Any, Dict, Optional
 
+from feedprof.record.steps import LoaderInfo
+
 KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 DEFAULT_PREFETCH_FACTOR = 2  # torch's own default when workers > 0
 
@@ -32,7 +34,7 @@ def is_dataloader(obj: Any) -> bool:
     return mod is not None and isinstance(obj, mod.DataLoader)
 
 
-def describe(loader: Any) -> Dict[str, Any]:
+def describe(loader: Any) -> LoaderInfo:
     batch_size = loader.batch_size
     if batch_size is None:  # a custom batch_sampler
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
@@ -40,13 +42,10 @@ def describe(loader: Any) -> Dict[str, Any]:
         batches_per_epoch: Optional[int] = len(loader)
     except TypeError:  # an IterableDataset without __len__
         batches_per_epoch = None
-    config = {k: getattr(loader, k, None) for k in KNOBS}
-    return {
-        "dataset": type(loader.dataset).__name__,
-        "batch_size": batch_size if isinstance(batch_size, int) else None,
-        "batches_per_epoch": batches_per_epoch,
-        "config": legalize(config),
-    }
+    return LoaderInfo(config=legalize({k: getattr(loader, k, None) for k in KNOBS}),
+                      dataset=type(loader.dataset).__name__,
+                      batch_size=batch_size if isinstance(batch_size, int) else None,
+                      batches_per_epoch=batches_per_epoch)
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -67,6 +66,19 @@ def effective(config: Dict[str, Any]) -> Dict[str, Any]:
     out.setdefault("pin_memory", False)
     out.setdefault("persistent_workers", False)
     return out
+
+
+def describe_config(config: Dict[str, Any]) -> str:
+    """num_workers, plus only the knobs that differ from PyTorch's defaults."""
+    cfg = effective(config)
+    parts = [f"num_workers={cfg['num_workers']}"]
+    if cfg["num_workers"] and cfg["prefetch_factor"] not in (None, DEFAULT_PREFETCH_FACTOR):
+        parts.append(f"prefetch_factor={cfg['prefetch_factor']}")
+    if cfg["num_workers"] and cfg["persistent_workers"]:
+        parts.append("persistent_workers=True")
+    if cfg["pin_memory"]:
+        parts.append("pin_memory=True")
+    return ", ".join(parts)
 
 
 def call_line(config: Dict[str, Any], dataset: str = "dataset", batch_size: Optional[int] = None) -> str:
@@ -92,9 +104,7 @@ POSITIONAL = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "n
 def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     """The script's own DataLoader call at the loader's site with the knobs
     changed; a generic call where the source cannot be read."""
-    import os
-
-    from feedprof.frameworks.source import rewrite_statement
+    from feedprof.frameworks.source import resolve_site, rewrite_statement
 
     cfg = effective(config)
     knobs = {"num_workers": cfg["num_workers"]}
@@ -111,11 +121,9 @@ def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
             drop.append("persistent_workers")
     else:
         drop += ["prefetch_factor", "persistent_workers"]
-    site = getattr(loader, "site", "") if loader is not None else ""
-    path, _, line = site.rpartition(":")
-    if path and line.isdigit():
-        full = path if os.path.isabs(path) else os.path.join(os.path.dirname(os.path.abspath(script)), path)
-        found = rewrite_statement(full, int(line), ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
+    where = resolve_site(getattr(loader, "site", "") if loader is not None else "", script)
+    if where is not None:
+        found = rewrite_statement(*where, ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
         if found:
             return found[0]
     return call_line(cfg, batch_size=getattr(loader, "batch_size", None))
@@ -140,13 +148,13 @@ def install(ctl: Any) -> None:
         except TypeError:  # let the DataLoader raise its own, familiar error
             return orig_init(self, *args, **kwargs)
         script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS}
-        plan = ctl.plan("torch")
+        plan = ctl.plan("torch", sys._getframe(1))
         if plan.inject:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
         orig_init(*bound.args, **bound.kwargs)
         info = describe(self)
-        info["script_config"] = legalize(script_cfg)
+        info.script_config = legalize(script_cfg)
         self._feedprof_handle = ctl.created(plan, info, self)
 
     def __iter__(self: Any) -> Any:

@@ -1,4 +1,6 @@
-"""The one clock feedprof reads, behind an interface small enough to fake.
+"""The clock feedprof reads, behind an interface small enough to fake: every
+timing decision (sampling ticks, trial windows, time limits, the tune's
+budget) goes through a ``Clock``, so tests drive it with a fake one.
 
 ``time.perf_counter`` is ``CLOCK_MONOTONIC`` on Linux: one clock for the whole
 machine, so a timestamp taken in a trial child and one taken by the sampler in
@@ -18,6 +20,9 @@ class Clock(Protocol):
     def wait_s(self, event: threading.Event, timeout_s: float) -> bool:
         """Block until ``event`` is set or ``timeout_s`` passed; True if set."""
 
+    def sleep_s(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
+
 
 class MonotonicClock:
     now_s = staticmethod(time.perf_counter)
@@ -25,6 +30,10 @@ class MonotonicClock:
     @staticmethod
     def wait_s(event: threading.Event, timeout_s: float) -> bool:
         return event.wait(max(0.0, timeout_s))
+
+    @staticmethod
+    def sleep_s(seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
 
 
 MONOTONIC = MonotonicClock()

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
-from feedprof.store import GpuInfo
+from feedprof.store import GpuInfo, GpuStatus
 
 NVML_SAMPLE_FLOOR_S = 0.2  # NVML averages utilisation over 1/6 s to 1 s: faster adds nothing
 
@@ -34,10 +34,11 @@ class GpuReading:
 
 
 class NullGpu:
-    """No GPU data, and one sentence that says why."""
+    """No GPU data, and why: a status code plus NVML's own words, if any."""
 
-    def __init__(self, reason: str):
-        self.status = reason
+    def __init__(self, status: GpuStatus, detail: str = ""):
+        self.status = status
+        self.detail = detail
         self.devices: Tuple[GpuInfo, ...] = ()
 
     def read(self) -> Tuple[GpuReading, ...]:
@@ -89,7 +90,8 @@ class NvmlGpu:
         self._nvml = nvml
         self._handles = list(handles)
         self.devices = tuple(devices)
-        self.status = "ok"
+        self.status = GpuStatus.OK
+        self.detail = ""
 
     def _q(self, fn: Any, *args: Any) -> Any:
         try:
@@ -130,18 +132,18 @@ def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
     """
     nv = nvml if nvml is not None else _import_pynvml()
     if nv is None:
-        return NullGpu("GPU: not available — nvidia-ml-py is not installed (pip install nvidia-ml-py)")
+        return NullGpu(GpuStatus.NO_PYNVML)
     try:
         nv.nvmlInit()
     except nv.NVMLError as exc:
-        return NullGpu(f"GPU: not available — {_describe(nv, exc)}")
+        return _failed(nv, exc)
     try:
         count = nv.nvmlDeviceGetCount()
         handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         uuids = [str(nv.nvmlDeviceGetUUID(h)) for h in handles]
     except nv.NVMLError as exc:
         _shutdown(nv)
-        return NullGpu(f"GPU: not available — {_describe(nv, exc)}")
+        return _failed(nv, exc)
     if cuda_uuids:
         wanted = [u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}" for u in cuda_uuids]
         order = [uuids.index(u) for u in wanted if u in uuids]
@@ -151,8 +153,7 @@ def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
         order = parse_visible_devices(visible_devices, uuids)
     if not order:
         _shutdown(nv)
-        why = "no NVIDIA GPU found" if count == 0 else "CUDA_VISIBLE_DEVICES hides every GPU"
-        return NullGpu(f"GPU: not available — {why}")
+        return NullGpu(GpuStatus.NO_GPU if count == 0 else GpuStatus.ALL_HIDDEN)
     devices = []
     for cuda_index, nvml_index in enumerate(order):
         h = handles[nvml_index]
@@ -176,12 +177,12 @@ def _shutdown(nv: Any) -> None:
     _query(nv, nv.nvmlShutdown)
 
 
-def _describe(nv: Any, exc: Exception) -> str:
+def _failed(nv: Any, exc: Exception) -> NullGpu:
     if isinstance(exc, getattr(nv, "NVMLError_LibraryNotFound", ())):
-        return "NVML library not found (no NVIDIA driver on this machine)"
+        return NullGpu(GpuStatus.NO_LIBRARY)
     if isinstance(exc, getattr(nv, "NVMLError_DriverNotLoaded", ())):
-        return "NVIDIA driver not loaded"
-    return f"NVML error: {exc}"
+        return NullGpu(GpuStatus.NO_DRIVER)
+    return NullGpu(GpuStatus.NVML_ERROR, str(exc))
 
 
 def torch_cuda_uuids() -> Optional[List[str]]:

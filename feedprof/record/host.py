@@ -18,11 +18,11 @@ import shutil
 import socket
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
-from feedprof.store import HostInfo
+from feedprof.store import GpuStatus, HostInfo
 
 SHM_PATH = "/dev/shm"
 # multiprocessing's helper processes are part of the tree, not loader workers.
@@ -36,6 +36,8 @@ class TreeReading:
     per_core_cpu_pct: Tuple[float, ...]
     main_cpu_pct: Optional[float]
     workers_cpu_pct: Optional[float]
+    main_runq_pct: Optional[float]  # runnable but waiting for a CPU (starved), percent of one core
+    workers_runq_pct: Optional[float]
     main_rss_bytes: Optional[int]
     workers_rss_bytes: Optional[int]
     n_workers: int
@@ -68,8 +70,21 @@ class CpuTimesMeter:
         return tuple(pcts)
 
 
+def runqueue_wait_s(pid: int) -> Optional[float]:
+    """Seconds ``pid`` has been runnable but waiting for a CPU (/proc/PID/schedstat;
+    None where the kernel does not say)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class ProcessCpu:
-    """Percent of one core a process used since the previous reading.
+    """Percent of one core a process used since the previous reading, and
+    percent of one core's time it waited, runnable, for a CPU (``runq_pct``):
+    a process that sleeps on I/O has neither; one starved by other work on the
+    machine has the second.
 
     Not psutil's ``cpu_percent()``: a reading right after the first one (a
     worker listed and read in the same sample) divides a 10 ms CPU-time tick
@@ -81,19 +96,21 @@ class ProcessCpu:
 
     def __init__(self, proc: psutil.Process):
         self.proc = proc
-        self._last = (self._used_s(), time.monotonic())
+        self._last = (self._used_s(), runqueue_wait_s(proc.pid), time.monotonic())
         self._pct = 0.0
+        self.runq_pct: Optional[float] = None
 
     def _used_s(self) -> float:
         t = self.proc.cpu_times()
         return t.user + t.system
 
     def read(self) -> float:
-        used, now = self._used_s(), time.monotonic()
-        used0, t0 = self._last
+        used, waited, now = self._used_s(), runqueue_wait_s(self.proc.pid), time.monotonic()
+        used0, waited0, t0 = self._last
         if now - t0 >= self.MIN_INTERVAL_S:
             self._pct = max(0.0, 100.0 * (used - used0) / (now - t0))
-            self._last = (used, now)
+            self.runq_pct = None if waited is None or waited0 is None else max(0.0, 100.0 * (waited - waited0) / (now - t0))
+            self._last = (used, waited, now)
         return self._pct
 
 
@@ -160,13 +177,13 @@ class ProcessTreeProbe:
                 main_rss = self.main.memory_info().rss
         except psutil.NoSuchProcess:
             raise TargetGone(self.pid) from None
-        workers_cpu = 0.0
-        workers_rss = 0
+        workers_cpu, workers_rss, workers_runq = 0.0, 0, 0.0
         for pid, cpu in list(self._children.items()):
             try:
                 with cpu.proc.oneshot():
                     workers_cpu += cpu.read()
                     workers_rss += cpu.proc.memory_info().rss
+                workers_runq += cpu.runq_pct or 0.0
             except psutil.Error:
                 self._children.pop(pid, None)
                 self._helpers.discard(pid)
@@ -182,6 +199,8 @@ class ProcessTreeProbe:
             per_core_cpu_pct=per_core,
             main_cpu_pct=main_cpu,
             workers_cpu_pct=workers_cpu,
+            main_runq_pct=self._main_cpu.runq_pct,
+            workers_runq_pct=workers_runq if self._main_cpu.runq_pct is not None else None,
             main_rss_bytes=main_rss,
             workers_rss_bytes=workers_rss,
             n_workers=len(self._children) - len(self._helpers),
@@ -304,7 +323,19 @@ def framework_versions() -> Dict[str, str]:
     return found
 
 
-def host_info(gpu_status: str = "", gpus: tuple = ()) -> HostInfo:
+def machine_info(gpu: bool = True) -> HostInfo:
+    """This machine, GPUs included (NVML is opened, read and closed again)."""
+    from feedprof.record.gpu import NullGpu, open_gpu
+
+    handle = open_gpu() if gpu else NullGpu(GpuStatus.OFF)
+    try:
+        return host_info(handle)
+    finally:
+        handle.close()
+
+
+def host_info(gpu: Any = None) -> HostInfo:
+    """This machine; ``gpu`` is an open record.gpu backend (its devices and status)."""
     from feedprof import __version__
 
     return HostInfo(
@@ -318,6 +349,7 @@ def host_info(gpu_status: str = "", gpus: tuple = ()) -> HostInfo:
         platform=f"{platform.system()} {platform.release()} {platform.machine()}",
         feedprof_version=__version__,
         frameworks=framework_versions(),
-        gpus=tuple(gpus),
-        gpu_status=gpu_status,
+        gpus=tuple(gpu.devices) if gpu is not None else (),
+        gpu_status=gpu.status if gpu is not None else GpuStatus.UNKNOWN,
+        gpu_status_detail=gpu.detail if gpu is not None else "",
     )

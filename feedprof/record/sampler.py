@@ -27,17 +27,20 @@ import os
 import threading
 from typing import Any, List, Optional, Tuple
 
+from feedprof import defaults
 from feedprof.record.buffer import DecimatingBuffer
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.gpu import NVML_SAMPLE_FLOOR_S, NullGpu, open_gpu
 from feedprof.record.host import ProcessTreeProbe, TargetGone, TreeReading
-from feedprof.store import GpuSeries, Peaks, Samples
+from feedprof.reasons import GpuIntervalBelowNvml, GpuUnavailable, Reason, SamplingStopped
+from feedprof.store import GpuSeries, GpuStatus, Peaks, Samples
 
-DEFAULT_INTERVAL_S = 0.2  # 5 Hz: NVML's own averaging window makes faster pointless
+DEFAULT_INTERVAL_S = defaults.INTERVAL_S
 ROW_CAPACITY = 4096
 
 # Row layout (a plain tuple: cheap to store, thinned by keeping the first of a pair).
-_T, _SYS, _CORES, _MAIN_CPU, _WORK_CPU, _MAIN_RSS, _WORK_RSS, _NW, _SHM, _PSS, _USS, _GPU = range(12)
+(_T, _SYS, _CORES, _MAIN_CPU, _WORK_CPU, _MAIN_RSS, _WORK_RSS, _NW, _SHM, _PSS, _USS, _MAIN_RUNQ, _WORK_RUNQ,
+ _GPU) = range(14)
 
 
 def next_tick(origin_s: float, interval_s: float, now_s: float, last_k: int) -> int:
@@ -63,20 +66,19 @@ class Sampler:
         self.interval_s = interval_s
         self.clock = clock
         self.origin_s = clock.now_s() if origin_s is None else origin_s
-        self.notes: List[str] = []
+        self.notes: List[Reason] = []
         self.tree: Optional[ProcessTreeProbe] = ProcessTreeProbe(
             self.pid, children_refresh_s=children_refresh_s,
             memory_detail_interval_s=memory_detail_interval_s, min_children_refresh_s=interval_s)
         if gpu is True:
             gpu = open_gpu()
         elif gpu is False or gpu is None:
-            gpu = NullGpu("GPU: sampling turned off")
+            gpu = NullGpu(GpuStatus.OFF)
         self.gpu = gpu
-        if gpu.status != "ok":
-            self.notes.append(gpu.status)
+        if gpu.status != GpuStatus.OK:
+            self.notes.append(GpuUnavailable(status=str(gpu.status), detail=getattr(gpu, "detail", "")))
         elif interval_s < NVML_SAMPLE_FLOOR_S:
-            self.notes.append(f"GPU: sampled every {interval_s:g} s, but NVML averages over up to 1 s; "
-                              f"intervals under {NVML_SAMPLE_FLOOR_S:g} s add no information")
+            self.notes.append(GpuIntervalBelowNvml(interval_s=interval_s, floor_s=NVML_SAMPLE_FLOOR_S))
         self._rows: DecimatingBuffer = DecimatingBuffer(capacity, _thin)
         self._n_taken = 0
         self._peak = dict(tree_rss=None, tree_pss=None, tree_uss=None, worker_pss=None,
@@ -94,7 +96,8 @@ class Sampler:
         gpus = self._read_gpu()
         row = (
             t - self.origin_s,
-            *(_tree_fields(tree) if tree is not None else (None, (), None, None, None, None, 0, None, None, None)),
+            *(_tree_fields(tree) if tree is not None else
+              (None, (), None, None, None, None, 0, None, None, None, None, None)),
             gpus,
         )
         with self._lock:
@@ -111,7 +114,7 @@ class Sampler:
             self.tree = None  # the observed process ended: a normal end for a trial
             return None
         except Exception as exc:  # a broken probe must not end sampling of the rest
-            self.notes.append(f"host sampling stopped: {type(exc).__name__}: {exc}")
+            self.notes.append(SamplingStopped(what="host", error=f"{type(exc).__name__}: {exc}"))
             self.tree = None
             return None
 
@@ -119,8 +122,8 @@ class Sampler:
         try:
             return tuple(self.gpu.read())
         except Exception as exc:  # NVML queries never raise; this is a bug guard, recorded
-            self.notes.append(f"GPU sampling stopped: {type(exc).__name__}: {exc}")
-            self.gpu = NullGpu(self.gpu.status)
+            self.notes.append(SamplingStopped(what="gpu", error=f"{type(exc).__name__}: {exc}"))
+            self.gpu = NullGpu(self.gpu.status, getattr(self.gpu, "detail", ""))
             return ()
 
     def _update_peaks(self, tree: Optional[TreeReading], gpus: Tuple[Any, ...]) -> None:
@@ -158,7 +161,7 @@ class Sampler:
         k = 0
         while True:
             self.sample_once()
-            if self.tree is None and self.gpu.status != "ok":
+            if self.tree is None and self.gpu.status != GpuStatus.OK:
                 return  # nothing left to observe
             k = next_tick(start, interval, clock.now_s(), k)
             if clock.wait_s(self._stop, start + k * interval - clock.now_s()):
@@ -194,6 +197,7 @@ class Sampler:
             interval_s=self.interval_s, stride=stride, n_taken=n_taken,
             t_s=col(_T), system_cpu_pct=col(_SYS), per_core_cpu_pct=col(_CORES),
             main_cpu_pct=col(_MAIN_CPU), workers_cpu_pct=col(_WORK_CPU),
+            main_runq_pct=col(_MAIN_RUNQ), workers_runq_pct=col(_WORK_RUNQ),
             main_rss_bytes=col(_MAIN_RSS), workers_rss_bytes=col(_WORK_RSS),
             n_workers=col(_NW), shm_used_bytes=col(_SHM),
             tree_pss_bytes=col(_PSS), tree_uss_bytes=col(_USS),
@@ -209,7 +213,7 @@ class Sampler:
 def _tree_fields(r: TreeReading) -> tuple:
     return (r.system_cpu_pct, r.per_core_cpu_pct, r.main_cpu_pct, r.workers_cpu_pct,
             r.main_rss_bytes, r.workers_rss_bytes, r.n_workers, r.shm_used_bytes,
-            r.tree_pss_bytes, r.tree_uss_bytes)
+            r.tree_pss_bytes, r.tree_uss_bytes, r.main_runq_pct, r.workers_runq_pct)
 
 
 def _add(a: Optional[int], b: Optional[int]) -> Optional[int]:

@@ -21,13 +21,15 @@ and one list append per batch, a couple of microseconds in all.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
+from feedprof import defaults
 from feedprof.record.buffer import DecimatingBuffer
 from feedprof.record.clock import MONOTONIC
 from feedprof.store import EpochLog, LoaderRecord, StepLog
 
-DEFAULT_WARMUP_BATCHES = 5
+DEFAULT_WARMUP_BATCHES = defaults.PROFILE_WINDOW.warmup_batches
 STEP_CAPACITY = 8192  # records per loader (~1 MB); halves resolution when full
 EPOCH_CAPACITY = 1024
 
@@ -38,6 +40,36 @@ def _merge_steps(a: tuple, b: tuple) -> tuple:
 
 def _merge_epochs(a: tuple, b: tuple) -> tuple:
     return (a[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
+
+
+@dataclass
+class LoaderInfo:
+    """What is known of a loader where it is built (a framework adapter, or
+    ``describe_loader`` for ``prof.watch``): mutable until its first epoch."""
+
+    config: Dict[str, Any] = field(default_factory=dict)  # knobs in effect
+    script_config: Dict[str, Any] = field(default_factory=dict)  # knobs the script asked for
+    dataset: str = ""
+    batch_size: Optional[int] = None
+    batches_per_epoch: Optional[int] = None
+    site: str = ""  # where users know it is built, if not the innermost user frame (Keras)
+    config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at the site (tf.data: map calls)
+    wait_observable: bool = True  # False: batches are pulled inside a framework's runtime
+    gap_is_teardown: bool = False  # the time between epochs is the loader's (Keras stops its workers there)
+    backend: str = ""  # Keras's backend
+
+
+@dataclass
+class Binding:
+    """Where a recorder's loader came from, as the trial controller saw it."""
+
+    site: str = ""
+    call_chain: Tuple[str, ...] = ()
+    ordinal: int = 0  # loaders alive together at the same call chain, counted from 0
+    instances: int = 1  # loader objects this record spans (rebuilt every epoch)
+    injected: bool = False
+    replayed: bool = False  # compute ceiling: one cached batch replayed
+    is_target: Optional[bool] = None  # None: no target was named
 
 
 class StepRecorder:
@@ -51,14 +83,16 @@ class StepRecorder:
         warmup_batches: int = DEFAULT_WARMUP_BATCHES,
         step_capacity: int = STEP_CAPACITY,
         origin_s: float = 0.0,
+        info: Optional[LoaderInfo] = None,
+        binding: Optional[Binding] = None,
     ):
         self.loader_id = loader_id
         self.framework = framework
         self.name = name
         self.origin_s = origin_s
         self.warmup_batches = warmup_batches
-        self.info: dict = {}  # site, dataset, batch_size, config... set by whoever built the loader
-        self.gap_is_teardown = False  # count the time between epochs as the loader's (Keras: see frameworks/)
+        self.info = info or LoaderInfo()
+        self.binding = binding or Binding(site=self.info.site)
         self.batches = 0
         self.warmup_left = warmup_batches
         self.warmup_s = 0.0
@@ -76,7 +110,7 @@ class StepRecorder:
     # -- the hot path -----------------------------------------------------
 
     def epoch_started(self, t_s: float) -> None:
-        if self.gap_is_teardown and self._epoch is not None and self.t_last is not None:
+        if self.info.gap_is_teardown and self._epoch is not None and self.t_last is not None:
             # the loader's own end of epoch happens between the last batch and now
             self._epoch[4] += max(0.0, t_s - self.t_last)
         self._close_epoch()
@@ -123,24 +157,24 @@ class StepRecorder:
         o = self.origin_s
         steps = self._steps.items()
         epochs = self._epochs.items() + ([tuple(self._epoch)] if self._epoch is not None else [])
-        info = self.info
+        info, where = self.info, self.binding
         return LoaderRecord(
             loader_id=self.loader_id,
             framework=self.framework,
-            name=self.name or info.get("site", ""),
-            site=info.get("site", ""),
-            call_chain=tuple(info.get("call_chain", ())),
-            ordinal=int(info.get("ordinal", 0)),
-            instances=int(info.get("instances", 1)),
-            wait_observable=bool(info.get("wait_observable", True)),
-            config_sites=tuple(info.get("config_sites", ())),
-            dataset=info.get("dataset", ""),
-            batch_size=info.get("batch_size"),
-            batches_per_epoch=info.get("batches_per_epoch"),
-            config=dict(info.get("config", {})),
-            script_config=dict(info.get("script_config", {})),
-            injected=bool(info.get("injected", False)),
-            replayed=bool(info.get("replayed", False)),
+            name=self.name or where.site,
+            site=where.site,
+            call_chain=tuple(where.call_chain),
+            ordinal=where.ordinal,
+            instances=where.instances,
+            wait_observable=info.wait_observable,
+            config_sites=tuple(info.config_sites),
+            dataset=info.dataset,
+            batch_size=info.batch_size,
+            batches_per_epoch=info.batches_per_epoch,
+            config=dict(info.config),
+            script_config=dict(info.script_config),
+            injected=where.injected,
+            replayed=where.replayed,
             batches=self.batches,
             warmup_batches=self.warmup_batches - self.warmup_left,
             warmup_s=self.warmup_s,
@@ -206,8 +240,8 @@ class WatchedIterator:
 
 def learn_batch_size(it: WatchedIterator, batch: Any) -> None:
     """One-shot ``after`` hook: read the batch size off the first batch."""
-    if it.recorder.info.get("batch_size") is None:
-        it.recorder.info["batch_size"] = infer_batch_size(batch)
+    if it.recorder.info.batch_size is None:
+        it.recorder.info.batch_size = infer_batch_size(batch)
     it.after = None
 
 
@@ -223,7 +257,7 @@ class Watched:
     def __iter__(self) -> WatchedIterator:
         self.recorder.epoch_started(self._now())
         it = iter(self._iterable)
-        after = learn_batch_size if self.recorder.info.get("batch_size") is None else None
+        after = learn_batch_size if self.recorder.info.batch_size is None else None
         return WatchedIterator(it, self.recorder, after=after, now=self._now)
 
     def __len__(self) -> int:

@@ -11,10 +11,13 @@ import html
 import os
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
-from feedprof.analyse.diagnose import training_loader, verdict_words
+from feedprof.analyse.diagnose import training_loader, wait_fraction
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
-from feedprof.store import HostInfo, Run, StoreError, Trial, TuneResult
+from feedprof.render.progress import config_cell
+from feedprof.render.text import verdict_words
+from feedprof.render.words import config_words, gpu_status, headline, say
+from feedprof.store import GpuStatus, HostInfo, Run, StoreError, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 
@@ -112,7 +115,7 @@ def _table(headers: Sequence[Tuple[str, bool]], rows: Iterable[Tuple[str, Sequen
 
 def _machine(host: HostInfo) -> str:
     gpus = ", ".join(f"cuda:{g.cuda_index} {g.name}" for g in host.gpus) if host.gpus else \
-        (host.gpu_status.removeprefix("GPU: ") or "none")
+        gpu_status(host.gpu_status, host.gpu_status_detail)
     return (f"{host.cpu_model or 'unknown CPU'} — {host.cpus_usable} usable of {host.cpus_online} CPUs, "
             f"{fmt_bytes(host.ram_bytes)} RAM, /dev/shm {fmt_bytes(host.shm_total_bytes)}; GPUs: {gpus}")
 
@@ -149,6 +152,11 @@ def _state(state: str, reason: str = "") -> str:
     return f"<span class=\"state-{esc(state)}\">{esc(text)}</span>"
 
 
+def _no_gpu(host: HostInfo) -> str:
+    """Why there is no GPU column ("" when there is one)."""
+    return "" if host.gpus or host.gpu_status == GpuStatus.OK else gpu_status(host.gpu_status, host.gpu_status_detail)
+
+
 def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> List[str]:
     curves = [plots.curves_data(label, run) for label, run in labelled_runs if run.samples.t_s]
     if not curves:
@@ -157,14 +165,10 @@ def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> 
             "<p class=\"note\">One row per trial, shared axes per column; the shaded band is the measured "
             "steady-state window. CPU is in cores (1 = one core busy); <em>workers</em> is every child process "
             "of the script. Data wait is the share of each half second the loop spent blocked on the loader."
-            + (f" No GPU column: {esc(gpu_note.removeprefix('GPU: '))}." if gpu_note else "") + "</p>"]
+            + (f" No GPU column: {esc(gpu_note)}." if gpu_note else "") + "</p>"]
 
 
 # ------------------------------------------------------------------- tune
-
-
-def _config_text(config: dict, text: str = "") -> str:
-    return text or ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
 
 
 def _trial_label(t: Trial) -> str:
@@ -177,21 +181,23 @@ def render_tune(result: TuneResult) -> str:
               f"({esc(result.framework or 'unknown framework')})"),
              ("Tune", esc(f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
                           f"(budget {fmt_seconds(result.budget_s)})" +
-                          ("" if result.complete else f" — stopped early: {result.stop_reason}")))]
+                          ("" if result.complete else f" — stopped early: {say(result.stop_reason, result.framework)}")))]
     body = _title("tune", result.script, result.argv)
     if rec is None:
         body.append(f"<div class=\"verdict highly\"><p class=\"headline\">No recommendation</p>"
-                    f"<p>{esc(result.stop_reason or 'no trial succeeded')}</p></div>")
+                    f"<p>{esc(say(result.stop_reason) or 'no trial succeeded')}</p></div>")
     else:
-        cards = [_card("recommended", _config_text(rec.config, rec.config_text)),
+        fw = rec.framework
+        cards = [_card("recommended", rec.config_text or config_words(rec.config, fw)),
                  _card("speedup over the script's settings", f"{rec.speedup:.2f}×" if rec.speedup else "n/a"),
                  _card("throughput", fmt_rate(rec.batches_per_s) +
                        (f" · {fmt_rate(rec.samples_per_s, 'samples/s')}" if rec.samples_per_s else "")),
                  _card("of the compute ceiling", fmt_pct(rec.fraction_of_ceiling)),
                  _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
                        f"({fmt_pct(rec.input_bound_fraction)})")]
-        reasons = "".join(f"<li>{esc(r)}</li>" for r in rec.reasons)
-        body.append(f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(rec.verdict)}</p>"
+        reasons = "".join(f"<li>{esc(say(r, fw))}</li>" for r in rec.reasons)
+        body.append(f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">"
+                    f"{esc(headline(rec.verdict, fw))}</p>"
                     f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
                     f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>"
                     f"{_code_block(rec.code)}</div>")
@@ -206,12 +212,12 @@ def render_tune(result: TuneResult) -> str:
                     "dotted: the baseline.</p>")
     body.append("<h2>Utilisation over time, every trial</h2>")
     body += _curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
-                            result.host.gpu_status if not result.host.gpus else "")
+                            _no_gpu(result.host))
     body.append("<h2>All trials</h2>")
     body.append(_trials_table(result))
     if result.notes:
         body.append("<h2>How the search went</h2><ul class=\"reasons\">" +
-                    "".join(f"<li>{esc(n)}</li>" for n in result.notes) + "</ul>")
+                    "".join(f"<li>{esc(say(n, result.framework))}</li>" for n in result.notes) + "</ul>")
     failures = [t for t in result.trials if t.run is not None and t.run.outcome.traceback]
     for t in failures[:3]:
         body.append(f"<h2>Trial #{t.index}: the script's error</h2><pre>{esc(t.run.outcome.traceback)}</pre>")
@@ -234,8 +240,8 @@ def _trials_table(result: TuneResult) -> str:
         if t.batches_per_s and t.batches_per_s_low is not None and t.batches_per_s_high is not None:
             spread = f"{fmt_num(t.batches_per_s_low)}–{fmt_num(t.batches_per_s_high)}"
         gpu = ", ".join(fmt_pct(None if u is None else u / 100) for u in t.gpu_util_pct) or "—"
-        config = "one cached batch replayed" if t.role == "ceiling" else _config_text(t.config, t.config_text)
-        cells = [str(t.index), esc(t.role), esc(config), _state(t.state, t.reason), esc(fmt_num(s)), esc(spread),
+        cause = say(t.cause, result.framework) if t.state != TrialState.OK else ""
+        cells = [str(t.index), esc(t.role), esc(config_cell(t)), _state(t.state, cause), esc(fmt_num(s)), esc(spread),
                  esc(f"{s / base:.2f}×" if s and base else ""), esc(fmt_num(t.samples_per_s)),
                  esc(fmt_pct(t.data_wait_fraction)), esc(fmt_seconds(t.time_to_first_batch_s)),
                  esc(fmt_cores(t.main_cpu_pct)), esc(fmt_cores(t.workers_cpu_pct)), esc(gpu),
@@ -246,6 +252,11 @@ def _trials_table(result: TuneResult) -> str:
 
 
 # -------------------------------------------------------------------- run
+
+
+WINDOW_END = {"batches": "the window's batches were measured", "seconds": "the window's seconds were measured",
+              "script_ended": "the script ended first", "full_run": "the whole run",
+              "no_loader": "no loader was iterated", "no_result": "the trial wrote no result"}
 
 
 def render_run(run: Run) -> str:
@@ -264,7 +275,7 @@ def render_run(run: Run) -> str:
                  _card("GPU utilisation", ", ".join(fmt_pct(None if u is None else u / 100) for u in s.gpu_util_pct)
                        or "no GPU data"),
                  _card("peak memory (tree)", fmt_bytes(s.peak_tree_pss_bytes or s.peak_tree_rss_bytes))]
-        notes = "".join(f"<li>{esc(n)}</li>" for n in s.notes)
+        notes = "".join(f"<li>{esc(say(n))}</li>" for n in s.notes)
         body.append(f"<div class=\"verdict {esc(s.input_bound)}\"><p class=\"headline\">"
                     f"{esc(verdict_words(s.input_bound).capitalize())}: the loop waits for data "
                     f"{esc(fmt_pct(s.data_wait_fraction))} of the time</p><div class=\"cards\">{''.join(cards)}</div>"
@@ -273,10 +284,11 @@ def render_run(run: Run) -> str:
                     f" Run <code>feedprof tune</code> on the script to find the settings that feed it best.</p>"
                     + (f"<ul class=\"reasons\">{notes}</ul>" if notes else "") + "</div>")
     body += _details(run.script, run.argv, run.started_at, run.host,
-                     [("Outcome", _state(run.outcome.state, run.outcome.message if run.outcome.state != "ok" else "")),
-                      ("Window", esc(f"{run.window.reason or 'n/a'}; run lasted {fmt_seconds(run.duration_s)}"))])
+                     [("Outcome", _state(run.outcome.state, say(run.outcome.cause))),
+                      ("Window", esc(f"{WINDOW_END.get(run.window.end, 'n/a')}; run lasted "
+                                     f"{fmt_seconds(run.duration_s)}"))])
     body.append("<h2>Utilisation over time</h2>")
-    body += _curves_section([("run", run)], run.host.gpu_status if not run.host.gpus else "")
+    body += _curves_section([("run", run)], _no_gpu(run.host))
     body.append("<h2>Loaders seen</h2>")
     body.append(_loaders_table(run))
     if run.outcome.traceback:
@@ -292,8 +304,7 @@ def _loaders_table(run: Run) -> str:
     rows = []
     for rec in run.loaders:
         steady = sum(rec.steps.n_steps)
-        wall = sum(rec.steps.wall_s)
-        wait = sum(rec.steps.wait_s) / wall if wall > 0 else None
+        wait = wait_fraction(rec)
         config = ", ".join(f"{k}={v}" for k, v in rec.config.items() if v is not None)
         name = rec.name or rec.site or f"loader {rec.loader_id}"
         rows.append(("picked" if train is not None and rec.loader_id == train.loader_id else "",

@@ -90,7 +90,7 @@ def _div(x: Optional[float], d: float) -> Optional[float]:
 def binned_wait(run: Run, bin_s: float = WAIT_BIN_S) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
     """Data-wait fraction (%) of the training loader's steps, per time bin."""
     rec = training_loader(run)
-    if rec is None or not rec.steps.t_end_s:
+    if rec is None or not rec.steps.t_end_s or not rec.wait_observable:
         return (), ()
     bins: dict = {}
     for t, wait, wall in zip(rec.steps.t_end_s, rec.steps.wait_s, rec.steps.wall_s):

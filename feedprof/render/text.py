@@ -1,12 +1,20 @@
 """Plain-text summaries for terminals and ``print(prof.summary())``."""
 from __future__ import annotations
 
-from feedprof.analyse.diagnose import verdict_words
-from feedprof.store import Summary
+from typing import Optional
+from typing import Any
+
+from feedprof.reasons import GpuUnavailable, Reason
+from feedprof.render.words import gpu_status, say
+from feedprof.store import HostInfo, Run, Summary, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
-__all__ = ["format_summary", "verdict_line", "fmt_bytes", "fmt_cores", "fmt_num", "fmt_pct", "fmt_rate",
-           "fmt_seconds"]
+VERDICT_WORDS = {"highly": "highly input-bound", "moderately": "moderately input-bound",
+                 "not": "not input-bound", "unknown": "input-bound: unknown"}
+
+
+def verdict_words(input_bound: str) -> str:
+    return VERDICT_WORDS.get(input_bound, input_bound)
 
 
 def verdict_line(s: Summary) -> str:
@@ -16,7 +24,17 @@ def verdict_line(s: Summary) -> str:
     return f"{words}: the loop waits for data {fmt_pct(s.data_wait_fraction)} of the time"
 
 
-def format_summary(s: Summary, gpu_status: str = "") -> str:
+def gpu_line(s: Summary, host: Optional[HostInfo] = None) -> str:
+    if s.gpu_util_pct:
+        return ", ".join(f"cuda:{i} {fmt_pct(None if u is None else u / 100)}"
+                         for i, u in enumerate(s.gpu_util_pct)) + " utilisation"
+    note = next((n for n in s.notes if isinstance(n, GpuUnavailable)), None)
+    if note is not None:
+        return gpu_status(note.status, note.detail)
+    return gpu_status(host.gpu_status, host.gpu_status_detail) if host is not None else "not sampled"
+
+
+def format_summary(s: Summary, host: Optional[HostInfo] = None) -> str:
     workers = "" if s.num_workers is None else f", {s.num_workers} worker{'s' if s.num_workers != 1 else ''}"
     lines = [f"feedprof: {s.loader or 'no loader'} ({s.framework or 'unknown framework'}{workers})"]
     row = lambda k, v: lines.append(f"  {k:<12} {v}")  # noqa: E731
@@ -33,12 +51,7 @@ def format_summary(s: Summary, gpu_status: str = "") -> str:
         row("first batch", f"{fmt_seconds(s.time_to_first_batch_s)}{later}")
     row("CPU", f"system {fmt_pct(None if s.system_cpu_pct is None else s.system_cpu_pct / 100)}, "
                f"main process {fmt_cores(s.main_cpu_pct)}, workers {fmt_cores(s.workers_cpu_pct)}")
-    if s.gpu_util_pct:
-        row("GPU", ", ".join(f"cuda:{i} {fmt_pct(None if u is None else u / 100)}"
-                             for i, u in enumerate(s.gpu_util_pct)) + " utilisation")
-    else:
-        gpu_note = next((n for n in s.notes if n.startswith("GPU:")), gpu_status or "GPU: not sampled")
-        row("GPU", gpu_note.removeprefix("GPU: "))
+    row("GPU", gpu_line(s, host))
     mem = [f"peak RSS of the process tree {fmt_bytes(s.peak_tree_rss_bytes)}"]
     if s.peak_tree_pss_bytes is not None:
         mem.append(f"PSS {fmt_bytes(s.peak_tree_pss_bytes)}")
@@ -48,6 +61,21 @@ def format_summary(s: Summary, gpu_status: str = "") -> str:
         mem.append(f"/dev/shm peak {fmt_bytes(s.peak_shm_used_bytes)}")
     row("memory", "; ".join(mem))
     for note in s.notes:
-        if not note.startswith("GPU:"):
-            row("note", note)
+        if not isinstance(note, GpuUnavailable):
+            row("note", say(note))
     return "\n".join(lines)
+
+
+def words_for(obj: Any) -> str:
+    """feedprof.text(): any record feedprof returns, in words."""
+    if isinstance(obj, TuneResult):
+        from feedprof.render.progress import format_recommendation
+
+        return format_recommendation(obj.recommendation, obj)
+    if isinstance(obj, Run):
+        return format_summary(obj.summary or Summary(), obj.host)
+    if isinstance(obj, Summary):
+        return format_summary(obj)
+    if isinstance(obj, Reason):
+        return say(obj)
+    raise TypeError(f"feedprof.text() words a TuneResult, Run, Summary or finding, not a {type(obj).__name__}")

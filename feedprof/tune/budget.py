@@ -10,13 +10,13 @@ nothing to predict from, and nothing is rejected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Dict, Optional
 
 import psutil
 
+from feedprof.reasons import OverMemoryBudget, OverShmBudget, Reason
 from feedprof.record.host import shm_total_bytes, shm_used_bytes
-from feedprof.store import Trial
-from feedprof.units import fmt_bytes
+from feedprof.store import Trial, TrialState
 
 HEADROOM = 0.8  # never plan to use more than this share of what is free
 SAFETY = 1.3  # predictions are scaled up by this much
@@ -38,7 +38,7 @@ class MemoryBudget:
 
     def learn(self, trial: Trial, workers: int, in_flight: int) -> None:
         run = trial.run
-        if trial.state != "ok" or run is None:
+        if trial.state != TrialState.OK or run is None:
             return
         peaks = run.samples.peaks
         tree = peaks.tree_pss_bytes or peaks.tree_rss_bytes
@@ -64,18 +64,12 @@ class MemoryBudget:
             shm = int(SAFETY * max(1, in_flight) * self.shm_per_batch_bytes)
         return {"ram_bytes": ram, "shm_bytes": shm}
 
-    def check(self, workers: int, in_flight: int) -> Optional[str]:
+    def check(self, workers: int, in_flight: int) -> Optional[Reason]:
         """Why this config would not fit, or None."""
         p = self.predict(workers, in_flight)
         if p["ram_bytes"] is not None and self.ram_bytes is not None and p["ram_bytes"] > self.ram_bytes:
-            return (f"predicted to need {fmt_bytes(p['ram_bytes'])} of memory "
-                    f"({fmt_bytes(self.per_worker_bytes)} per worker), more than the {fmt_bytes(self.ram_bytes)} free")
+            return OverMemoryBudget(need_bytes=p["ram_bytes"], per_worker_bytes=self.per_worker_bytes,
+                                    free_bytes=self.ram_bytes)
         if p["shm_bytes"] is not None and self.shm_bytes is not None and p["shm_bytes"] > self.shm_bytes:
-            return (f"predicted to need {fmt_bytes(p['shm_bytes'])} of /dev/shm for batches in flight, more than "
-                    f"the {fmt_bytes(self.shm_bytes)} free (in Docker: --shm-size or --ipc=host)")
+            return OverShmBudget(need_bytes=p["shm_bytes"], free_bytes=self.shm_bytes)
         return None
-
-    def as_dict(self) -> Dict[str, Any]:
-        return dict(ram_budget_bytes=self.ram_bytes, shm_budget_bytes=self.shm_bytes,
-                    main_bytes=self.main_bytes, per_worker_bytes=self.per_worker_bytes,
-                    shm_per_batch_bytes=self.shm_per_batch_bytes)

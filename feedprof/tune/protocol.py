@@ -12,9 +12,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-MODE_OBSERVE = "observe"  # no injection: the script's own settings (profile, baseline)
-MODE_INJECT = "inject"  # knobs injected at the target loader
-MODE_CEILING = "ceiling"  # the target loader replays one cached batch
+from feedprof.store import Code
+
+
+class Mode(Code):
+    OBSERVE = "observe"  # no injection: the script's own settings (profile, baseline)
+    INJECT = "inject"  # knobs injected at the target loader
+    CEILING = "ceiling"  # the target loader replays one cached batch
 
 
 @dataclass
@@ -24,15 +28,15 @@ class TrialSpec:
     result_path: str
     events_path: str
     origin_s: float  # the parent's clock at trial start: child times are relative to it
-    mode: str = MODE_OBSERVE
+    window_batches: int  # the window (runner.TrialOptions says how they are set)
+    window_seconds: float
+    min_window_batches: int
+    warmup_batches: int
+    mode: Mode = Mode.OBSERVE
     framework: Optional[str] = None  # target loader's framework (None: any)
     target_chain: Optional[List[str]] = None  # call chain of the loaders to inject into
     target_site: Optional[str] = None  # --loader FILE:LINE, matched against the chain
     inject: Dict[str, Any] = field(default_factory=dict)
-    window_batches: int = 200
-    window_seconds: float = 30.0
-    min_window_batches: int = 10
-    warmup_batches: int = 5
     full: bool = False  # run the script to completion
 
     def to_json(self) -> str:
@@ -40,7 +44,8 @@ class TrialSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "TrialSpec":
-        return cls(**json.loads(text))
+        data = json.loads(text)
+        return cls(**{**data, "mode": Mode(data.get("mode", Mode.OBSERVE))})
 
 
 def site_matches(site: str, chain: Sequence[str]) -> bool:

@@ -2,9 +2,19 @@
 outside, ended once measured, and always reaped with its whole process group.
 
 The result is a :class:`feedprof.store.Run` whatever happened: a failure is a
-state with a message (Optuna's habit), never an exception that ends a tune.
+state with its cause (Optuna's habit), never an exception that ends a tune.
 Only the parent's own interrupt (Ctrl-C, SIGTERM) propagates, after the
 child's group has been killed.
+
+NOTE [ How a trial ends ]  (child.py is the other half)
+
+    _Watch.wait polls, every POLL_S on the trial's clock:
+      the child exited ─────────────────────────► its result.json says how
+      "window_done" event + EXIT_GRACE_S passed ─► measured; the script lingers
+      no first batch within loader_timeout_s ───► timeout (NoBatchWithin)
+      past timeout_s ───────────────────────────► timeout (TrialTimedOut)
+    then: kill_group (every process of the trial), stop the sampler, and
+    _assemble: the child's Run + the samples; classify_end names a bad end.
 """
 from __future__ import annotations
 
@@ -13,24 +23,26 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
+from feedprof import defaults
 from feedprof.analyse.diagnose import summarize
-from feedprof.record.clock import MONOTONIC
-from feedprof.record.sampler import DEFAULT_INTERVAL_S, Sampler
+from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin, OutOfMemoryKilled, Reason,
+                              SharedMemoryExhausted, TrialTimedOut)
+from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.sampler import Sampler
 from feedprof.session import now_iso
-from feedprof.store import HostInfo, Outcome, Run, StoreError, Window, load
-from feedprof.tune.protocol import MODE_OBSERVE, TrialSpec, read_events
+from feedprof.store import HostInfo, Outcome, Run, StoreError, TrialState, Window, WindowEnd, load
+from feedprof.tune.protocol import Mode, TrialSpec, read_events
 from feedprof.tune.signals import deferred_signals
 
 POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
-LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
-              "or tf.data.Dataset being iterated")
+REAP_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to be gone
+KNOWN_REFRESH_S = 1.0  # how often descendants are listed, in case they leave the group
 TRIAL_ENV = "FEEDPROF_TRIAL_DIR"
 
 
@@ -38,18 +50,32 @@ TRIAL_ENV = "FEEDPROF_TRIAL_DIR"
 class TrialOptions:
     """How one trial is run and bounded (everything but the config itself)."""
 
-    window_batches: int = 200
-    window_seconds: float = 30.0
-    min_window_batches: int = 10
-    warmup_batches: int = 5
+    window_batches: int = defaults.PROFILE_WINDOW.batches
+    window_seconds: float = defaults.PROFILE_WINDOW.seconds
+    min_window_batches: int = defaults.PROFILE_WINDOW.min_batches
+    warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches
     full: bool = False
     timeout_s: Optional[float] = None  # whole trial
-    loader_timeout_s: Optional[float] = 120.0  # until the first loader yields a batch
-    interval_s: float = DEFAULT_INTERVAL_S
+    loader_timeout_s: Optional[float] = defaults.LOADER_TIMEOUT_S  # until the first loader yields a batch
+    interval_s: float = defaults.INTERVAL_S
     gpu: bool = True
     capture_output: bool = True  # False: the script's output goes to our terminal
     extra_env: Dict[str, str] = field(default_factory=dict)
     zygote: Any = None  # a tune.zygote.Zygote to fork the trial from (captured output only)
+
+
+@dataclass(frozen=True)
+class Injection:
+    """What the trial does to the script's loaders (the default: nothing)."""
+
+    mode: Mode = Mode.OBSERVE
+    config: Dict[str, Any] = field(default_factory=dict)  # knobs (inject, ceiling)
+    framework: Optional[str] = None  # the target loader's framework
+    chain: Optional[Tuple[str, ...]] = None  # the target loader's call chain
+    site: Optional[str] = None  # or its FILE:LINE (--loader)
+
+
+OBSERVE = Injection()
 
 
 class TrialInterrupted(BaseException):
@@ -61,7 +87,7 @@ class TrialInterrupted(BaseException):
         self.signum = signum
 
 
-def kill_group(proc: Any, known: List[psutil.Process]) -> None:
+def kill_group(proc: Any, known: List[psutil.Process], clock: Clock = MONOTONIC) -> None:
     """SIGKILL the child's process group, and any descendant that left it."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -82,9 +108,9 @@ def kill_group(proc: Any, known: List[psutil.Process]) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover - a process stuck in the kernel
         pass
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and group_alive(proc.pid):
-        time.sleep(0.02)
+    deadline = clock.now_s() + REAP_WAIT_S
+    while clock.now_s() < deadline and group_alive(proc.pid):
+        clock.sleep_s(0.02)
 
 
 def group_alive(pgid: int) -> bool:
@@ -123,130 +149,136 @@ def _launch(spec_path: str, log_path: str, env_extra: Dict[str, str], opts: Tria
     return proc, out
 
 
-def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
-              opts: TrialOptions = TrialOptions(), mode: str = MODE_OBSERVE,
-              inject: Optional[Dict[str, Any]] = None, target: Optional[Dict[str, Any]] = None,
-              on_event: Optional[Callable[[dict], None]] = None,
-              on_poll: Optional[Callable[[], None]] = None) -> Run:
-    """Measure one config; return the Run (its ``outcome.state`` says how it went)."""
-    os.makedirs(trial_dir, exist_ok=True)
-    result_path = os.path.join(trial_dir, "result.json")
-    events_path = os.path.join(trial_dir, "events.jsonl")
-    for stale in (result_path, events_path):
-        if os.path.exists(stale):
-            os.remove(stale)
-    origin = MONOTONIC.now_s()
-    target = target or {}
+@dataclass(frozen=True)
+class _Paths:
+    spec: str
+    result: str
+    events: str
+    log: str
+
+    @classmethod
+    def fresh(cls, trial_dir: str) -> "_Paths":
+        os.makedirs(trial_dir, exist_ok=True)
+        paths = cls(*(os.path.join(trial_dir, name) for name in ("spec.json", "result.json", "events.jsonl",
+                                                                    "output.log")))
+        for stale in (paths.result, paths.events):
+            if os.path.exists(stale):
+                os.remove(stale)
+        return paths
+
+
+def _write_spec(paths: _Paths, script: str, argv: List[str], opts: TrialOptions, what: Injection,
+                origin_s: float) -> None:
     spec = TrialSpec(
-        script=script, argv=list(argv), result_path=result_path, events_path=events_path,
-        origin_s=origin, mode=mode, inject=dict(inject or {}),
-        framework=target.get("framework"), target_chain=target.get("chain"), target_site=target.get("site"),
+        script=script, argv=list(argv), result_path=paths.result, events_path=paths.events, origin_s=origin_s,
         window_batches=opts.window_batches, window_seconds=opts.window_seconds,
-        min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches, full=opts.full)
-    spec_path = os.path.join(trial_dir, "spec.json")
-    with open(spec_path, "w", encoding="utf-8") as fh:
+        min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches,
+        mode=what.mode, inject=dict(what.config), framework=what.framework,
+        target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full)
+    with open(paths.spec, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
-    log_path = os.path.join(trial_dir, "output.log")
+
+
+def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
+              opts: TrialOptions = TrialOptions(), what: Injection = OBSERVE,
+              on_poll: Optional[Callable[[], None]] = None, clock: Clock = MONOTONIC) -> Run:
+    """Measure one config; return the Run (its ``outcome.state`` says how it went)."""
+    paths = _Paths.fresh(trial_dir)
+    origin = clock.now_s()
+    _write_spec(paths, script, argv, opts, what, origin)
     # Inherited by every descendant (fork or spawn): how tests find stragglers.
     env_extra = {**opts.extra_env, TRIAL_ENV: trial_dir}
     started_at = now_iso()
-    sampler: Optional[Sampler] = None
-    state: Optional[_Watch] = None
-    out = None
-
-    def on_child_event(ev: dict) -> None:
-        if sampler is not None and ev.get("event") in ("loader", "first_batch"):
-            sampler.refresh_tree()  # workers start now: look for them at the next sample
-        if on_event is not None:
-            on_event(ev)
-
-    proc = None
+    proc, out, watch, sampler = None, None, None, None
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
-        proc, out = _launch(spec_path, log_path, env_extra, opts)
-        state = _Watch(proc, origin, opts, events_path, on_child_event, on_poll)
+        proc, out = _launch(paths.spec, paths.log, env_extra, opts)
+        watch = _Watch(proc, origin, opts, paths.events, on_poll, clock)
         try:
-            sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin).start()
+            sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
+                              clock=clock).start()
+            watch.sampler = sampler
         except psutil.NoSuchProcess:  # it died before we could look at it
             pass
-        state.wait()
+        watch.wait()
     except BaseException as exc:  # Ctrl-C / SIGTERM in the parent (or a bug here): reap, then pass it on
         if proc is None:
             raise  # nothing was started
-        run = None
         with deferred_signals():
-            kill_group(proc, state.known if state else [])
+            kill_group(proc, watch.known if watch else [], clock)
             samples = sampler.stop() if sampler else None
-            if state is not None:
-                run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
-                                interrupted=True)
+            run = _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock,
+                            interrupted=True) if watch is not None else None
             if out:
                 out.close()
         if not isinstance(exc, KeyboardInterrupt):
             raise
-        signum = getattr(exc, "signum", signal.SIGINT)
-        raise TrialInterrupted(run, signum) from None
-    kill_group(proc, state.known)
+        raise TrialInterrupted(run, getattr(exc, "signum", signal.SIGINT)) from None
+    kill_group(proc, watch.known, clock)
     samples = sampler.stop() if sampler else None
     if out:
         out.close()
-    return _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state)
+    return _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock)
 
 
 class _Watch:
     """Polls the child: its events, its exit, and the trial's time limits."""
 
-    def __init__(self, proc: subprocess.Popen, origin: float, opts: TrialOptions,
-                 events_path: str, on_event: Optional[Callable[[dict], None]],
-                 on_poll: Optional[Callable[[], None]] = None):
+    def __init__(self, proc: Any, origin: float, opts: TrialOptions, events_path: str,
+                 on_poll: Optional[Callable[[], None]], clock: Clock):
         self.proc = proc
         self.origin = origin
         self.opts = opts
         self.events_path = events_path
-        self.on_event = on_event
         self.on_poll = on_poll
+        self.clock = clock
+        self.sampler: Optional[Sampler] = None
         self.offset = 0
         self.events: List[dict] = []
-        self.timed_out = ""
+        self.timed_out: Optional[Reason] = None
         self.window_done_at: Optional[float] = None
         self.first_batch = False
         self.known: List[psutil.Process] = []
-        self._t_known = 0.0
+        self._t_known = float("-inf")
 
     def _poll_events(self) -> None:
         new, self.offset = read_events(self.events_path, self.offset)
         for ev in new:
             self.events.append(ev)
-            if ev.get("event") == "first_batch":
+            kind = ev.get("event")
+            if kind == "first_batch":
                 self.first_batch = True
-            elif ev.get("event") == "window_done":
-                self.window_done_at = time.monotonic()
-            if self.on_event is not None:
-                self.on_event(ev)
+            elif kind == "window_done":
+                self.window_done_at = self.clock.now_s()
+            if kind in ("loader", "first_batch") and self.sampler is not None:
+                self.sampler.refresh_tree()  # workers start now: look for them at the next sample
+
+    def _limit_reached(self, now: float) -> bool:
+        opts, elapsed = self.opts, now - self.origin
+        if self.window_done_at is not None and now - self.window_done_at > EXIT_GRACE_S:
+            return True  # measured; the script is ignoring StopTrial or slow to unwind
+        if not self.first_batch and opts.loader_timeout_s is not None and elapsed > opts.loader_timeout_s:
+            self.timed_out = NoBatchWithin(limit_s=opts.loader_timeout_s)
+            return True
+        if opts.timeout_s is not None and elapsed > opts.timeout_s:
+            self.timed_out = TrialTimedOut(limit_s=opts.timeout_s)
+            return True
+        return False
 
     def wait(self) -> None:
-        opts = self.opts
         while True:
             self._poll_events()
             if self.proc.poll() is not None:
                 self._poll_events()
                 return
-            now = MONOTONIC.now_s()
-            elapsed = now - self.origin
-            if now - self._t_known > 1.0:  # remember descendants in case they leave the group
+            now = self.clock.now_s()
+            if now - self._t_known > KNOWN_REFRESH_S:  # remember descendants in case they leave the group
                 self.known = list({p.pid: p for p in self.known + _descendants(self.proc.pid)}.values())
                 self._t_known = now
-            if self.window_done_at is not None and time.monotonic() - self.window_done_at > EXIT_GRACE_S:
-                return  # measured; the script is ignoring StopTrial or slow to unwind
-            if not self.first_batch and opts.loader_timeout_s is not None and elapsed > opts.loader_timeout_s:
-                self.timed_out = (f"no data loader delivered a batch within {opts.loader_timeout_s:g} s "
-                                  f"(looked for {LOOKED_FOR})")
-                return
-            if opts.timeout_s is not None and elapsed > opts.timeout_s:
-                self.timed_out = f"the trial did not finish within its {opts.timeout_s:.0f} s limit"
+            if self._limit_reached(now):
                 return
             if self.on_poll is not None:
                 self.on_poll()
-            time.sleep(POLL_S)
+            self.clock.sleep_s(POLL_S)
 
 
 def _tail(path: str, n_bytes: int = 4000) -> str:
@@ -258,61 +290,55 @@ def _tail(path: str, n_bytes: int = 4000) -> str:
         return ""
 
 
-def _assemble(script: str, argv: List[str], host: HostInfo, started_at: str, origin: float,
-              result_path: str, log_path: str, samples: Any, state: _Watch,
-              interrupted: bool = False) -> Run:
+def _assemble(script: str, argv: List[str], host: HostInfo, started_at: str, origin: float, paths: _Paths,
+              samples: Any, watch: _Watch, clock: Clock, interrupted: bool = False) -> Run:
     child: Optional[Run] = None
-    if os.path.exists(result_path):
+    if os.path.exists(paths.result):
         try:
-            child = load(result_path)
+            child = load(paths.result)
         except StoreError:
             child = None
-    rc = state.proc.returncode
-    if child is None or child.outcome.state != "ok":
-        outcome = classify_end(child.outcome if child else None, rc, state.timed_out, interrupted,
-                               _tail(log_path))
+    rc = watch.proc.returncode
+    if child is None or child.outcome.state != TrialState.OK:
+        outcome = classify_end(child.outcome if child else None, rc, watch.timed_out, interrupted,
+                               _tail(paths.log))
     else:
         outcome = dataclasses.replace(child.outcome, exit_code=rc if rc is not None else child.outcome.exit_code)
         if interrupted:
-            outcome = dataclasses.replace(outcome, state="interrupted", message="interrupted")
-    base = child or Run(kind="trial", window=Window(reason="no result"))
+            outcome = dataclasses.replace(outcome, state=TrialState.INTERRUPTED, cause=Interrupted())
+    base = child or Run(kind="trial", window=Window(end=WindowEnd.NO_RESULT))
     run = dataclasses.replace(
         base, kind="trial", script=script, argv=tuple(argv), started_at=started_at,
-        duration_s=MONOTONIC.now_s() - origin, host=host, outcome=outcome,
+        duration_s=clock.now_s() - origin, host=host, outcome=outcome,
         **({"samples": samples} if samples is not None else {}))
     return dataclasses.replace(run, summary=summarize(run))
 
 
-SHM_REMEDY = ("the loader ran out of shared memory (/dev/shm): in Docker, run with --shm-size=8g or "
-              "--ipc=host; otherwise use fewer workers or a smaller prefetch_factor")
-OOM_REMEDY = ("killed, most likely by the out-of-memory killer: use fewer workers, a smaller "
-              "prefetch_factor or smaller batches")
+def _signal_name(sig: int) -> str:
+    return signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
 
 
-def classify_end(child: Optional[Outcome], returncode: Optional[int], timed_out: str,
+def classify_end(child: Optional[Outcome], returncode: Optional[int], timed_out: Optional[Reason],
                  interrupted: bool, log_tail: str = "") -> Outcome:
-    """Name how a trial ended that did not end well, with the remedy where there is one."""
+    """Name how a trial ended that did not end well (the cause carries the figures)."""
+    tb = child.traceback if child else ""
     if interrupted:
-        return Outcome(state="interrupted", message="interrupted", exit_code=returncode)
-    if timed_out:
-        return Outcome(state="timeout", message=timed_out, exit_code=returncode)
-    text = " ".join(filter(None, [child.message if child else "", child.traceback if child else "", log_tail]))
+        return Outcome(state=TrialState.INTERRUPTED, cause=Interrupted(), exit_code=returncode)
+    if timed_out is not None:
+        return Outcome(state=TrialState.TIMEOUT, cause=timed_out, exit_code=returncode)
+    text = " ".join(filter(None, [getattr(child.cause, "error", "") if child else "", tb, log_tail]))
     if "Bus error" in text or ("No space left on device" in text and "shm" in text):
-        return Outcome(state="killed", message=SHM_REMEDY, exit_code=returncode,
-                       traceback=child.traceback if child else "")
+        return Outcome(state=TrialState.KILLED, cause=SharedMemoryExhausted(), exit_code=returncode, traceback=tb)
     if "killed by signal: Killed" in text:
-        return Outcome(state="killed", message=OOM_REMEDY, exit_code=returncode,
-                       traceback=child.traceback if child else "")
+        return Outcome(state=TrialState.KILLED, cause=OutOfMemoryKilled(), exit_code=returncode, traceback=tb)
     if child is not None:
         return dataclasses.replace(child, exit_code=returncode)
     if returncode is not None and returncode < 0:
         sig = -returncode
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else f"signal {sig}"
-        if sig == signal.SIGKILL:
-            return Outcome(state="killed", message=f"SIGKILL: {OOM_REMEDY}", exit_code=returncode)
-        if sig == signal.SIGBUS:
-            return Outcome(state="killed", message=f"SIGBUS: {SHM_REMEDY}", exit_code=returncode)
-        return Outcome(state="killed", message=f"the script was killed by {name}", exit_code=returncode)
-    last = log_tail.strip().splitlines()[-1] if log_tail.strip() else "no output"
-    return Outcome(state="failed", message=f"the trial process exited with code {returncode}: {last}",
+        name = _signal_name(sig)
+        cause = {signal.SIGKILL: OutOfMemoryKilled(signal=name),
+                 signal.SIGBUS: SharedMemoryExhausted(signal=name)}.get(sig, KilledBySignal(signal=name))
+        return Outcome(state=TrialState.KILLED, cause=cause, exit_code=returncode)
+    last = log_tail.strip().splitlines()[-1] if log_tail.strip() else ""
+    return Outcome(state=TrialState.FAILED, cause=ExitedWithCode(exit_code=returncode, last_line=last),
                    exit_code=returncode, traceback=log_tail)

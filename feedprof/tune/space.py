@@ -7,14 +7,26 @@ A space knows nothing of how trials run or in what order they are asked for
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from feedprof.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.store import Trial
-from feedprof.units import fmt_pct
 
 Config = Dict[str, Any]
-BUSY_WORKER_CORES = 0.9  # a worker using this much of a core is computing, not waiting
-SATURATED_SYSTEM_PCT = 95.0  # the machine's CPUs are full: more workers only compete
+BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core is computing, not waiting
+SATURATED_SHARE = 0.95  # a job using this share of the usable CPUs fills them: more workers only compete
+
+
+def job_cores(trial: Trial) -> Optional[float]:
+    """Cores the job itself used: its main process and its workers (not the machine's other work)."""
+    if trial.main_cpu_pct is None:
+        return None
+    return (trial.main_cpu_pct + (trial.workers_cpu_pct or 0.0)) / 100
+
+
+def job_fills_cpus(trial: Trial, cpu_cap: int) -> Optional[bool]:
+    cores = job_cores(trial)
+    return None if cores is None else cores >= SATURATED_SHARE * cpu_cap
 
 
 def ladder_rungs(limit: int, extra: Tuple[int, ...] = ()) -> List[int]:
@@ -60,27 +72,30 @@ class Space:
         """Orders configs cheapest first (fewest workers, least memory)."""
         raise NotImplementedError
 
-    def secondary(self, best: Trial, tol: float, measured: List[Trial]) -> List[Tuple[Config, str, dict]]:
-        """Variants of the best config worth a trial: (config, why, trial overrides)."""
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+        """Variants of the best config worth a trial: (config, trial option overrides)."""
         return []
 
-    def finalize(self, pick: Trial, tol: float, trials: List[Trial] = ()) -> Tuple[Config, List[str]]:
+    def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """The recommended config from the picked trial, with anything judged
         rather than trialled (and why)."""
         return self.legalize(dict(pick.config)), []
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        """Are the CPUs what limits this config? Workers (processes) that use
-        nearly a core each, or a machine whose CPUs are saturated, are CPU-bound;
-        anything less means the workers also wait (I/O, handing batches over),
-        and more workers than CPUs can fill the idle time."""
+        """Are the CPUs what limits this config? Workers (processes) that would
+        use nearly a core each (running, or runnable and waiting for a CPU) are
+        CPU-bound, and so is a job that fills the usable CPUs by itself.
+        Workers that mostly sleep (I/O, handing batches over) leave room: more
+        of them than CPUs can fill it. CPU that other processes on the machine
+        take is never blamed on the workers; if it starves them, it shows as
+        their wait for a CPU."""
         n = self.workers(trial.config)
         if n <= 0 or trial.workers_cpu_pct is None:
             return None
-        per_worker = trial.workers_cpu_pct / 100 / n
-        return per_worker >= BUSY_WORKER_CORES or (trial.system_cpu_pct or 0) >= SATURATED_SYSTEM_PCT
+        demand = (trial.workers_cpu_pct + (trial.workers_runq_pct or 0.0)) / 100 / n
+        return demand >= BUSY_WORKER_CORES or bool(job_fills_cpus(trial, self.cpu_cap))
 
-    def notes(self) -> List[str]:
+    def notes(self) -> List[Reason]:
         return []
 
     def ladder_base(self, config: Config, short_epochs: bool) -> Config:
@@ -115,8 +130,10 @@ class Space:
         return ladder_rungs(limit, extra=(self.cpu_cap,))
 
     def describe(self, config: Config) -> str:
-        cfg = self.legalize(dict(config))
-        return ", ".join(f"{k}={cfg[k]}" for k in self.knobs if k in cfg and cfg[k] is not None)
+        """The config as keywords, leaving out the framework's defaults."""
+        from feedprof.frameworks import describe_config
+
+        return describe_config(self.framework, self.legalize(dict(config)))
 
 
 class TorchSpace(Space):
@@ -128,18 +145,6 @@ class TorchSpace(Space):
         from feedprof.frameworks.torch import effective
 
         return effective(config)
-
-    def describe(self, config: Config) -> str:
-        """num_workers, plus only the knobs that differ from PyTorch's defaults."""
-        cfg = self.legalize(dict(config))
-        parts = [f"num_workers={cfg['num_workers']}"]
-        if cfg["num_workers"] and cfg["prefetch_factor"] not in (None, 2):
-            parts.append(f"prefetch_factor={cfg['prefetch_factor']}")
-        if cfg["num_workers"] and cfg["persistent_workers"]:
-            parts.append("persistent_workers=True")
-        if cfg["pin_memory"]:
-            parts.append("pin_memory=True")
-        return ", ".join(parts)
 
     def ladder_base(self, config: Config, short_epochs: bool) -> Config:
         """With short epochs, workers are judged with persistent_workers=True:
@@ -156,30 +161,29 @@ class TorchSpace(Space):
         n = cfg["num_workers"]
         return (n, bool(cfg["persistent_workers"]), n * (cfg["prefetch_factor"] or 0), bool(cfg["pin_memory"]))
 
-    def secondary(self, best: Trial, tol: float, measured: List[Trial]) -> List[Tuple[Config, str, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
         cfg = self.legalize(best.config)
         n = cfg["num_workers"]
-        out: List[Tuple[Config, str, dict]] = []
-        if self.cuda_used and not cfg["pin_memory"]:
-            out.append(({**cfg, "pin_memory": True}, "batches go to CUDA: page-locked memory speeds the copy", {}))
+        out: List[Tuple[Config, dict]] = []
+        if self.cuda_used and not cfg["pin_memory"]:  # batches go to CUDA: page-locked memory speeds the copy
+            out.append(({**cfg, "pin_memory": True}, {}))
         if n == 0:
             return out
         wait = best.data_wait_fraction
         # A deeper queue absorbs bursts, and lets each worker run ahead instead of
         # blocking while its batches are handed over (measured here: 8 CPU-bound
         # workers, 113 -> 136 batches/s with prefetch_factor 2 -> 4).
-        if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < 4:
-            out.append(({**cfg, "prefetch_factor": 4}, f"the loop still waits {fmt_pct(wait)} of the time: "
-                                                       "a deeper prefetch queue absorbs slow batches", {}))
+        if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < DEEP_PREFETCH:
+            out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
         if not cfg["persistent_workers"]:
             pw = persistent_estimate(best)
             if pw is not None and pw.gain >= tol and pw.epoch_s <= MEASURE_EPOCH_S:
+                # trialled across an epoch boundary, where the restart cost shows
                 out.append(({**cfg, "persistent_workers": True},
-                            f"each epoch pays {fmt_pct(pw.gain)} of its time restarting workers",
-                            {"min_window_batches": pw.batches_per_epoch + 10}))
+                            {"min_window_batches": pw.batches_per_epoch + EPOCH_SPAN_EXTRA_BATCHES}))
         return out
 
-    def finalize(self, pick: Trial, tol: float, trials: List[Trial] = ()) -> Tuple[Config, List[str]]:
+    def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """Settings judged rather than trialled: persistent workers on epochs too
         long to measure two of, from the measured start-up amortised over the epoch."""
         cfg = self.legalize(pick.config)
@@ -187,9 +191,7 @@ class TorchSpace(Space):
             pw = persistent_estimate(pick)
             if pw is not None and pw.gain >= tol and pw.epoch_s > MEASURE_EPOCH_S:
                 return ({**cfg, "persistent_workers": True},
-                        [f"persistent_workers=True: every epoch spends about {pw.startup_s:.1f} s starting "
-                         f"workers, {fmt_pct(pw.gain)} of a {pw.epoch_s:.0f} s epoch (computed from the measured "
-                         "start-up, not trialled: epochs this long are too slow to measure twice)"])
+                        [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
         return cfg, []
 
     def in_flight(self, config: Config) -> int:
@@ -201,14 +203,14 @@ class TorchSpace(Space):
 
         return code_line(self.legalize(config), loader, script)
 
-    def notes(self) -> List[str]:
-        if not self.cuda_used:
-            return ["pin_memory has no effect here: the script does not move batches to a GPU"]
-        return []
+    def notes(self) -> List[Reason]:
+        return [] if self.cuda_used else [PinMemoryNoEffect()]
 
 
 PREFETCH_MIN_WAIT = 0.05  # the loop still waits this much: a deeper prefetch queue may help
+DEEP_PREFETCH = 4  # the prefetch_factor tried when the loop still waits (torch's default is 2)
 MEASURE_EPOCH_S = 4.0  # epochs up to this long: trial persistent_workers across a boundary
+EPOCH_SPAN_EXTRA_BATCHES = 10  # a persistent_workers trial's window: one epoch and this many more
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
-"""Search strategy: proposes the next config from the results so far (ask/tell).
+"""Search strategies: the next config to measure, as a function of the trials
+told so far (Optuna's sampler is the model: ``tell`` records, ``ask`` reads the
+history). Nothing is kept between asks but the history itself, so resuming a
+tune is "tell the saved trials, then ask".
 
-NOTE [ Search, not grid ]
+NOTE [ Search, not grid ]  (LadderStrategy; each step below is one function)
 
     baseline (the script's own settings, run by the tuner)
       └► ceiling: one cached batch replayed, so loading costs nothing
@@ -18,116 +21,135 @@ NOTE [ Search, not grid ]
                          it, for the cheapest config within tolerance
                   └► secondary knobs at the best config (space.secondary)
                       └► confirm: the pick and its strongest rival within noise are
-                           measured once more, interleaved; configs are ranked by the
+                           measured again, interleaved; configs are ranked by the
                            median over their trials (run-to-run drift on a shared
                            machine is larger than the spread inside one window)
 
-The strategy never runs anything: the tuner asks, runs the trial, tells.
+Every trial carries the phase that proposed it, and each step reads only the
+trials of the phases before it and its own: a trial measured later (a confirm
+repeat of a rung) never changes what an earlier step decided.
+
+GridStrategy proposes a fixed list of configs in order (the benchmark's grid).
+Strategies never run anything: the tuner asks, runs the trial, tells.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set
 
 from feedprof.analyse.recommend import Measured, config_key, measured_configs, pick, score
-from feedprof.store import Trial
-from feedprof.units import fmt_pct
-from feedprof.tune.space import Config, Space
+from feedprof.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
+                              PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, said_once)
+from feedprof.store import Phase, Role, Trial, TrialState
+from feedprof.tune.space import Config, Space, job_cores
 
 MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbing
 SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-up is a real share
 MAX_REFINE = 3
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
+CONFIRM_ROUNDS = 1  # re-measurements of each of the two (interleaved)
 JUMP_MIN_WAIT = 0.5  # jump only while the loop mostly waits: the loader is the limit
 
 
 @dataclass
 class Proposal:
     config: Config
-    role: str  # ceiling | search
-    why: str
-    overrides: Dict[str, Any] = field(default_factory=dict)  # trial option overrides
+    role: Role
+    phase: Phase
+    overrides: Dict[str, Any] = field(default_factory=dict)  # trial option overrides (runner.TrialOptions)
 
 
-class LadderStrategy:
-    def __init__(self, space: Space, tol: float = 0.03, min_gain: float = MIN_GAIN,
-                 cpus_online: Optional[int] = None):
+class Strategy(Protocol):
+    """What the tuner needs of a search strategy."""
+
+    def tell(self, trial: Trial) -> None:
+        """Record a trial (measured, failed or rejected)."""
+
+    def ask(self) -> Optional[Proposal]:
+        """The next config to measure, from the trials told so far; None: done."""
+
+    @property
+    def notes(self) -> List[Reason]:
+        """How the search went, as of the last ask."""
+
+
+def _in(trial: Trial, phases: Iterable[Phase]) -> bool:
+    # Files of schema version 1 did not record phases: their trials count everywhere.
+    return trial.phase in phases or trial.phase == Phase.SEARCH
+
+
+class _History:
+    """The trials told so far, and the questions every strategy asks of them."""
+
+    def __init__(self, space: Space):
         self.space = space
-        self.cpus_online = cpus_online or space.cpu_cap  # system CPU % is a share of these
-        self.tol = tol
-        self.min_gain = min_gain
         self.trials: List[Trial] = []
-        self.phase = "ceiling"
-        self.notes: List[str] = []  # why the search stopped where it did
-        self._ladder_pos = -1
-        self._pending_rung: Optional[Config] = None
-        self._flat_rungs = 0  # rungs that gained less than min_gain
-        self._refines = 0
-        self._secondary_tried: set = set()
-        self._confirm_queue: Optional[List[Measured]] = None
-
-    # -- bookkeeping ------------------------------------------------------
+        self._notes: List[Reason] = []
 
     def tell(self, trial: Trial) -> None:
         self.trials.append(trial)
 
-    def _measured(self, config: Config) -> Optional[Trial]:
+    @property
+    def notes(self) -> List[Reason]:
+        return list(self._notes)
+
+    def of(self, *phases: Phase) -> List[Trial]:
+        return [t for t in self.trials if _in(t, phases)]
+
+    def measured(self, config: Config, trials: Sequence[Trial]) -> Optional[Trial]:
+        """The first trial of ``config`` among ``trials``, whatever its state."""
         key = self.space.key(config)
-        return next((t for t in self.trials if t.role != "ceiling" and self.space.key(t.config) == key), None)
+        return next((t for t in trials if t.role != Role.CEILING and self.space.key(t.config) == key), None)
 
-    def _ok(self) -> List[Trial]:
-        return [t for t in self.trials if t.role != "ceiling" and t.state == "ok" and score(t) is not None]
 
-    def ceiling(self) -> Optional[float]:
-        c = next((t for t in self.trials if t.role == "ceiling" and t.state == "ok"), None)
-        return score(c) if c else None
+def ok_trials(trials: Sequence[Trial]) -> List[Trial]:
+    return [t for t in trials if t.role != Role.CEILING and t.state == TrialState.OK and score(t) is not None]
 
-    def best(self) -> Optional[Measured]:
-        return pick(self._ok(), self.space.cost, self.tol)
 
-    def _note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
+class GridStrategy(_History):
+    """Every config of a fixed list, in order, each measured once (no ceiling)."""
 
-    # -- ask ----------------------------------------------------------------
+    def __init__(self, space: Space, configs: Iterable[Config]):
+        super().__init__(space)
+        self.configs = [space.legalize(dict(c)) for c in configs]
 
     def ask(self) -> Optional[Proposal]:
-        while True:
-            if self.phase == "ceiling":
-                self.phase = "ladder"
-                return Proposal(self.space.ceiling_config(), "ceiling",
-                                "compute ceiling: one cached batch replayed, loading costs nothing")
-            if self.phase == "ladder":
-                prop = self._next_rung()
-                if prop is not None:
-                    return prop
-                self.phase = "refine"
-            elif self.phase == "refine":
-                prop = self._refine()
-                if prop is not None:
-                    return prop
-                self.phase = "secondary"
-            elif self.phase == "secondary":
-                prop = self._secondary()
-                if prop is not None:
-                    return prop
-                self.phase = "confirm"
-            elif self.phase == "confirm":
-                prop = self._confirm()
-                if prop is not None:
-                    return prop
-                self.phase = "done"
-            else:
-                return None
+        done = self.of(Phase.GRID, Phase.BASELINE)
+        for config in self.configs:
+            if self.measured(config, done) is None:
+                return Proposal(config, Role.SEARCH, Phase.GRID)
+        return None
 
-    def _base(self) -> Config:
-        return self.space.ladder_base(self.space.baseline, self.short_epochs())
+
+class LadderStrategy(_History):
+    def __init__(self, space: Space, tol: float = 0.03, min_gain: float = MIN_GAIN,
+                 confirm_rounds: int = CONFIRM_ROUNDS):
+        super().__init__(space)
+        self.tol = tol
+        self.min_gain = min_gain
+        self.confirm_rounds = confirm_rounds
+
+    def ask(self) -> Optional[Proposal]:
+        notes: List[Reason] = []
+        steps = (self._ceiling, self._ladder, self._refine, self._secondary, self._confirm)
+        proposal = next((p for p in (step(notes) for step in steps) if p is not None), None)
+        self._notes = said_once(notes)
+        return proposal
+
+    # -- what the history says ------------------------------------------------
+
+    def ceiling(self) -> Optional[float]:
+        c = next((t for t in self.trials if t.role == Role.CEILING and t.state == TrialState.OK), None)
+        return score(c) if c else None
+
+    def best(self, *phases: Phase) -> Optional[Measured]:
+        return pick(ok_trials(self.of(*phases) if phases else self.trials), self.space.cost, self.tol)
 
     def short_epochs(self) -> bool:
         """Would an epoch last under SHORT_EPOCH_S at the compute ceiling?"""
         ceiling = self.ceiling()
-        base = next((t for t in self.trials if t.role == "baseline"), None)
+        base = next((t for t in self.trials if t.role == Role.BASELINE), None)
         run = base.run if base is not None else None
         if not ceiling or run is None:
             return False
@@ -135,38 +157,95 @@ class LadderStrategy:
         bpe = rec.batches_per_epoch if rec is not None else None
         return bool(bpe) and bpe / ceiling <= SHORT_EPOCH_S
 
-    def _ladder_trials(self) -> List[Trial]:
-        """Measured configs that are the baseline with only the primary knob changed."""
-        sp = self.space
-        return [t for t in self._ok()
-                if sp.key(t.config) == sp.key(sp.with_primary(self._base(), sp.primary_of(t.config)))]
+    def _base(self) -> Config:
+        return self.space.ladder_base(self.space.baseline, self.short_epochs())
 
-    def _stop_ladder_after(self, trial: Trial) -> bool:
-        """After measuring a rung: is the ladder done?"""
+    # -- ceiling --------------------------------------------------------------
+
+    def _ceiling(self, notes: List[Reason]) -> Optional[Proposal]:
+        if any(t.role == Role.CEILING for t in self.trials):
+            return None
+        return Proposal(self.space.ceiling_config(), Role.CEILING, Phase.CEILING)
+
+    # -- ladder -------------------------------------------------------------
+
+    def _ladder(self, notes: List[Reason]) -> Optional[Proposal]:
+        """Walk the rungs up; the first one not measured yet is the proposal."""
+        sp = self.space
+        history = self.of(Phase.BASELINE, Phase.LADDER)
+        rungs = sp.rungs(sp.max_primary)
+        flat = 0
+        i = 0
+        while i < len(rungs):
+            n = rungs[i]
+            below = [t for t in self._rung_trials(history) if sp.primary_of(t.config) < n]
+            if n > sp.cpu_cap and self._past_cpu_cap_blocked(below, notes):
+                return None
+            done = self.measured(sp.with_primary(self._base(), n), history)
+            if done is None:
+                jump = self._jump_target(below)
+                if jump is not None and jump > n:
+                    while i + 1 < len(rungs) and rungs[i] < jump:
+                        i += 1
+                    n = rungs[i]
+                    notes.append(JumpedAhead(knob=sp.primary, n=n))
+                    done = self.measured(sp.with_primary(self._base(), n), history)
+                if done is None:
+                    return Proposal(sp.with_primary(self._base(), n), Role.SEARCH, Phase.LADDER)
+                below = [t for t in self._rung_trials(history) if sp.primary_of(t.config) < n]
+            stop, flat = self._stop_after(done, below, flat, notes)
+            if stop:
+                return None
+            i += 1
+        notes.append(MaxWorkersReached(max_workers=sp.max_primary))
+        return None
+
+    def _rung_trials(self, history: Sequence[Trial]) -> List[Trial]:
+        """Measured configs that are the ladder's base with only the primary knob changed."""
+        sp = self.space
+        base = self._base()
+        return [t for t in ok_trials(history)
+                if sp.key(t.config) == sp.key(sp.with_primary(base, sp.primary_of(t.config)))]
+
+    def _past_cpu_cap_blocked(self, below: Sequence[Trial], notes: List[Reason]) -> bool:
+        """Going past the CPU count: only while the workers leave CPU idle."""
+        bound = self._cpu_bound(below)
+        if bound:
+            notes.append(CpusSaturated(cpu_cap=self.space.cpu_cap))
+            return True
+        if bound is not None:
+            notes.append(PastCpuCount(cpu_cap=self.space.cpu_cap))
+        return False
+
+    def _cpu_bound(self, below: Sequence[Trial]) -> Optional[bool]:
+        """From the highest rung below with workers: are the CPUs the limit? (space.cpu_bound)"""
+        with_workers = [t for t in below if t.role != Role.BASELINE and self.space.primary_of(t.config) > 1]
+        if not with_workers:
+            return None
+        return self.space.cpu_bound(max(with_workers, key=lambda t: self.space.primary_of(t.config)))
+
+    def _stop_after(self, trial: Trial, below: Sequence[Trial], flat: int, notes: List[Reason]) -> tuple:
+        """After a measured rung: (is the ladder done?, flat rungs so far)."""
         sp = self.space
         n = sp.primary_of(trial.config)
-        if trial.state != "ok":
-            self._note(f"stopped adding workers at {sp.primary}={n}: the trial {trial.state} ({trial.reason})")
-            return True
+        if trial.state != TrialState.OK:
+            notes.append(LadderStoppedByTrial(knob=sp.primary, n=n, state=trial.state.value))
+            return True, flat
         ceiling = self.ceiling()
         s = score(trial)
         if ceiling and s is not None and s >= ceiling * (1 - self.tol):
-            self._note(f"{sp.primary}={n} reaches the compute ceiling: more loader work cannot help")
-            return True
-        below = [score(t) for t in self._ladder_trials() if sp.primary_of(t.config) < n]
+            notes.append(ReachedCeiling(knob=sp.primary, n=n))
+            return True, flat
+        below_scores = [score(t) for t in below]
         # noise-aware: stop only if even the fastest chunk of this rung is no real gain
         high = s * (trial.batches_per_s_high / trial.batches_per_s) \
             if s and trial.batches_per_s and trial.batches_per_s_high else s
-        if n >= 2 and below and high is not None and high < max(below) * (1 + self.min_gain):
-            self._flat_rungs += 1
-            if self._flat_rungs == 1 and self._loader_limits_with_cpu_to_spare(trial):
-                self._note(f"{sp.primary}={n} gained less than {fmt_pct(self.min_gain)}, but the loop still "
-                           "waited and the CPUs had room: one more rung was tried")
-                return False
-            self._note(f"{sp.primary}={n} gained less than {fmt_pct(self.min_gain)} over fewer workers: "
-                       "more workers stopped paying off")
-            return True
-        return False
+        if n >= 2 and below_scores and high is not None and high < max(below_scores) * (1 + self.min_gain):
+            flat += 1
+            forgiven = flat == 1 and self._loader_limits_with_cpu_to_spare(trial)
+            notes.append(FlatRung(knob=sp.primary, n=n, min_gain=self.min_gain, forgiven=forgiven))
+            return not forgiven, flat
+        return False, flat
 
     def _loader_limits_with_cpu_to_spare(self, trial: Trial) -> bool:
         """The loop mostly waits and the workers leave CPU idle: a rung that
@@ -176,130 +255,84 @@ class LadderStrategy:
         wait = trial.data_wait_fraction
         return wait is not None and wait >= JUMP_MIN_WAIT and self.space.cpu_bound(trial) is False
 
-    def _last_with_workers(self) -> Optional[Trial]:
-        for t in reversed(self.trials):
-            if t.role == "search" and t.state == "ok" and self.space.primary_of(t.config) > 1:
-                return t
-        return None
-
-    def _cpu_bound(self) -> Optional[bool]:
-        """From the latest trial with workers: are the CPUs the limit? (space.cpu_bound)"""
-        t = self._last_with_workers()
-        return None if t is None else self.space.cpu_bound(t)
-
-    def _next_rung(self) -> Optional[Proposal]:
-        sp = self.space
-        if self._pending_rung is not None:  # the stop rules look at the rung just measured
-            measured = self._measured(self._pending_rung)
-            self._pending_rung = None
-            if measured is None or self._stop_ladder_after(measured):
-                return None
-        rungs = sp.rungs(sp.max_primary)
-        while self._ladder_pos + 1 < len(rungs):
-            self._ladder_pos += 1
-            n = rungs[self._ladder_pos]
-            if n > sp.cpu_cap:
-                bound = self._cpu_bound()
-                if bound:
-                    self._note(f"the CPUs are the limit ({sp.cpu_cap} usable, saturated by the workers): "
-                               f"more than {sp.cpu_cap} worker(s) cannot help")
-                    return None
-                if bound is not None:
-                    self._note("the workers left CPU time idle (waiting on I/O or on handing batches over), "
-                               "so more workers than CPUs were tried")
-            config = sp.with_primary(self._base(), n)
-            done = self._measured(config)
-            if done is not None:  # the baseline sits on this rung
-                if self._stop_ladder_after(done):
-                    return None
-                continue
-            jump = self._jump_target()
-            if jump is not None and jump > n:
-                while self._ladder_pos + 1 < len(rungs) and rungs[self._ladder_pos] < jump:
-                    self._ladder_pos += 1
-                n = rungs[self._ladder_pos]
-                config = sp.with_primary(self._base(), n)
-                self._note(f"the workers wait on I/O and scale: jumped to {sp.primary}={n}, "
-                           "the count predicted to reach the ceiling")
-            self._pending_rung = config
-            return Proposal(config, "search", f"worker ladder: {sp.primary}={n}")
-        self._note(f"reached the most workers allowed ({sp.max_primary}, --max-workers)")
-        return None
-
-    def _jump_target(self) -> Optional[int]:
+    def _jump_target(self, below: Sequence[Trial]) -> Optional[int]:
         """Workers predicted to reach what the ceiling and the CPU budget allow,
-        from the last rung (None: keep doubling). The loader must be the limit
-        (the loop mostly waits) and the CPUs must have room: throughput is
+        from the highest rung below (None: keep doubling). The loader must be the
+        limit (the loop mostly waits) and the CPUs must have room: throughput is
         capped at usable cores / CPU per batch, so a loader that already fills
         the CPUs gets no jump."""
         sp = self.space
         ceiling = self.ceiling()
-        last = next((t for t in reversed(self._ladder_trials()) if sp.primary_of(t.config) >= 2), None)
-        if last is None or not ceiling or self._cpu_bound() is not False:
+        rungs = [t for t in below if sp.primary_of(t.config) >= 2]
+        if not rungs or not ceiling or self._cpu_bound(below) is not False:
             return None
+        last = max(rungs, key=lambda t: sp.primary_of(t.config))
         n, s = sp.primary_of(last.config), score(last)
         if not s or last.data_wait_fraction is None or last.data_wait_fraction < JUMP_MIN_WAIT:
             return None
         target = ceiling
-        if last.system_cpu_pct and self.cpus_online:
-            busy_cores = last.system_cpu_pct / 100 * self.cpus_online
-            target = min(target, s * sp.cpu_cap / busy_cores)
+        cores = job_cores(last)
+        if cores:  # the job's own CPU per batch caps what the usable cores can deliver
+            target = min(target, s * sp.cpu_cap / cores)
         needed = math.ceil(n * target * (1 - self.tol) / s)
         return needed if needed > 2 * n else None
 
-    def _refine(self) -> Optional[Proposal]:
-        if self._refines >= MAX_REFINE:
-            return None
+    # -- refine ---------------------------------------------------------------
+
+    def _refine(self, notes: List[Reason]) -> Optional[Proposal]:
         sp = self.space
-        best = self.best()
+        history = self.of(Phase.BASELINE, Phase.LADDER, Phase.REFINE)
+        if sum(t.phase == Phase.REFINE for t in history) >= MAX_REFINE:
+            return None
+        best = pick(ok_trials(history), sp.cost, self.tol)
         if best is None:
             return None
         n = sp.primary_of(best.config)
         # the largest measured count below the pick (any knobs): the pick is the
         # cheapest within tolerance, so everything measured below it is slower
-        lower = [sp.primary_of(t.config) for t in self._ok() if sp.primary_of(t.config) < n]
+        lower = [sp.primary_of(t.config) for t in ok_trials(history) if sp.primary_of(t.config) < n]
         if not lower:
             return None
         lo = max(lower)
         mid = (lo + n) // 2
-        if mid <= lo or mid >= n:
-            return None
         config = sp.with_primary(best.config, mid)
-        if self._measured(config) is not None:
+        if mid <= lo or mid >= n or self.measured(config, history) is not None:
             return None
-        self._refines += 1
-        return Proposal(config, "search", f"refine: is {sp.primary}={mid} as good as {n}, for less?")
+        return Proposal(config, Role.SEARCH, Phase.REFINE)
 
-    def _secondary(self) -> Optional[Proposal]:
-        best = self.best()
+    # -- secondary knobs ------------------------------------------------------
+
+    def _secondary(self, notes: List[Reason]) -> Optional[Proposal]:
+        history = self.of(Phase.BASELINE, Phase.LADDER, Phase.REFINE, Phase.SECONDARY)
+        best = pick(ok_trials(history), self.space.cost, self.tol)
         if best is None:
             return None
-        for config, why, overrides in self.space.secondary(best.latest, self.tol, self.trials):
-            key = self.space.key(config)
-            if key in self._secondary_tried or self._measured(config) is not None:
+        tried: Set[tuple] = {self.space.key(t.config) for t in history if t.phase == Phase.SECONDARY}
+        for config, overrides in self.space.secondary(best.latest, self.tol, history):
+            if self.space.key(config) in tried or self.measured(config, history) is not None:
                 continue
-            self._secondary_tried.add(key)
-            return Proposal(self.space.legalize(config), "search", why, overrides)
+            return Proposal(self.space.legalize(config), Role.SEARCH, Phase.SECONDARY, overrides)
         return None
 
-    def _confirm(self) -> Optional[Proposal]:
+    # -- confirm ------------------------------------------------------------
+
+    def _confirm(self, notes: List[Reason]) -> Optional[Proposal]:
         """Re-measure the pick and its strongest rival when they are within noise."""
-        if self._confirm_queue is None:
-            self._confirm_queue = []
-            chosen = self.best()
-            configs = measured_configs(self._ok())
-            if chosen is None or len(configs) < 2:
-                return None
-            rivals = [m for m in configs if config_key(m.config) != config_key(chosen.config)]
-            rival = max(rivals, key=lambda m: m.score)
-            spread = max(chosen.relative_spread, rival.relative_spread)
-            margin = min(CONFIRM_MARGIN[1], max(CONFIRM_MARGIN[0], 2 * spread))
-            top = max(chosen.score, rival.score)
-            if min(chosen.score, rival.score) >= top * (1 - margin):
-                self._confirm_queue = [rival, chosen]  # the pick last: closest to the end of the tune
-                self._note(f"{self.space.describe(chosen.config)} and {self.space.describe(rival.config)} were "
-                           f"within {fmt_pct(margin)} of each other: both were measured again")
-        if not self._confirm_queue:
+        before = ok_trials([t for t in self.trials if t.phase != Phase.CONFIRM])
+        chosen = pick(before, self.space.cost, self.tol)
+        configs = measured_configs(before)
+        if chosen is None or len(configs) < 2:
             return None
-        m = self._confirm_queue.pop(0)
-        return Proposal(dict(m.config), "confirm", "re-measured: within noise of its closest rival")
+        rival = max((m for m in configs if config_key(m.config) != config_key(chosen.config)), key=lambda m: m.score)
+        spread = max(chosen.relative_spread, rival.relative_spread)
+        margin = min(CONFIRM_MARGIN[1], max(CONFIRM_MARGIN[0], 2 * spread))
+        if min(chosen.score, rival.score) < max(chosen.score, rival.score) * (1 - margin):
+            return None
+        notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
+                                      repeats=self.confirm_rounds))
+        done = sum(t.phase == Phase.CONFIRM for t in self.trials)
+        if done >= 2 * self.confirm_rounds:
+            return None
+        # the rival first, the pick last: closest to the end of the tune
+        nxt = rival if done % 2 == 0 else chosen
+        return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 import traceback
+from types import FrameType
 from typing import List, Optional, Tuple
 
 import feedprof
@@ -16,19 +16,20 @@ _NOT_USER = tuple(
     os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                  sysconfig.get_paths()["platlib"], _FEEDPROF_DIR} if p)
 
+
 def _is_user_file(filename: str) -> bool:
     if filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
     return not path.startswith(_NOT_USER) and "site-packages" not in path and "dist-packages" not in path
 
-def user_call_chain(script_dir: str, skip: int = 2, direct: bool = False) -> Tuple[str, ...]:
-    """Frames of user code on the stack, outermost first, as "file.py:LINE".
 
-    ``direct``: only if the caller itself is user code (else ``()``), so that
+def user_call_chain(script_dir: str, frame: Optional[FrameType], direct: bool = False) -> Tuple[str, ...]:
+    """Frames of user code from ``frame`` outwards, outermost first, as "file.py:LINE".
+
+    ``direct``: only if ``frame`` itself is user code (else ``()``), so that
     framework code running on the user's behalf is told apart.
     """
-    frame = sys._getframe(skip)
     if direct and (frame is None or not _is_user_file(frame.f_code.co_filename)):
         return ()
     sites: List[str] = []
@@ -39,10 +40,12 @@ def user_call_chain(script_dir: str, skip: int = 2, direct: bool = False) -> Tup
         frame = frame.f_back
     return tuple(reversed(sites))
 
+
 def display_path(filename: str, script_dir: str) -> str:
     path = os.path.abspath(filename)
     rel = os.path.relpath(path, script_dir)
     return path if rel.startswith("..") else rel
+
 
 def script_traceback(exc: BaseException) -> str:
     """The script's own traceback, without feedprof's and runpy's frames."""
@@ -62,12 +65,12 @@ def _strip_frames(te: traceback.TracebackException, seen: Optional[set] = None) 
         if nxt is not None:
             _strip_frames(nxt, seen)
 
+
 def failure_hint(exc: BaseException) -> str:
-    """What a known framework trap means, in a sentence (empty if not one)."""
+    """The code of a known framework trap the error is (render/words.py says what it
+    means), or ""."""
     text = str(exc)
     if isinstance(exc, TypeError) and "fit()" in text and any(
             f"'{knob}'" in text for knob in ("workers", "use_multiprocessing", "max_queue_size")):
-        from feedprof.frameworks.keras import FIT_MOVED_HINT
-
-        return FIT_MOVED_HINT
+        return "fit_workers_moved"  # Keras 3 moved the knobs from fit() to the PyDataset
     return ""

@@ -168,8 +168,9 @@ def _child(req: dict) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         from feedprof.tune.child import run_spec_file
 
-        code = run_spec_file(req["spec"])
-        if code >= 0:  # the script ended by itself: its exit handlers run, as in a cold trial
+        end = run_spec_file(req["spec"])
+        code = end.code
+        if not end.at_once:  # the script ended by itself: its exit handlers run, as in a cold trial
             import atexit
 
             atexit._run_exitfuncs()
@@ -185,7 +186,7 @@ def _child(req: dict) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
-            os._exit(code if isinstance(code, int) and code >= 0 else 0)
+            os._exit(code if isinstance(code, int) and 0 <= code < 256 else 1)
 
 
 def serve(preload: List[str]) -> None:

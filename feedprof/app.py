@@ -1,0 +1,76 @@
+"""The application layer: a tune or a profile wired to a person watching it.
+
+``feedprof tune`` (cli.py) and ``feedprof.tune()`` (the Python API) are the
+same thing with different exits, so both call :func:`run_tune`: the tuner
+measures and decides (tune/), render/ words it and writes the page. The same
+holds for ``feedprof profile`` and :func:`run_profile`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import IO, Any, List, Optional, Sequence
+
+from feedprof.store import Run, TuneResult, save
+from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
+
+
+def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str]:
+    """Write the HTML report; a failure to write says so and keeps the JSON."""
+    from feedprof.render.html import write_report as render_page
+
+    try:
+        return render_page(obj, path)
+    except OSError as exc:
+        print(f"feedprof: could not write {path}: {exc.strerror}", file=err, flush=True)
+        return None
+
+
+def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool = True,
+             show: bool = True, previous: Optional[TuneResult] = None, out: IO[str] = sys.stdout,
+             err: IO[str] = sys.stderr) -> TuneResult:
+    """Tune, show progress on ``err`` (``progress``), write results.json and
+    report.html, print the recommendation on ``out`` (``show``). Raises
+    TuneInterrupted / TuneError (with the partial result) after writing what
+    was measured."""
+    from feedprof.render.progress import ConsoleProgress, format_recommendation
+
+    os.makedirs(out_dir, exist_ok=True)
+    tuner = Tuner(script, argv, out_dir, options, observer=ConsoleProgress(err) if progress else None,
+                  previous=previous)
+    report_path = os.path.join(out_dir, "report.html")
+    try:
+        result = tuner.run()
+    except TuneInterrupted as stop:
+        from feedprof.tune.signals import deferred_signals
+
+        with deferred_signals():
+            write_report(stop.result, report_path, err)
+        raise
+    except TuneError as exc:
+        write_report(exc.result, report_path, err)
+        raise
+    write_report(result, report_path, err)
+    if show:
+        print(format_recommendation(result.recommendation, result), file=out, flush=True)
+    return result
+
+
+def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True) -> "tuple[Run, bool]":
+    """One observed run of the script's own settings: (run, interrupted).
+    Writes run.json and report.html."""
+    from feedprof.record.host import machine_info
+    from feedprof.tune.runner import TrialInterrupted, run_trial
+
+    host = machine_info(gpu=gpu)
+    try:
+        run = run_trial(script, argv, os.path.join(out_dir, "trial"), host, opts)
+        interrupted = False
+    except TrialInterrupted as stop:
+        if stop.run is None:  # stopped as the script was starting: nothing measured
+            raise KeyboardInterrupt from None
+        run, interrupted = stop.run, True
+    run = dataclasses.replace(run, kind="profile")
+    save(run, os.path.join(out_dir, "run.json"))
+    return run, interrupted

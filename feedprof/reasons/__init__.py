@@ -1,0 +1,38 @@
+"""What feedprof found, as records with their numbers: never as sentences.
+
+Every layer that has something to tell the user (the sampler, the trial
+child, the strategy, the recommendation) returns one of these; only
+``render/words.py`` turns them into words, for the terminal and the HTML page
+alike. In JSON each is an object with its ``code`` and its figures, so a
+reader of ``results.json`` gets the numbers without parsing prose.
+
+A new finding is a new subclass here, its words in ``render/words.py``, and
+its figures in the JSON schema (``python -m feedprof.schema --write``).
+"""
+from feedprof.reasons.base import (
+    Config, Reason, Text, Unknown, said_once)
+from feedprof.reasons.run import (
+    EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml, GpuUnavailable, Interrupted,
+    KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OutOfMemoryKilled,
+    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited, ScriptFailed,
+    SharedMemoryExhausted, TrialTimedOut, WaitNotObservable, WindowNotReached)
+from feedprof.reasons.tune import (
+    BaselineFigures, BaselineNotMeasured, BudgetCutShort, CeilingFailed, CpusAreTheLimit, CpusSaturated,
+    FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead, KeepScriptSettings, LadderStoppedByTrial,
+    MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed,
+    PickFigures, ReachedCeiling, RivalsRemeasured, ShortOfCeiling, TuneInterruptedEarly, Verdict, VersusAutotune,
+    WorkersLeaveCpuIdle)
+
+
+__all__ = [
+    "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
+    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin",
+    "NoLoaderIterated", "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget",
+    "OverShmBudget", "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed",
+    "SharedMemoryExhausted", "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "BaselineFigures",
+    "BaselineNotMeasured", "BudgetCutShort", "CeilingFailed", "CpusAreTheLimit", "CpusSaturated",
+    "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead", "KeepScriptSettings",
+    "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader",
+    "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured",
+    "ShortOfCeiling", "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersLeaveCpuIdle",
+]

@@ -1,0 +1,48 @@
+"""The base of every finding, and the two every version can hold (see __init__.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Iterable, List
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Base of every finding; ``code`` names it in JSON."""
+
+    code: ClassVar[str] = "reason"
+    _by_code: ClassVar[Dict[str, type]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        Reason._by_code[cls.code] = cls
+
+    @classmethod
+    def tagged(cls, code: Any) -> type:
+        """The subclass a JSON object names (codec.py decodes tagged unions with it)."""
+        return cls._by_code.get(code, Unknown)
+
+
+def said_once(reasons: Iterable["Reason"]) -> List["Reason"]:
+    """In order, each finding once (by equality: findings with configs do not hash)."""
+    out: List[Reason] = []
+    for reason in reasons:
+        if reason not in out:
+            out.append(reason)
+    return out
+
+
+@dataclass(frozen=True)
+class Unknown(Reason):
+    """A finding written by a newer feedprof: kept, not understood."""
+
+    code: ClassVar[str] = "unknown"
+
+
+@dataclass(frozen=True)
+class Text(Reason):
+    """Words written before findings had codes (files of schema version 1)."""
+
+    code: ClassVar[str] = "text"
+    text: str = ""
+
+Config = Dict[str, Any]

@@ -1,0 +1,172 @@
+"""Findings about the machine, one run's loader, and how a trial ended."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+from feedprof.reasons.base import Reason
+
+
+# ------------------------------------------------------------ the machine
+
+
+@dataclass(frozen=True)
+class GpuUnavailable(Reason):
+    code: ClassVar[str] = "gpu_unavailable"
+    status: str = ""  # a record.gpu.GpuStatus value
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class GpuIntervalBelowNvml(Reason):
+    """Sampling faster than NVML averages adds nothing."""
+
+    code: ClassVar[str] = "gpu_interval_below_nvml"
+    interval_s: float = 0.0
+    floor_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SamplingStopped(Reason):
+    code: ClassVar[str] = "sampling_stopped"
+    what: str = ""  # host | gpu
+    error: str = ""
+
+
+# ------------------------------------------------------- one run's loader
+
+
+@dataclass(frozen=True)
+class NoLoaderIterated(Reason):
+    code: ClassVar[str] = "no_loader_iterated"
+
+
+@dataclass(frozen=True)
+class WaitNotObservable(Reason):
+    code: ClassVar[str] = "wait_not_observable"
+    framework: str = ""
+
+
+@dataclass(frozen=True)
+class OnlyWarmup(Reason):
+    code: ClassVar[str] = "only_warmup"
+    batches: int = 0
+
+
+@dataclass(frozen=True)
+class FewSteadyBatches(Reason):
+    code: ClassVar[str] = "few_steady_batches"
+    batches: int = 0
+
+
+@dataclass(frozen=True)
+class WindowNotReached(Reason):
+    """The script ended before the steady-state window was measured."""
+
+    code: ClassVar[str] = "window_not_reached"
+    steady_batches: int = 0
+    window_batches: int = 0
+
+
+@dataclass(frozen=True)
+class NotInstrumented(Reason):
+    code: ClassVar[str] = "not_instrumented"
+    adapter: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class NoSuperInit(Reason):
+    """A PyDataset subclass that skips super().__init__(**kwargs): Keras ignores its knobs."""
+
+    code: ClassVar[str] = "no_super_init"
+    dataset: str = ""
+
+
+@dataclass(frozen=True)
+class EpochEndStall(Reason):
+    """tf_keras waits ~5 s at every epoch end with workers > 1 or use_multiprocessing."""
+
+    code: ClassVar[str] = "tf_keras_epoch_end_stall"
+
+
+@dataclass(frozen=True)
+class PinMemoryNoEffect(Reason):
+    code: ClassVar[str] = "pin_memory_no_effect"
+
+
+# -------------------------------------------------- how a trial ended badly
+
+
+@dataclass(frozen=True)
+class TrialTimedOut(Reason):
+    code: ClassVar[str] = "trial_timed_out"
+    limit_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class NoBatchWithin(Reason):
+    code: ClassVar[str] = "no_batch_within"
+    limit_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SharedMemoryExhausted(Reason):
+    """A worker died of SIGBUS, or /dev/shm filled: Docker's 64 MB default."""
+
+    code: ClassVar[str] = "shm_exhausted"
+    signal: str = ""
+
+
+@dataclass(frozen=True)
+class OutOfMemoryKilled(Reason):
+    code: ClassVar[str] = "oom_killed"
+    signal: str = ""
+
+
+@dataclass(frozen=True)
+class KilledBySignal(Reason):
+    code: ClassVar[str] = "killed_by_signal"
+    signal: str = ""
+
+
+@dataclass(frozen=True)
+class ExitedWithCode(Reason):
+    code: ClassVar[str] = "exited_with_code"
+    exit_code: Optional[int] = None
+    last_line: str = ""
+
+
+@dataclass(frozen=True)
+class ScriptFailed(Reason):
+    """The script raised or exited non-zero; ``hint`` names a known trap."""
+
+    code: ClassVar[str] = "script_failed"
+    error: str = ""
+    hint: str = ""  # fit_workers_moved | ""
+
+
+@dataclass(frozen=True)
+class ScriptExited(Reason):
+    code: ClassVar[str] = "script_exited"
+    exit_code: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Interrupted(Reason):
+    code: ClassVar[str] = "interrupted"
+
+
+@dataclass(frozen=True)
+class OverMemoryBudget(Reason):
+    code: ClassVar[str] = "over_memory_budget"
+    need_bytes: int = 0
+    per_worker_bytes: Optional[int] = None
+    free_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class OverShmBudget(Reason):
+    code: ClassVar[str] = "over_shm_budget"
+    need_bytes: int = 0
+    free_bytes: int = 0

@@ -1,0 +1,221 @@
+"""Findings about how a tune went, and the recommendation's reasons."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+from feedprof.reasons.base import Config, Reason
+
+
+# ------------------------------------------------------- how a tune went
+
+
+@dataclass(frozen=True)
+class LadderStoppedByTrial(Reason):
+    """A rung's trial did not end well: no more workers were tried."""
+
+    code: ClassVar[str] = "ladder_stopped_by_trial"
+    knob: str = ""
+    n: int = 0
+    state: str = ""
+
+
+@dataclass(frozen=True)
+class ReachedCeiling(Reason):
+    code: ClassVar[str] = "reached_ceiling"
+    knob: str = ""
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class FlatRung(Reason):
+    """A rung gained less than ``min_gain``; ``forgiven``: one more was tried."""
+
+    code: ClassVar[str] = "flat_rung"
+    knob: str = ""
+    n: int = 0
+    min_gain: float = 0.0
+    forgiven: bool = False
+
+
+@dataclass(frozen=True)
+class CpusSaturated(Reason):
+    """The ladder stopped at the CPU count: the workers filled the CPUs."""
+
+    code: ClassVar[str] = "cpus_saturated"
+    cpu_cap: int = 0
+
+
+@dataclass(frozen=True)
+class PastCpuCount(Reason):
+    """The workers left CPU idle, so more workers than CPUs were tried."""
+
+    code: ClassVar[str] = "past_cpu_count"
+    cpu_cap: int = 0
+
+
+@dataclass(frozen=True)
+class JumpedAhead(Reason):
+    code: ClassVar[str] = "jumped_ahead"
+    knob: str = ""
+    n: int = 0
+
+
+@dataclass(frozen=True)
+class MaxWorkersReached(Reason):
+    code: ClassVar[str] = "max_workers_reached"
+    max_workers: int = 0
+
+
+@dataclass(frozen=True)
+class RivalsRemeasured(Reason):
+    """The pick and its closest rival were within noise: both measured again."""
+
+    code: ClassVar[str] = "rivals_remeasured"
+    pick: Config = field(default_factory=dict)
+    rival: Config = field(default_factory=dict)
+    margin: float = 0.0
+    repeats: int = 0
+
+
+@dataclass(frozen=True)
+class ForkServerFailed(Reason):
+    code: ClassVar[str] = "fork_server_failed"
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class CeilingFailed(Reason):
+    code: ClassVar[str] = "ceiling_failed"
+    state: str = ""
+    cause: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class BudgetCutShort(Reason):
+    code: ClassVar[str] = "budget_cut_short"
+    budget_s: float = 0.0
+    next_config: Optional[Config] = None  # None: the compute ceiling was next
+
+
+@dataclass(frozen=True)
+class TuneInterruptedEarly(Reason):
+    code: ClassVar[str] = "tune_interrupted"
+
+
+@dataclass(frozen=True)
+class BaselineNotMeasured(Reason):
+    code: ClassVar[str] = "baseline_not_measured"
+    state: str = ""
+    cause: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class NoLoaderAtSite(Reason):
+    code: ClassVar[str] = "no_loader_at_site"
+    site: str = ""
+    seen: tuple = ()
+
+
+# ---------------------------------------------------- the recommendation
+
+
+@dataclass(frozen=True)
+class Verdict(Reason):
+    """The headline. ``kind``: faster (a config beats the script's own),
+    fewer_workers (the loader is not the limit and fewer workers do as well),
+    not_loader (near the ceiling already), no_better (input-bound, yet nothing
+    tried beats the script's own settings)."""
+
+    code: ClassVar[str] = "verdict"
+    kind: str = ""
+    input_bound: str = "unknown"  # highly | moderately | not | unknown
+    input_bound_fraction: Optional[float] = None
+    config: Config = field(default_factory=dict)
+    speedup: Optional[float] = None
+    fraction_of_ceiling: Optional[float] = None
+    workers_before: Optional[int] = None
+    workers_after: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class BaselineFigures(Reason):
+    code: ClassVar[str] = "baseline_figures"
+    config: Config = field(default_factory=dict)
+    batches_per_s: float = 0.0
+    data_wait_fraction: Optional[float] = None
+    ceiling_batches_per_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class KeepScriptSettings(Reason):
+    code: ClassVar[str] = "keep_script_settings"
+
+
+@dataclass(frozen=True)
+class PickFigures(Reason):
+    code: ClassVar[str] = "pick_figures"
+    config: Config = field(default_factory=dict)
+    batches_per_s: float = 0.0
+    speedup: Optional[float] = None
+    fraction_of_ceiling: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class CpusAreTheLimit(Reason):
+    code: ClassVar[str] = "cpus_are_the_limit"
+    cores_per_worker: Optional[float] = None
+    cpu_cap: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class WorkersLeaveCpuIdle(Reason):
+    code: ClassVar[str] = "workers_leave_cpu_idle"
+    cores_per_worker: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class NotTheLoader(Reason):
+    code: ClassVar[str] = "not_the_loader"
+
+
+@dataclass(frozen=True)
+class FewerWorkersDoAsWell(Reason):
+    code: ClassVar[str] = "fewer_workers_do_as_well"
+    workers_before: int = 0
+    workers_after: int = 0
+    memory_saved_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class ShortOfCeiling(Reason):
+    code: ClassVar[str] = "short_of_ceiling"
+    fraction_short: float = 0.0
+
+
+@dataclass(frozen=True)
+class MeasuredRepeatedly(Reason):
+    code: ClassVar[str] = "measured_repeatedly"
+    times: int = 0
+
+
+@dataclass(frozen=True)
+class PersistentWorkersComputed(Reason):
+    """persistent_workers judged from the measured start-up, not trialled."""
+
+    code: ClassVar[str] = "persistent_workers_computed"
+    startup_s: float = 0.0
+    gain: float = 0.0
+    epoch_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class VersusAutotune(Reason):
+    """The static pick against tf.data's AUTOTUNE; ``switched``: AUTOTUNE won."""
+
+    code: ClassVar[str] = "versus_autotune"
+    static_batches_per_s: float = 0.0
+    autotune_batches_per_s: float = 0.0
+    static_rss_bytes: Optional[int] = None
+    autotune_rss_bytes: Optional[int] = None
+    switched: bool = False

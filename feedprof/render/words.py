@@ -1,0 +1,247 @@
+"""Every finding in words: the one place where reasons.py records become
+sentences, for the terminal and the HTML page alike.
+
+``say(reason)`` words any finding; ``headline(verdict)`` the recommendation's
+first line; ``gpu_status(status, detail)`` why there is no GPU data.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional
+
+from feedprof import reasons as r
+from feedprof.store import GpuStatus
+from feedprof.units import fmt_bytes, fmt_pct, fmt_rate
+
+LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
+              "or tf.data.Dataset being iterated")
+SHM_REMEDY = ("the loader ran out of shared memory (/dev/shm): in Docker, run with --shm-size=8g or "
+              "--ipc=host; otherwise use fewer workers or a smaller prefetch_factor")
+OOM_REMEDY = ("killed, most likely by the out-of-memory killer: use fewer workers, a smaller "
+              "prefetch_factor or smaller batches")
+FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size from fit() to the "
+                  "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
+HINTS = {"fit_workers_moved": FIT_MOVED_HINT}
+NEAR_CEILING = 0.95  # a config this close to the compute ceiling: the loader is not the limit
+
+_GPU = {
+    GpuStatus.OK: "ok",
+    GpuStatus.OFF: "sampling turned off",
+    GpuStatus.NO_PYNVML: "not available — nvidia-ml-py is not installed (pip install nvidia-ml-py)",
+    GpuStatus.NO_LIBRARY: "not available — NVML library not found (no NVIDIA driver on this machine)",
+    GpuStatus.NO_DRIVER: "not available — NVIDIA driver not loaded",
+    GpuStatus.NVML_ERROR: "not available — NVML error",
+    GpuStatus.NO_GPU: "not available — no NVIDIA GPU found",
+    GpuStatus.ALL_HIDDEN: "not available — CUDA_VISIBLE_DEVICES hides every GPU",
+    GpuStatus.UNKNOWN: "not sampled",
+}
+
+
+def gpu_status(status: Any, detail: str = "") -> str:
+    """Why there is (no) GPU data, e.g. "not available — no NVIDIA GPU found"."""
+    try:
+        words = _GPU[GpuStatus(status)]
+    except ValueError:
+        words = str(status)
+    return f"{words}: {detail}" if detail and status not in (GpuStatus.OK, GpuStatus.OFF) else words
+
+
+def config_words(config: Dict[str, Any], framework: str = "") -> str:
+    """A loader config as its framework's keywords ("num_workers=8, persistent_workers=True")."""
+    from feedprof.frameworks import describe_config
+
+    return describe_config(framework, config) if config else "the script's own settings"
+
+
+def _describer(framework: str) -> Callable[[Dict[str, Any]], str]:
+    return lambda config: config_words(config, framework)
+
+
+# ----------------------------------------------------------------- verdict
+
+
+def headline(verdict: r.Reason, framework: str = "") -> str:
+    """The recommendation's first line."""
+    if not isinstance(verdict, r.Verdict):
+        return say(verdict, framework)
+    v, describe = verdict, _describer(framework)
+    cls = {"highly": "Highly input-bound", "moderately": "Moderately input-bound",
+           "not": "Not input-bound", "unknown": "Input-bound: unknown"}.get(v.input_bound, v.input_bound)
+    if v.kind == "fewer_workers":
+        freed = (v.workers_before or 0) - (v.workers_after or 0)
+        fast = f"{v.speedup:.2f}× as fast" if v.speedup and v.speedup >= 1.005 else "as fast"
+        near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= NEAR_CEILING
+        lead = "Not the loader" if near or v.input_bound == "not" else f"{cls}, but not for want of workers"
+        return (f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} "
+                f"and frees {freed} process{'es' if freed != 1 else ''}")
+    if v.kind == "cheaper":
+        return f"Not the loader's settings: {describe(v.config)} is as fast as the script's own, for less"
+    if v.kind == "not_loader":
+        return "Not input-bound: the loader is not what limits this job"
+    if v.kind == "no_better":
+        return f"{cls}, but no loader setting tried does better than the script's own"
+    faster = f"{v.speedup:.1f}× faster" if v.speedup else "the fastest found"
+    near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""
+    return f"{cls}: {describe(v.config)} is {faster}{near}"
+
+
+# --------------------------------------------------------------- findings
+
+
+def _baseline(x: r.BaselineFigures, describe: Callable) -> str:
+    waits = f"waits for data {fmt_pct(x.data_wait_fraction)} of the time and " \
+        if x.data_wait_fraction is not None else ""
+    ceiling = ""
+    if x.ceiling_batches_per_s:
+        ceiling = (f", {fmt_pct(x.batches_per_s / x.ceiling_batches_per_s)} of the compute ceiling "
+                   f"({fmt_rate(x.ceiling_batches_per_s)})")
+    return (f"With the script's own settings ({describe(x.config)}) the loop {waits}runs at "
+            f"{fmt_rate(x.batches_per_s)}{ceiling}.")
+
+
+def _pick(x: r.PickFigures, describe: Callable) -> str:
+    faster = f": {x.speedup:.2f}× the baseline" if x.speedup else ""
+    near = f", {fmt_pct(x.fraction_of_ceiling)} of the ceiling" if x.fraction_of_ceiling else ""
+    return f"{describe(x.config)} runs at {fmt_rate(x.batches_per_s)}{faster}{near}."
+
+
+def _cpu_limit(x: r.CpusAreTheLimit, describe: Callable) -> str:
+    each = f" ({x.cores_per_worker:.2f} cores each)" if x.cores_per_worker else ""
+    cap = f", and {x.cpu_cap} CPU(s) are usable" if x.cpu_cap else ""
+    return (f"The CPUs are the limit{each}{cap}: past that, more workers only compete; to go faster, "
+            "make per-sample work (decoding, augmentation) cheaper.")
+
+
+def _idle(x: r.WorkersLeaveCpuIdle, describe: Callable) -> str:
+    each = f" ({x.cores_per_worker:.2f} cores each)" if x.cores_per_worker else ""
+    return (f"The workers leave CPU time idle{each}: they wait on I/O or on handing batches over, so more "
+            "workers than CPUs can pay off.")
+
+
+def _fewer(x: r.FewerWorkersDoAsWell, describe: Callable) -> str:
+    saved = f" and free about {fmt_bytes(x.memory_saved_bytes)} of memory" if x.memory_saved_bytes else ""
+    return f"{x.workers_after} worker(s) do as well as {x.workers_before}{saved}."
+
+
+def _versus_autotune(x: r.VersusAutotune, describe: Callable) -> str:
+    if x.switched:
+        return (f"AUTOTUNE ({fmt_rate(x.autotune_batches_per_s)}, peak RSS {fmt_bytes(x.autotune_rss_bytes)}) "
+                f"was faster than the best static setting ({fmt_rate(x.static_batches_per_s)}, peak RSS "
+                f"{fmt_bytes(x.static_rss_bytes)})")
+    ratio = x.static_batches_per_s / x.autotune_batches_per_s if x.autotune_batches_per_s else float("nan")
+    return (f"against AUTOTUNE: {fmt_rate(x.static_batches_per_s)} vs {fmt_rate(x.autotune_batches_per_s)} "
+            f"({ratio:.2f}×), peak RSS {fmt_bytes(x.static_rss_bytes)} vs {fmt_bytes(x.autotune_rss_bytes)}")
+
+
+def _flat(x: r.FlatRung, describe: Callable) -> str:
+    if x.forgiven:
+        return (f"{x.knob}={x.n} gained less than {fmt_pct(x.min_gain)}, but the loop still waited and the "
+                "CPUs had room: one more rung was tried")
+    return f"{x.knob}={x.n} gained less than {fmt_pct(x.min_gain)} over fewer workers: more workers stopped paying off"
+
+
+def _budget(x: r.BudgetCutShort, describe: Callable) -> str:
+    what = "the ceiling" if x.next_config is None else describe(x.next_config)
+    return f"the {x.budget_s:.0f} s budget cut the search short before {what} (a longer --budget may find more)"
+
+
+def _script_failed(x: r.ScriptFailed, describe: Callable) -> str:
+    hint = HINTS.get(x.hint, "")
+    return f"{x.error} ({hint})" if hint else x.error
+
+
+def _signal_prefix(sig: str) -> str:
+    return f"{sig}: " if sig else ""
+
+
+_WORDS: Dict[type, Callable[[Any, Callable], str]] = {
+    r.Text: lambda x, d: x.text,
+    r.Unknown: lambda x, d: "(a finding this version of feedprof cannot word)",
+    r.GpuUnavailable: lambda x, d: "GPU: " + gpu_status(x.status, x.detail),
+    r.GpuIntervalBelowNvml: lambda x, d: (f"GPU: sampled every {x.interval_s:g} s, but NVML averages over up to "
+                                          f"1 s; intervals under {x.floor_s:g} s add no information"),
+    r.SamplingStopped: lambda x, d: f"{'GPU' if x.what == 'gpu' else 'host'} sampling stopped: {x.error}",
+    r.NoLoaderIterated: lambda x, d: "no data loader was iterated",
+    r.WaitNotObservable: lambda x, d: (f"data wait is not observable here: {x.framework} pulls each batch inside "
+                                       "its own runtime; the compute ceiling (feedprof tune) says how input-bound "
+                                       "the job is"),
+    r.OnlyWarmup: lambda x, d: (f"{x.batches} batches were delivered, all of them warm-up or epoch start-up: "
+                                "nothing to measure in steady state (a longer run would say more)"),
+    r.FewSteadyBatches: lambda x, d: f"only {x.batches} steady-state batches were measured: figures are rough",
+    r.WindowNotReached: lambda x, d: (f"the script ended before the window was measured ({x.steady_batches} of "
+                                      f"{x.window_batches} steady-state batches): figures cover what there was"),
+    r.NotInstrumented: lambda x, d: f"could not instrument {x.adapter} ({x.error}); its loaders are not measured",
+    r.NoSuperInit: lambda x, d: (f"{x.dataset}.__init__ does not call super().__init__(**kwargs): Keras ignores "
+                                 "its workers, use_multiprocessing and max_queue_size (feedprof set them to "
+                                 "measure; add the call for them to take effect)"),
+    r.EpochEndStall: lambda x, d: ("tf_keras stalls about 5 s at every epoch end when workers > 1 or "
+                                   "use_multiprocessing=True (its enqueuer's queue timeout): with short epochs "
+                                   "that can outweigh the gain; Keras 3 does not have this stall"),
+    r.PinMemoryNoEffect: lambda x, d: "pin_memory has no effect here: the script does not move batches to a GPU",
+    r.TrialTimedOut: lambda x, d: f"the trial did not finish within its {x.limit_s:.0f} s limit",
+    r.NoBatchWithin: lambda x, d: (f"no data loader delivered a batch within {x.limit_s:g} s "
+                                   f"(looked for {LOOKED_FOR})"),
+    r.SharedMemoryExhausted: lambda x, d: _signal_prefix(x.signal) + SHM_REMEDY,
+    r.OutOfMemoryKilled: lambda x, d: _signal_prefix(x.signal) + OOM_REMEDY,
+    r.KilledBySignal: lambda x, d: f"the script was killed by {x.signal}",
+    r.ExitedWithCode: lambda x, d: f"the trial process exited with code {x.exit_code}: {x.last_line or 'no output'}",
+    r.ScriptFailed: _script_failed,
+    r.ScriptExited: lambda x, d: f"the script called sys.exit({x.exit_code!r})",
+    r.Interrupted: lambda x, d: "interrupted",
+    r.OverMemoryBudget: lambda x, d: (f"predicted to need {fmt_bytes(x.need_bytes)} of memory "
+                                      f"({fmt_bytes(x.per_worker_bytes)} per worker), more than the "
+                                      f"{fmt_bytes(x.free_bytes)} free"),
+    r.OverShmBudget: lambda x, d: (f"predicted to need {fmt_bytes(x.need_bytes)} of /dev/shm for batches in "
+                                   f"flight, more than the {fmt_bytes(x.free_bytes)} free (in Docker: --shm-size "
+                                   "or --ipc=host)"),
+    r.LadderStoppedByTrial: lambda x, d: f"stopped adding workers at {x.knob}={x.n}: the trial {x.state}",
+    r.ReachedCeiling: lambda x, d: f"{x.knob}={x.n} reaches the compute ceiling: more loader work cannot help",
+    r.FlatRung: _flat,
+    r.CpusSaturated: lambda x, d: (f"the CPUs are the limit ({x.cpu_cap} usable, saturated by the workers): more "
+                                   f"than {x.cpu_cap} worker(s) cannot help"),
+    r.PastCpuCount: lambda x, d: ("the workers left CPU time idle (waiting on I/O or on handing batches over), so "
+                                  "more workers than CPUs were tried"),
+    r.JumpedAhead: lambda x, d: (f"the workers wait on I/O and scale: jumped to {x.knob}={x.n}, the count "
+                                 "predicted to reach the ceiling"),
+    r.MaxWorkersReached: lambda x, d: f"reached the most workers allowed ({x.max_workers}, --max-workers)",
+    r.RivalsRemeasured: lambda x, d: (f"{d(x.pick)} and {d(x.rival)} were within {fmt_pct(x.margin)} of each "
+                                      f"other: both were measured again" +
+                                      (f" ({x.repeats} times each)" if x.repeats > 1 else "")),
+    r.ForkServerFailed: lambda x, d: f"trials ran cold: the fork server did not start ({x.error})",
+    r.CeilingFailed: lambda x, d: (f"the compute-ceiling trial {x.state} ({say(x.cause) or 'no cause'}); "
+                                   "figures are reported against the baseline only"),
+    r.BudgetCutShort: _budget,
+    r.TuneInterruptedEarly: lambda x, d: ("interrupted: the tune was stopped before it finished "
+                                          "(feedprof tune --resume DIR goes on from here)"),
+    r.BaselineNotMeasured: lambda x, d: (f"the script with its own settings: "
+                                         f"{say(x.cause) if x.cause else 'no steady-state batches were measured'}"),
+    r.NoLoaderAtSite: lambda x, d: (f"no data loader was built at --loader {x.site} (loaders seen: "
+                                    f"{', '.join(x.seen) or 'none'})"),
+    r.BaselineFigures: _baseline,
+    r.KeepScriptSettings: lambda x, d: "The script's own settings are already the best found: leave them as they are.",
+    r.PickFigures: _pick,
+    r.CpusAreTheLimit: _cpu_limit,
+    r.WorkersLeaveCpuIdle: _idle,
+    r.NotTheLoader: lambda x, d: ("Not the loader: the job already runs near the compute ceiling, so loader "
+                                  "tuning cannot make it meaningfully faster; look at the model step instead."),
+    r.FewerWorkersDoAsWell: _fewer,
+    r.ShortOfCeiling: lambda x, d: (f"Still {fmt_pct(x.fraction_short)} short of the compute ceiling: what "
+                                    "remains is the cost of loading itself on this machine."),
+    r.MeasuredRepeatedly: lambda x, d: (f"Measured {x.times} times, interleaved with its closest rival, because "
+                                        "the two were within this machine's run-to-run noise."),
+    r.PersistentWorkersComputed: lambda x, d: (
+        f"persistent_workers=True: every epoch spends about {x.startup_s:.1f} s starting workers, "
+        f"{fmt_pct(x.gain)} of a {x.epoch_s:.0f} s epoch (computed from the measured start-up, not trialled: "
+        "epochs this long are too slow to measure twice)"),
+    r.VersusAutotune: _versus_autotune,
+}
+
+
+def say(reason: Optional[r.Reason], framework: str = "") -> str:
+    """One finding in words (``framework`` names the configs in it)."""
+    if reason is None:
+        return ""
+    words = _WORDS.get(type(reason))
+    if words is None:  # a finding added without its words: say what there is, never fail
+        return f"{reason.code}: {reason}"
+    return words(reason, _describer(framework))
+

@@ -1,0 +1,107 @@
+"""The tuner's time budget, trial limits, rejection and resume, on a fake clock
+with a fake trial runner (the real runner is exercised end to end in
+test_cli_tune.py and test_faults.py)."""
+import dataclasses
+
+import pytest
+
+from feedprof.reasons import BudgetCutShort, OverMemoryBudget
+from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
+                            Window)
+from feedprof.tune.budget import MemoryBudget
+from feedprof.tune.protocol import Mode
+from feedprof.tune.tuner import TuneOptions, Tuner
+from tests.fakes import FakeClock
+
+SITE = "train.py:5"
+
+
+def io_bound_rate(config):
+    """Workers wait on I/O: 10 batches/s each, 400 at most (the ceiling)."""
+    n = config.get("num_workers") or 0
+    return 400.0 if n is None else min(400.0, 10.0 + 30.0 * n)
+
+
+class FakeRunner:
+    """Stands in for runner.run_trial: every trial takes ``trial_s`` on the fake clock."""
+
+    def __init__(self, clock, trial_s=10.0, rate=io_bound_rate):
+        self.clock, self.trial_s, self.rate = clock, trial_s, rate
+        self.calls = []
+
+    def __call__(self, script, argv, trial_dir, host, opts, what, on_poll, clock):
+        assert clock is self.clock
+        self.calls.append((what, opts))
+        self.clock.advance(self.trial_s)
+        config = {"num_workers": 0} if what.mode == Mode.OBSERVE else what.config
+        rate = 400.0 if what.mode == Mode.CEILING else self.rate(config)
+        loader = LoaderRecord(loader_id=0, framework="torch", site=SITE, call_chain=(SITE,), config=config,
+                              batches=100, batches_per_epoch=10_000, batch_size=8)
+        summary = Summary(batches_per_s=rate, batches_per_s_low=0.97 * rate, batches_per_s_high=1.03 * rate,
+                          data_wait_fraction=max(0.0, 1 - rate / 400.0), main_cpu_pct=5.0,
+                          workers_cpu_pct=2.0 * (config.get("num_workers") or 0), system_cpu_pct=10.0)
+        return Run(kind="trial", loaders=(loader,), window=Window(loader_id=0), outcome=Outcome(),
+                   duration_s=self.trial_s, summary=summary, cuda_used=False)
+
+
+def tuner(tmp_path, clock, runner, previous=None, **opts):
+    options = TuneOptions(fork_trials=False, **{"budget_s": 1000.0, **opts})
+    t = Tuner(str(tmp_path / "train.py"), [], str(tmp_path / "out"), options, previous=previous, clock=clock,
+              trial_runner=runner, host=HostInfo(cpus_usable=2, cpus_online=2))
+    t.cpu_cap = 2
+    return t
+
+
+@pytest.fixture
+def clock():
+    return FakeClock(1000.0)
+
+
+def test_a_tune_of_an_io_bound_script_finishes_within_its_budget(tmp_path, clock):
+    runner = FakeRunner(clock)
+    result = tuner(tmp_path, clock, runner).run()
+    assert result.complete and result.stop_reason is None
+    assert result.recommendation.config["num_workers"] >= 8
+    assert result.duration_s == pytest.approx(10.0 * len(result.trials))  # the fake clock's, no real sleeping
+    assert [t.phase for t in result.trials[:3]] == [Phase.BASELINE, Phase.CEILING, Phase.LADDER]
+
+
+def test_the_budget_cuts_the_search_short_before_a_trial_it_cannot_afford(tmp_path, clock):
+    result = tuner(tmp_path, clock, FakeRunner(clock), budget_s=35.0).run()
+    # baseline, ceiling, 2 workers: 30 s; 5 s left is less than 0.8 of a 10 s trial
+    assert [t.role for t in result.trials] == [Role.BASELINE, Role.CEILING, Role.SEARCH]
+    assert result.complete is False
+    assert result.stop_reason == BudgetCutShort(budget_s=35.0, next_config=result.stop_reason.next_config)
+    assert result.stop_reason.next_config["num_workers"] > 2
+    assert result.recommendation.config["num_workers"] == 2  # it still recommends from what it measured
+
+
+def test_trial_time_limits(tmp_path, clock):
+    runner = FakeRunner(clock, trial_s=10.0)
+    tuner(tmp_path, clock, runner, budget_s=100.0).run()
+    limits = [opts.timeout_s for _, opts in runner.calls]
+    assert limits[0] == 100.0  # the baseline may take the whole budget (at least 60 s)
+    assert limits[1] == 40.0  # later ones: 4 x the baseline's 10 s (at least 30 s)
+    assert limits[-1] == pytest.approx(max(10.0, 100.0 - 10.0 * (len(limits) - 1) + 10.0))  # and what is left
+
+
+def test_a_config_predicted_over_the_memory_budget_is_rejected_not_run(tmp_path, clock):
+    runner = FakeRunner(clock)
+    t = tuner(tmp_path, clock, runner)
+    t.memory = MemoryBudget(ram_bytes=10 * 2**30, shm_bytes=None, main_bytes=2**30, per_worker_bytes=2**30)
+    result = t.run()
+    rejected = [tr for tr in result.trials if tr.state == TrialState.REJECTED]
+    assert rejected and all(isinstance(tr.cause, OverMemoryBudget) for tr in rejected)
+    assert all(tr.config["num_workers"] > 6 for tr in rejected)  # (1 + 7 x 1) GiB x 1.3 > 10 GiB
+    assert len(runner.calls) == len(result.trials) - len(rejected)
+
+
+def test_resume_tells_the_saved_trials_and_asks(tmp_path, clock):
+    first = tuner(tmp_path, clock, FakeRunner(clock), budget_s=35.0).run()
+    runner = FakeRunner(clock)
+    saved = TuneResult(**{**{f.name: getattr(first, f.name) for f in dataclasses.fields(first)}})
+    again = tuner(tmp_path, clock, runner, previous=saved, budget_s=1000.0).run()
+    assert again.trials[:3] == first.trials  # kept, not re-run
+    first_new = runner.calls[0][0]
+    assert first_new.mode == Mode.INJECT and first_new.config == first.stop_reason.next_config
+    assert again.duration_s == pytest.approx(10.0 * len(again.trials))  # the first run's time counts
