@@ -48,6 +48,7 @@ def test_unknown_keys_are_ignored_and_missing_take_defaults():
     assert from_json_data(data).script == "a.py"
 
 
+@pytest.mark.writes_invalid_json
 @pytest.mark.parametrize("content,match", [
     ("not json", "not JSON"),
     ('{"a": 1}', "not a feedprof file"),
