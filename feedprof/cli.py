@@ -133,6 +133,12 @@ def _add_window_flags(p: argparse.ArgumentParser, window_batches: int = 200, win
                    help="give up if no data loader yields a batch within S seconds (default 120)")
 
 
+def _add_tensorboard_flag(p: argparse.ArgumentParser, what: str = "the curves of the run") -> None:
+    p.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help=f"also write TensorBoard event files to DIR: {what} (needs: pip install "
+                        "'feedprof[tensorboard]'); view with: tensorboard --logdir DIR")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from feedprof import __version__
 
@@ -149,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="run the script to completion instead of a window")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the script after S seconds in all")
+    _add_tensorboard_flag(p)
     _add_window_flags(p)
     p.set_defaults(func=cmd_profile)
 
@@ -168,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
+    _add_tensorboard_flag(t, "one TensorBoard run per trial, named by its config, and the recommendation")
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "
                         "at least 30 s); a hung trial is recorded as a timeout and the tune goes on")
@@ -198,6 +206,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
 
     script = check_script(args.script)
     out_dir = check_out_dir(args.out)
+    check_tensorboard(args.tensorboard)
     gpu = open_gpu() if not args.no_gpu else None
     host = host_info(gpu_status=gpu.status if gpu else "GPU: sampling turned off",
                      gpus=gpu.devices if gpu else ())
@@ -220,6 +229,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     run = dataclasses.replace(run, kind="profile")
     save(run, run_json)
     report = _write_report(run, os.path.join(out_dir, "report.html"))
+    _write_tensorboard(run, args.tensorboard)
     outcome = run.outcome
     print(format_summary(run.summary, host.gpu_status))
     _err(f"feedprof: wrote {os.path.relpath(run_json)}" + (f" and {os.path.relpath(report)}" if report else ""))
@@ -262,6 +272,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         raise UsageError("feedprof tune: the training script is required (or --resume DIR)")
     script = check_script(args.script)
     out_dir = check_out_dir(args.resume or args.out or DEFAULT_OUT)
+    check_tensorboard(args.tensorboard)
     if args.loader is not None and not _looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
     opts = TuneOptions(budget_s=args.budget, max_workers=args.max_workers, loader_site=args.loader,
@@ -280,6 +291,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
 
         with deferred_signals():
             _write_report(stop.result, report_path)
+            _write_tensorboard(stop.result, args.tensorboard)
         _err(format_recommendation(stop.result.recommendation, stop.result))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in "
              f"{os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
@@ -288,10 +300,12 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         _err(f"feedprof: {exc}")
         _show_trial_output(exc.result)
         _write_report(exc.result, report_path)
+        _write_tensorboard(exc.result, args.tensorboard)
         _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
         return exc.exit_code
     print(format_recommendation(result.recommendation, result))
     _write_report(result, report_path)
+    _write_tensorboard(result, args.tensorboard)
     _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
     return EXIT_OK
 
@@ -339,6 +353,39 @@ def _write_report(obj: Any, path: str) -> Optional[str]:
     except OSError as exc:
         _err(f"feedprof: could not write {path}: {exc.strerror}")
         return None
+
+
+def check_tensorboard(logdir: Optional[str]) -> None:
+    """Before any trial runs: the writer is installed and DIR is writable."""
+    if logdir is None:
+        return
+    from feedprof.render.tb_events import require_tensorboard
+
+    try:
+        require_tensorboard()
+    except ImportError as exc:
+        raise UsageError(f"--tensorboard: {exc}") from None
+    try:
+        os.makedirs(logdir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--tensorboard {logdir}: cannot create it ({exc.strerror})") from None
+    if not os.access(logdir, os.W_OK):
+        raise UsageError(f"--tensorboard {logdir}: not writable")
+
+
+def _write_tensorboard(obj: Any, logdir: Optional[str]) -> None:
+    """TensorBoard event files, if asked for; a failure to write says so and keeps the JSON."""
+    if logdir is None:
+        return
+    from feedprof.render.tensorboard import write
+
+    try:
+        write(obj, logdir)
+    except OSError as exc:
+        _err(f"feedprof: could not write TensorBoard files to {logdir}: {exc.strerror}")
+        return
+    _err(f"feedprof: wrote TensorBoard event files to {os.path.relpath(logdir)} "
+         f"(view: tensorboard --logdir {os.path.relpath(logdir)})")
 
 
 def _err(msg: str) -> None:
