@@ -7,12 +7,12 @@ NOTE [ What goes where in TensorBoard ]
                   LOGDIR/03-search-num_workers=8/    its index, role and config): they overlay
                   LOGDIR/tune/                       recommendation text, throughput per trial
 
-    tag                               x (step)                        one point per
-    step/data_wait_ms, step/step_time_ms   batches delivered so far        steady-state step (a merged
-                                                                      record: its mean per step)
-    throughput/batches_per_s, …/samples_per_s   same, at a chunk's end     chunk of the window
-    cpu/*, memory/*, workers/count, gpuN/*     milliseconds since start    sampler row
-    tune/batches_per_s                 trial index                     trial that measured
+    tag                                      x (step)                    one point per
+    step/data_wait_ms, step/step_time_ms     batches delivered so far    steady-state step (merged
+                                                                         records: mean per step)
+    throughput/batches_per_s, …/samples_per_s   the same, at chunk end   chunk of the window
+    cpu/*, memory/*, workers/count, gpuN/*   milliseconds since start    sampler row
+    tune/batches_per_s                       trial index                 trial that measured
 
 Every event's wall time is the moment it describes (the run's start plus
 the record's time), so TensorBoard's "Relative" axis shows seconds into the
@@ -23,6 +23,7 @@ grow with the length of the run.
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import math
 import os
 import re
@@ -111,7 +112,7 @@ def sample_scalars(samples: Samples) -> Iterator[Scalar]:
 
 def _tree_rss(samples: Samples) -> Iterator[Optional[int]]:
     """Main process plus workers, as the sampler's peak adds them (None only if both are)."""
-    for main, workers in zip(samples.main_rss_bytes, samples.workers_rss_bytes):
+    for main, workers in itertools.zip_longest(samples.main_rss_bytes, samples.workers_rss_bytes):
         yield None if main is None and workers is None else (main or 0) + (workers or 0)
 
 
