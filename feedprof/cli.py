@@ -18,6 +18,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = "feedprof-out"
+TENSORBOARD_HELP = "also write TensorBoard event files to DIR (pip install 'feedprof[tensorboard]')"
 
 
 class UsageError(Exception):
@@ -133,12 +134,6 @@ def _add_window_flags(p: argparse.ArgumentParser, window_batches: int = 200, win
                    help="give up if no data loader yields a batch within S seconds (default 120)")
 
 
-def _add_tensorboard_flag(p: argparse.ArgumentParser, what: str = "the curves of the run") -> None:
-    p.add_argument("--tensorboard", default=None, metavar="DIR",
-                   help=f"also write TensorBoard event files to DIR: {what} (needs: pip install "
-                        "'feedprof[tensorboard]'); view with: tensorboard --logdir DIR")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from feedprof import __version__
 
@@ -155,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="run the script to completion instead of a window")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the script after S seconds in all")
-    _add_tensorboard_flag(p)
+    p.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP)
     _add_window_flags(p)
     p.set_defaults(func=cmd_profile)
 
@@ -175,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
-    _add_tensorboard_flag(t, "one TensorBoard run per trial, named by its config, and the recommendation")
+    t.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP + "; one run per trial")
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "
                         "at least 30 s); a hung trial is recorded as a timeout and the tune goes on")
@@ -356,21 +351,14 @@ def _write_report(obj: Any, path: str) -> Optional[str]:
 
 
 def check_tensorboard(logdir: Optional[str]) -> None:
-    """Before any trial runs: the writer is installed and DIR is writable."""
-    if logdir is None:
-        return
-    from feedprof.render.tb_events import require_tensorboard
+    """Before anything runs: the writer is installed and DIR is writable."""
+    if logdir is not None:
+        from feedprof.render.tensorboard import check_logdir
 
-    try:
-        require_tensorboard()
-    except ImportError as exc:
-        raise UsageError(f"--tensorboard: {exc}") from None
-    try:
-        os.makedirs(logdir, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--tensorboard {logdir}: cannot create it ({exc.strerror})") from None
-    if not os.access(logdir, os.W_OK):
-        raise UsageError(f"--tensorboard {logdir}: not writable")
+        try:
+            check_logdir(logdir)
+        except (ImportError, OSError) as exc:
+            raise UsageError(f"--tensorboard {logdir}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _write_tensorboard(obj: Any, logdir: Optional[str]) -> None:

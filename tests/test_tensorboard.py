@@ -204,3 +204,13 @@ def test_missing_tensorboard_says_what_to_install(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "pip install 'feedprof[tensorboard]'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out" / "run.json").exists()  # refused before running anything
+
+
+def test_a_tensorboard_dir_that_cannot_be_written_is_refused_first(tmp_path, capsys):
+    from feedprof.cli import main
+
+    script = write_script(tmp_path, "train.py", "print('never run')\n")
+    (tmp_path / "a-file").write_text("")
+    assert main(["tune", script, "--out", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "a-file")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"feedprof: --tensorboard {tmp_path / 'a-file'}: File exists"

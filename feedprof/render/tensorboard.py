@@ -23,6 +23,7 @@ grow with the length of the run.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import itertools
 import math
 import os
@@ -137,6 +138,16 @@ def _config_words(config: dict) -> str:
 
 
 # ------------------------------------------------------------------ writing
+
+
+def check_logdir(logdir: str) -> None:
+    """Fail before anything is measured: ImportError if the writer is missing, OSError if DIR is not writable."""
+    from feedprof.render.tb_events import require_tensorboard
+
+    require_tensorboard()
+    os.makedirs(logdir, exist_ok=True)
+    if not os.access(logdir, os.W_OK):
+        raise PermissionError(errno.EACCES, "not writable", logdir)
 
 
 def write(obj: Any, logdir: str) -> List[str]:
