@@ -6,6 +6,7 @@ Public API::
         for batch in prof.watch(loader):
             train_step(batch)
     print(prof.summary()); prof.save("run.json"); prof.report("feedprof.html")
+    prof.to_tensorboard("runs/exp1")        # TensorBoard event files
 
     feedprof.load("run.json")               # a saved run (or a tune's results.json)
     result = feedprof.tune("train.py", budget_s=60)  # sweep the loader settings of an unmodified script
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["profile", "tune", "load", "report", "text", "__version__"]
+__all__ = ["profile", "tune", "load", "report", "text", "to_tensorboard", "__version__"]
 
 
 def profile(enabled: bool = True, **kwargs: Any) -> Any:
@@ -72,3 +73,12 @@ def report(obj: Any, path: str = "feedprof.html") -> str:
     from feedprof.render.html import write_report
 
     return write_report(obj, path)
+
+
+def to_tensorboard(obj: Any, logdir: str) -> Any:
+    """Write a Run or TuneResult (as from :func:`load`) as TensorBoard event files
+    under ``logdir`` (a tune: one run per trial); returns the files written.
+    Needs ``pip install 'feedprof[tensorboard]'``."""
+    from feedprof.render.tensorboard import write
+
+    return write(obj, logdir)

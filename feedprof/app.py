@@ -27,31 +27,50 @@ def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str
         return None
 
 
+def write_tensorboard(obj: Any, logdir: Optional[str], err: IO[str] = sys.stderr) -> None:
+    """TensorBoard event files, if asked for; a failure to write says so and keeps the JSON."""
+    if logdir is None:
+        return
+    from feedprof.render.tensorboard import write
+
+    try:
+        write(obj, logdir)
+    except OSError as exc:
+        print(f"feedprof: could not write TensorBoard files to {logdir}: {exc.strerror}", file=err, flush=True)
+        return
+    print(f"feedprof: wrote TensorBoard event files to {os.path.relpath(logdir)} "
+          f"(view: tensorboard --logdir {os.path.relpath(logdir)})", file=err, flush=True)
+
+
+def _write_outputs(result: TuneResult, out_dir: str, tensorboard: Optional[str], err: IO[str]) -> None:
+    write_report(result, os.path.join(out_dir, "report.html"), err)
+    write_tensorboard(result, tensorboard, err)
+
+
 def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool = True,
-             show: bool = True, previous: Optional[TuneResult] = None, out: IO[str] = sys.stdout,
-             err: IO[str] = sys.stderr) -> TuneResult:
-    """Tune, show progress on ``err`` (``progress``), write results.json and
-    report.html, print the recommendation on ``out`` (``show``). Raises
-    TuneInterrupted / TuneError (with the partial result) after writing what
-    was measured."""
+             show: bool = True, previous: Optional[TuneResult] = None, tensorboard: Optional[str] = None,
+             out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> TuneResult:
+    """Tune, show progress on ``err`` (``progress``), write results.json,
+    report.html (and TensorBoard files to ``tensorboard``), print the
+    recommendation on ``out`` (``show``). Raises TuneInterrupted / TuneError
+    (with the partial result) after writing what was measured."""
     from feedprof.render.progress import ConsoleProgress, format_recommendation
 
     os.makedirs(out_dir, exist_ok=True)
     tuner = Tuner(script, argv, out_dir, options, observer=ConsoleProgress(err) if progress else None,
                   previous=previous)
-    report_path = os.path.join(out_dir, "report.html")
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
         from feedprof.tune.signals import deferred_signals
 
         with deferred_signals():
-            write_report(stop.result, report_path, err)
+            _write_outputs(stop.result, out_dir, tensorboard, err)
         raise
     except TuneError as exc:
-        write_report(exc.result, report_path, err)
+        _write_outputs(exc.result, out_dir, tensorboard, err)
         raise
-    write_report(result, report_path, err)
+    _write_outputs(result, out_dir, tensorboard, err)
     if show:
         print(format_recommendation(result.recommendation, result), file=out, flush=True)
     return result

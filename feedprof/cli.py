@@ -21,6 +21,7 @@ from feedprof.store import TrialState
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = "feedprof-out"
+TENSORBOARD_HELP = "also write TensorBoard event files to DIR (pip install 'feedprof[tensorboard]')"
 
 
 class UsageError(Exception):
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="run the script to completion instead of a window")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                    help="stop the script after S seconds in all")
+    p.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP)
     _add_window_flags(p, defaults.PROFILE_WINDOW)
     p.set_defaults(func=cmd_profile)
 
@@ -172,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
+    t.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP + "; one run per trial")
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "
                         "at least 30 s); a hung trial is recorded as a timeout and the tune goes on")
@@ -195,13 +198,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.app import run_profile
+    from feedprof.app import run_profile, write_tensorboard
     from feedprof.render.text import format_summary
     from feedprof.render.words import LOOKED_FOR, say
     from feedprof.tune.runner import TrialOptions
 
     script = check_script(args.script)
     out_dir = check_out_dir(args.out)
+    check_tensorboard(args.tensorboard)
     opts = TrialOptions(window_batches=args.window_batches, window_seconds=args.window_seconds,
                         warmup_batches=args.warmup_batches, full=args.full, timeout_s=args.timeout,
                         loader_timeout_s=None if args.full else args.loader_timeout,
@@ -213,6 +217,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     print(format_summary(run.summary, run.host))
     _err(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'run.json'))}" +
          (f" and {os.path.relpath(report)}" if report else ""))
+    write_tensorboard(run, args.tensorboard)
     outcome = run.outcome
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
@@ -258,6 +263,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         raise UsageError("feedprof tune: the training script is required (or --resume DIR)")
     script = check_script(args.script)
     out_dir = check_out_dir(args.resume or args.out or DEFAULT_OUT)
+    check_tensorboard(args.tensorboard)
     if args.loader is not None and not _looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
     opts = TuneOptions(budget_s=args.budget, max_workers=args.max_workers, loader_site=args.loader,
@@ -268,7 +274,8 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     written = f"{os.path.relpath(os.path.join(out_dir, 'results.json'))} and " \
               f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
     try:
-        run_tune(script, script_args, out_dir, opts, progress=not args.quiet, previous=previous)
+        run_tune(script, script_args, out_dir, opts, progress=not args.quiet, previous=previous,
+                 tensorboard=args.tensorboard)
     except TuneInterrupted as stop:
         _err(format_recommendation(stop.result.recommendation, stop.result))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")
@@ -320,6 +327,17 @@ def _write_report(obj: Any, path: str) -> Optional[str]:
     from feedprof.app import write_report
 
     return write_report(obj, path)
+
+
+def check_tensorboard(logdir: Optional[str]) -> None:
+    """Before anything runs: the writer is installed and DIR is writable."""
+    if logdir is not None:
+        from feedprof.render.tensorboard import check_logdir
+
+        try:
+            check_logdir(logdir)
+        except (ImportError, OSError) as exc:
+            raise UsageError(f"--tensorboard {logdir}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
 def _err(msg: str) -> None:

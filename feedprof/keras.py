@@ -3,6 +3,7 @@
     cb = feedprof.keras.ProfileCallback()
     model.fit(dataset, epochs=3, callbacks=[cb])
     print(cb.summary()); cb.save("run.json"); cb.report("feedprof.html")
+    cb.to_tensorboard("runs/fit")  # TensorBoard event files (pip install 'feedprof[tensorboard]')
 
 The callback is to ``fit`` what ``feedprof.profile()`` is to a PyTorch loop:
 it samples CPU, memory and GPU while training runs and times every step.
@@ -80,6 +81,9 @@ def _build() -> type:
 
         def report(self, path: str = "feedprof.html") -> str:
             return self.profile.report(path)
+
+        def to_tensorboard(self, logdir: str) -> str:
+            return self.profile.to_tensorboard(logdir)
 
     return ProfileCallback
 

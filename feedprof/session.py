@@ -156,6 +156,13 @@ class Profile:
 
         return write_report(self.run, path)
 
+    def to_tensorboard(self, logdir: str) -> str:
+        """Write the run as TensorBoard event files in ``logdir`` (``pip install 'feedprof[tensorboard]'``)."""
+        from feedprof.render.tensorboard import write_run
+
+        write_run(self.run, logdir)
+        return logdir
+
 
 class NullProfile:
     """Profiling turned off: the same interface, doing nothing, costing nothing."""
@@ -185,6 +192,9 @@ class NullProfile:
         return None
 
     def report(self, path: str = "feedprof.html") -> Optional[str]:
+        return None
+
+    def to_tensorboard(self, logdir: str) -> Optional[str]:
         return None
 
 

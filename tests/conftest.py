@@ -1,3 +1,4 @@
+import json
 import os
 import subprocess
 import sys
@@ -58,3 +59,73 @@ def no_leftovers(monkeypatch, request):
     while leftover_trial_processes(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert leftover_trial_processes(mark) == []
+
+
+# ------------------------------------------------ every feedprof JSON validates
+
+_EXEMPT_DIRS = []  # tmp_paths of tests marked writes_invalid_json
+_VALIDATED = {}  # path -> mtime when it was found valid (the session's sweep skips it)
+_SESSION_START_S = time.time()
+
+
+def feedprof_json_files(root, newer_than_s=0.0):
+    """(path, data) of every JSON file under root that names a feedprof schema."""
+    for dirpath, _, names in os.walk(str(root)):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not name.endswith(".json") or any(path.startswith(d + os.sep) for d in _EXEMPT_DIRS):
+                continue
+            try:
+                mtime = os.path.getmtime(path)
+                if mtime < newer_than_s or _VALIDATED.get(path) == mtime:
+                    continue
+                with open(path, encoding="utf-8") as fh:
+                    data = json.load(fh)
+            except (OSError, ValueError):  # gone, or not JSON at all (a test's deliberate junk)
+                continue
+            if isinstance(data, dict) and str(data.get("schema", "")).startswith("feedprof."):
+                yield path, data
+                _VALIDATED[path] = mtime
+
+
+def invalid_feedprof_json(root, newer_than_s=0.0):
+    """What is wrong with each feedprof JSON file under root, against the shipped schemas."""
+    from jsonschema import ValidationError
+
+    from feedprof.schema import UnknownSchema, validate
+
+    problems = []
+    for path, data in feedprof_json_files(root, newer_than_s):
+        try:
+            validate(data)
+        except ValidationError as exc:
+            problems.append(f"{path}: not a valid {data['schema']} file at {exc.json_path}: {exc.message}")
+        except UnknownSchema as exc:
+            problems.append(f"{path}: {exc}")
+    return problems
+
+
+@pytest.fixture(autouse=True)
+def written_json_is_valid(request):
+    """After each test: every run.json / results.json / trial result.json (any file
+    naming a feedprof schema) under its tmp_path fits the shipped JSON Schema.
+    A test that writes invalid files on purpose is marked writes_invalid_json."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if tmp is None:
+        return
+    if request.node.get_closest_marker("writes_invalid_json"):
+        _EXEMPT_DIRS.append(str(tmp))
+        return
+    problems = invalid_feedprof_json(tmp)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def session_json_is_valid(tmp_path_factory):
+    """At the end: the same for module fixtures' directories (tmp_path_factory)
+    and the notebooks' outputs written during this session."""
+    yield
+    problems = invalid_feedprof_json(tmp_path_factory.getbasetemp())
+    problems += invalid_feedprof_json(os.path.join(REPO, "notebooks"), newer_than_s=_SESSION_START_S)
+    assert not problems, "\n".join(problems)

@@ -30,25 +30,31 @@ def chunk_rates(steps: StepLog, n_chunks: int = DEFAULT_CHUNKS,
     Chunks of one window are what "median and spread" are taken over: a
     shared machine's hiccup lands in one chunk instead of skewing the mean.
     """
-    recs = [(n, w) for t, n, w in zip(steps.t_end_s, steps.n_steps, steps.wall_s)
+    return [rate for _, rate in chunks(steps, n_chunks, t_start_s, t_end_s)]
+
+
+def chunks(steps: StepLog, n_chunks: int = DEFAULT_CHUNKS, t_start_s: Optional[float] = None,
+           t_end_s: Optional[float] = None) -> List[Tuple[int, float]]:
+    """(index in ``steps`` of the chunk's last record, steps per second) per chunk."""
+    recs = [(i, n, w) for i, (t, n, w) in enumerate(zip(steps.t_end_s, steps.n_steps, steps.wall_s))
             if (t_start_s is None or t >= t_start_s) and (t_end_s is None or t <= t_end_s)]
-    total = sum(n for n, _ in recs)
+    total = sum(n for _, n, _ in recs)
     if total == 0:
         return []
     n_chunks = max(1, min(n_chunks, total // MIN_STEPS_PER_CHUNK, len(recs)))
     per_chunk = total / n_chunks
-    rates: List[float] = []
+    out: List[Tuple[int, float]] = []
     n_acc, wall_acc, seen = 0, 0.0, 0
-    for n, w in recs:
+    for i, n, w in recs:
         n_acc += n
         wall_acc += w
         seen += n
-        if seen >= per_chunk * (len(rates) + 1) - 1e-9 and len(rates) < n_chunks - 1:
-            rates.append(n_acc / wall_acc if wall_acc > 0 else float("inf"))
+        if seen >= per_chunk * (len(out) + 1) - 1e-9 and len(out) < n_chunks - 1:
+            out.append((i, n_acc / wall_acc if wall_acc > 0 else float("inf")))
             n_acc, wall_acc = 0, 0.0
     if n_acc:
-        rates.append(n_acc / wall_acc if wall_acc > 0 else float("inf"))
-    return rates
+        out.append((recs[-1][0], n_acc / wall_acc if wall_acc > 0 else float("inf")))
+    return out
 
 
 def spread(rates: Sequence[float]) -> Tuple[Optional[float], Optional[float], Optional[float]]:
