@@ -176,6 +176,15 @@ class Window:
 
 
 @dataclass(frozen=True)
+class OtherProcess:
+    """A process outside the job that used the CPUs during the run."""
+
+    pid: int
+    name: str
+    cpu_cores: float  # its mean CPU use over the run, in cores
+
+
+@dataclass(frozen=True)
 class Outcome:
     state: TrialState = TrialState.OK
     cause: Optional[Reason] = None  # why it did not end well (reasons.py)
@@ -240,6 +249,7 @@ class Run:
     outcome: Outcome = field(default_factory=Outcome)
     cuda_used: Optional[bool] = None  # did the script initialise CUDA
     modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
+    other_processes: Tuple[OtherProcess, ...] = ()  # the busiest processes outside the job (record/others.py)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[Reason, ...] = ()
 

@@ -318,3 +318,21 @@ def test_cpu_bound_workers_starved_by_other_work_stop_at_the_cpu_count():
     nxt = strat.ask()
     assert nxt is None or nxt.phase != Phase.LADDER
     assert any(n.code == "cpus_saturated" for n in strat.notes)
+
+
+def test_confirmation_goes_on_while_the_two_cannot_be_told_apart():
+    """Two configs 4 % apart with ±8 % run-to-run noise: one round is not enough
+    to tell them apart, so the rounds go on, up to the most allowed."""
+    readings = {2: iter([100.0, 108.0, 92.0, 101.0, 99.0]), 4: iter([104.0, 96.0, 112.0, 103.0, 105.0])}
+
+    def noisy(config, role):
+        if role == Role.CEILING:
+            return 3000.0, 0.0, 0.0
+        n = config["num_workers"]
+        rate = next(readings[n], 100.0) if n in readings else {0: 40.0, 1: 60.0, 3: 80.0}.get(n, 50.0)
+        return rate, 40.0 * n, 0.6
+
+    space, strat, trials = simulate(noisy, {"num_workers": 0}, cpu_cap=8, max_workers=4)
+    confirms = [t for t in trials if t.role == Role.CONFIRM]
+    assert 2 < len(confirms) <= 6 and len(confirms) % 2 == 0
+    assert notes_of(strat, RivalsRemeasured)[0].repeats == len(confirms) // 2

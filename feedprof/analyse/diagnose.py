@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 
 from feedprof.analyse import stats
 from feedprof.reasons import FewSteadyBatches, NoLoaderIterated, OnlyWarmup, Reason, WaitNotObservable, said_once
-from feedprof.store import LoaderRecord, Run, Samples, Summary
+from feedprof.store import LoaderRecord, Run, Samples, StepLog, Summary
 
 # The TensorFlow Profiler's input-pipeline thresholds.
 HIGHLY_INPUT_BOUND = 0.20
@@ -40,11 +40,22 @@ def workers_of(config: dict) -> Optional[int]:
     return None
 
 
-def wait_fraction(rec: LoaderRecord) -> Optional[float]:
-    """Share of the steady-state steps' wall time spent blocked on the loader
-    (None where the framework pulls batches out of sight)."""
-    wall = sum(rec.steps.wall_s)
-    return sum(rec.steps.wait_s) / wall if wall > 0 and rec.wait_observable else None
+def wait_fraction(rec: LoaderRecord, steps: Optional[StepLog] = None) -> Optional[float]:
+    """Share of the steady-state steps' wall time (of ``steps``, by default all
+    of them) spent blocked on the loader (None where the framework pulls
+    batches out of sight)."""
+    steps = rec.steps if steps is None else steps
+    wall = sum(steps.wall_s)
+    return sum(steps.wait_s) / wall if wall > 0 and rec.wait_observable else None
+
+
+def window_steps(run: Run, rec: LoaderRecord) -> StepLog:
+    """The training loader's steps inside the measured window (all of them
+    for another loader, or a run without bounds)."""
+    w = run.window
+    if w.loader_id != rec.loader_id:
+        return rec.steps
+    return stats.in_window(rec.steps, w.t_start_s, w.t_end_s)
 
 
 def epoch_startup(rec: LoaderRecord) -> tuple:
@@ -84,10 +95,10 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     notes: List[Reason] = list(run.notes) + list(run.samples.notes)
     if rec is None:
         return Summary(notes=tuple(notes + [NoLoaderIterated()]))
-    steps = rec.steps
+    steps = window_steps(run, rec)
     measured = sum(steps.n_steps)
     rate, low, high = stats.spread(rates := stats.chunk_rates(steps, n_chunks))
-    waited = wait_fraction(rec)
+    waited = wait_fraction(rec, steps)
     notes += _step_notes(rec, measured)
     first, later = epoch_startup(rec)
     teardown = epoch_teardown(rec)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from feedprof.analyse import stats
+from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
-from feedprof.reasons import (BaselineFigures, CpusAreTheLimit, FewerWorkersDoAsWell, KeepScriptSettings,
+from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, FewerWorkersDoAsWell, KeepScriptSettings,
                               MeasuredRepeatedly, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict,
                               WorkersLeaveCpuIdle)
 from feedprof.store import Recommendation, Role, Run, Trial, TrialState
@@ -94,6 +94,26 @@ def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Opt
     return min(within, key=lambda m: (cost(m.config), -m.score))
 
 
+def run_noise(trials: Sequence[Trial]) -> Optional[float]:
+    """This tune's run-to-run noise, from the configs it measured more than once."""
+    return noise.repeat_noise([[score(t) for t in m.trials] for m in measured_configs(trials)])
+
+
+def scores(m: Measured) -> List[float]:
+    return [score(t) for t in m.trials]
+
+
+def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -> Optional[Measured]:
+    """A cheaper config, measured repeatedly like ``chosen``, that ``chosen``
+    cannot be told apart from on this run's noise (the cheapest such), or None."""
+    measured_noise = run_noise(trials)
+    if measured_noise is None or len(chosen.trials) < 2:
+        return None
+    cheaper = [m for m in measured_configs(trials) if len(m.trials) >= 2 and cost(m.config) < cost(chosen.config)
+               and not noise.told_apart(scores(m), scores(chosen), measured_noise)]
+    return min(cheaper, key=lambda m: cost(m.config), default=None)
+
+
 def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: Any) -> Trial:
     """The tune's row for one trial: headline figures, and the full run for the report."""
     s = run.summary
@@ -142,7 +162,15 @@ def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional
     chosen = pick(trials, space.cost, tol)
     if chosen is None:
         return None
-    config, judged = space.finalize(chosen.latest, tol, trials)
+    cheaper = cheaper_within_noise(chosen, trials, space.cost)
+    judged: List[Reason] = []
+    if cheaper is not None:  # the faster one's lead is inside this run's noise: the cheaper one
+        judged.append(CheaperWithinNoise(config=dict(cheaper.config), rival=dict(chosen.config),
+                                         rival_lead=chosen.score / cheaper.score - 1, noise=run_noise(trials) or 0.0,
+                                         repeats=min(len(cheaper.trials), len(chosen.trials))))
+        chosen = cheaper
+    config, finalized = space.finalize(chosen.latest, tol, trials)
+    judged += finalized
     configs = measured_configs(trials)
     # finalize may prefer another measured config (tf.data: AUTOTUNE)
     chosen = next((m for m in configs if config_key(m.config) == config_key(config)), chosen)

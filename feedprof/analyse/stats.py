@@ -23,6 +23,18 @@ def mean(xs: Sequence[Optional[float]]) -> Optional[float]:
     return sum(vals) / len(vals) if vals else None
 
 
+def in_window(steps: StepLog, t_start_s: Optional[float], t_end_s: Optional[float]) -> StepLog:
+    """The steps that ended inside (t_start_s, t_end_s] (a window starts at the
+    delivery of the batch before its first step)."""
+    keep = [i for i, t in enumerate(steps.t_end_s)
+            if (t_start_s is None or t > t_start_s) and (t_end_s is None or t <= t_end_s)]
+    if len(keep) == len(steps.t_end_s):
+        return steps
+    pick = lambda col: tuple(col[i] for i in keep)  # noqa: E731
+    return StepLog(t_end_s=pick(steps.t_end_s), n_steps=pick(steps.n_steps), wait_s=pick(steps.wait_s),
+                   wall_s=pick(steps.wall_s))
+
+
 def chunk_rates(steps: StepLog, n_chunks: int = DEFAULT_CHUNKS,
                 t_start_s: Optional[float] = None, t_end_s: Optional[float] = None) -> List[float]:
     """Steps per second in consecutive chunks of roughly equal step counts.
@@ -37,7 +49,7 @@ def chunks(steps: StepLog, n_chunks: int = DEFAULT_CHUNKS, t_start_s: Optional[f
            t_end_s: Optional[float] = None) -> List[Tuple[int, float]]:
     """(index in ``steps`` of the chunk's last record, steps per second) per chunk."""
     recs = [(i, n, w) for i, (t, n, w) in enumerate(zip(steps.t_end_s, steps.n_steps, steps.wall_s))
-            if (t_start_s is None or t >= t_start_s) and (t_end_s is None or t <= t_end_s)]
+            if (t_start_s is None or t > t_start_s) and (t_end_s is None or t <= t_end_s)]
     total = sum(n for _, n, _ in recs)
     if total == 0:
         return []

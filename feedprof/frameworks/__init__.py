@@ -16,13 +16,25 @@ from feedprof.record.steps import LoaderInfo
 _MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata"}
 
 
+def _module(framework: str) -> Any:
+    module = _MODULES.get(framework)
+    return None if module is None else importlib.import_module(f"feedprof.frameworks.{module}")
+
+
+def in_flight(framework: str, config: Dict[str, Any]) -> int:
+    """Batches a loader with this config holds between loading and the loop:
+    what a window must not mistake for steady state."""
+    module = _module(framework)
+    return module.in_flight(config) if module is not None else 0
+
+
 def describe_config(framework: str, config: Dict[str, Any]) -> str:
     """A loader config as its framework's keywords, leaving out the defaults
     ("num_workers=8, persistent_workers=True"); any knobs if the framework is unknown."""
-    module = _MODULES.get(framework)
+    module = _module(framework)
     if module is None:
         return ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
-    return importlib.import_module(f"feedprof.frameworks.{module}").describe_config(config)
+    return module.describe_config(config)
 
 
 def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:

@@ -46,6 +46,12 @@ def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def in_flight(config: Dict[str, Any]) -> int:
+    """Batches the enqueuer's queue holds (workers=1 without processes: one, loaded in turn)."""
+    cfg = legalize(config)
+    return cfg["max_queue_size"] if cfg["workers"] > 1 or cfg["use_multiprocessing"] else 1
+
+
 def describe_config(config: Dict[str, Any]) -> str:
     """workers, plus only the knobs that differ from Keras's defaults."""
     cfg = legalize(config)

@@ -58,6 +58,15 @@ def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+AUTOTUNE_BUFFER = 8  # batches an AUTOTUNE prefetch buffer is counted as (it grows as it sees fit)
+
+
+def in_flight(config: Dict[str, Any]) -> int:
+    """Batches the prefetch buffer holds."""
+    buffer = legalize(config)["prefetch"]
+    return 0 if buffer is None else (AUTOTUNE_BUFFER if buffer == AUTOTUNE else int(buffer))
+
+
 def describe_config(config: Dict[str, Any]) -> str:
     cfg = legalize(config)
     parts = [f"num_parallel_calls={cfg['num_parallel_calls'] or 'None (sequential)'}"]

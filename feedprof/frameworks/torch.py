@@ -68,6 +68,12 @@ def effective(config: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def in_flight(config: Dict[str, Any]) -> int:
+    """Batches the loader holds ready or in the making: every worker prefetches its own."""
+    cfg = effective(config)
+    return cfg["num_workers"] * (cfg["prefetch_factor"] or 0)
+
+
 def describe_config(config: Dict[str, Any]) -> str:
     """num_workers, plus only the knobs that differ from PyTorch's defaults."""
     cfg = effective(config)

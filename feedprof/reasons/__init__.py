@@ -17,20 +17,19 @@ from feedprof.reasons.run import (
     OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited, ScriptFailed,
     SharedMemoryExhausted, TrialTimedOut, WaitNotObservable, WindowNotReached)
 from feedprof.reasons.tune import (
-    BaselineFigures, BaselineNotMeasured, BudgetCutShort, CeilingFailed, CpusAreTheLimit, CpusSaturated,
-    FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead, KeepScriptSettings, LadderStoppedByTrial,
-    MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed,
-    PickFigures, ReachedCeiling, RivalsRemeasured, ShortOfCeiling, TuneInterruptedEarly, Verdict, VersusAutotune,
-    WorkersLeaveCpuIdle)
-
+    BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed, CheaperWithinNoise,
+    CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead,
+    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite, NotTheLoader,
+    PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured, ShortOfCeiling,
+    TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
 
 __all__ = [
     "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
-    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin",
-    "NoLoaderIterated", "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget",
-    "OverShmBudget", "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed",
-    "SharedMemoryExhausted", "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "BaselineFigures",
-    "BaselineNotMeasured", "BudgetCutShort", "CeilingFailed", "CpusAreTheLimit", "CpusSaturated",
+    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin", "NoLoaderIterated",
+    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget", "OverShmBudget",
+    "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
+    "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "BaselineFigures", "BaselineNotMeasured",
+    "BudgetCutShort", "BusyMachine", "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated",
     "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead", "KeepScriptSettings",
     "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader",
     "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured",

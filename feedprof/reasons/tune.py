@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Tuple
 
 from feedprof.reasons.base import Config, Reason
 
@@ -76,6 +76,18 @@ class RivalsRemeasured(Reason):
     rival: Config = field(default_factory=dict)
     margin: float = 0.0
     repeats: int = 0
+
+
+@dataclass(frozen=True)
+class BusyMachine(Reason):
+    """Other processes took ``other_cores`` of the CPUs on average while trials
+    ran (``busiest``: their names, busiest first): figures are noisier, and
+    workers starved by them are not what limits the job."""
+
+    code: ClassVar[str] = "busy_machine"
+    other_cores: float = 0.0
+    cpus: int = 0
+    busiest: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -191,6 +203,19 @@ class FewerWorkersDoAsWell(Reason):
 class ShortOfCeiling(Reason):
     code: ClassVar[str] = "short_of_ceiling"
     fraction_short: float = 0.0
+
+
+@dataclass(frozen=True)
+class CheaperWithinNoise(Reason):
+    """``rival`` measured ``rival_lead`` faster, but inside this run's noise
+    (measured from repeats): the cheaper ``config`` is recommended."""
+
+    code: ClassVar[str] = "cheaper_within_noise"
+    config: Config = field(default_factory=dict)
+    rival: Config = field(default_factory=dict)
+    rival_lead: float = 0.0
+    noise: float = 0.0
+    repeats: int = 0
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ class LoaderInfo:
     batches_per_epoch: Optional[int] = None
     site: str = ""  # where users know it is built, if not the innermost user frame (Keras)
     config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at the site (tf.data: map calls)
+    in_flight: int = 0  # batches the loader holds ready or in the making (queue, prefetch)
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime
     gap_is_teardown: bool = False  # the time between epochs is the loader's (Keras stops its workers there)
     backend: str = ""  # Keras's backend
@@ -101,6 +102,10 @@ class StepRecorder:
         self.steady_wait_s = 0.0
         self.t_steady_start: Optional[float] = None  # delivery time of the batch before the first steady step
         self.t_last: Optional[float] = None
+        # Where a measured window starts (the trial controller moves it past a
+        # draining queue): steady batches before it, and its time.
+        self.window_from_batches = 0
+        self.window_from_s: Optional[float] = None
         self._steps: DecimatingBuffer = DecimatingBuffer(step_capacity, _merge_steps)
         self._epochs: DecimatingBuffer = DecimatingBuffer(EPOCH_CAPACITY, _merge_epochs)
         self._t_iter: Optional[float] = None
@@ -153,9 +158,21 @@ class StepRecorder:
             self._epochs.append(tuple(self._epoch))
             self._epoch = None
 
-    def snapshot(self) -> LoaderRecord:
+    def window_start_s(self) -> Optional[float]:
+        return self.window_from_s if self.window_from_s is not None else self.t_steady_start
+
+    def window_batches(self) -> int:
+        return self.steady_batches - self.window_from_batches
+
+    def step_log(self) -> StepLog:
+        """The steady-state steps so far, times relative to the origin."""
         o = self.origin_s
         steps = self._steps.items()
+        return StepLog(t_end_s=tuple(s[0] - o for s in steps), n_steps=tuple(s[1] for s in steps),
+                       wait_s=tuple(s[2] for s in steps), wall_s=tuple(s[3] for s in steps))
+
+    def snapshot(self) -> LoaderRecord:
+        o = self.origin_s
         epochs = self._epochs.items() + ([tuple(self._epoch)] if self._epoch is not None else [])
         info, where = self.info, self.binding
         return LoaderRecord(
@@ -178,12 +195,7 @@ class StepRecorder:
             batches=self.batches,
             warmup_batches=self.warmup_batches - self.warmup_left,
             warmup_s=self.warmup_s,
-            steps=StepLog(
-                t_end_s=tuple(s[0] - o for s in steps),
-                n_steps=tuple(s[1] for s in steps),
-                wait_s=tuple(s[2] for s in steps),
-                wall_s=tuple(s[3] for s in steps),
-            ),
+            steps=self.step_log(),
             epochs=EpochLog(
                 t_start_s=tuple(e[0] - o for e in epochs),
                 n_epochs=tuple(e[1] for e in epochs),

@@ -231,7 +231,7 @@ def _trials_table(result: TuneResult) -> str:
     base = next((score(t) for t in result.trials if t.role == "baseline"), None)
     headers = [("#", True), ("role", False), ("config", False), ("state", False), ("batches/s", True),
                ("spread", True), ("vs baseline", True), ("samples/s", True), ("data wait", True),
-               ("first batch", True), ("CPU main", True), ("CPU workers", True), ("GPU", True),
+               ("first batch", True), ("CPU main", True), ("CPU workers", True), ("CPU others", True), ("GPU", True),
                ("peak RSS", True), ("peak PSS", True), ("/dev/shm", True), ("time", True)]
     rows = []
     for t in result.trials:
@@ -244,7 +244,8 @@ def _trials_table(result: TuneResult) -> str:
         cells = [str(t.index), esc(t.role), esc(config_cell(t)), _state(t.state, cause), esc(fmt_num(s)), esc(spread),
                  esc(f"{s / base:.2f}×" if s and base else ""), esc(fmt_num(t.samples_per_s)),
                  esc(fmt_pct(t.data_wait_fraction)), esc(fmt_seconds(t.time_to_first_batch_s)),
-                 esc(fmt_cores(t.main_cpu_pct)), esc(fmt_cores(t.workers_cpu_pct)), esc(gpu),
+                 esc(fmt_cores(t.main_cpu_pct)), esc(fmt_cores(t.workers_cpu_pct)),
+                 esc(fmt_cores(None if t.other_cpu_cores is None else 100 * t.other_cpu_cores)), esc(gpu),
                  esc(fmt_bytes(t.peak_rss_bytes)), esc(fmt_bytes(t.peak_pss_bytes)),
                  esc(fmt_bytes(t.peak_shm_used_bytes)), esc(fmt_seconds(t.duration_s))]
         rows.append(("picked" if t.index == picked else "", cells))

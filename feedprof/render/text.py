@@ -49,8 +49,9 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None) -> str:
     if s.time_to_first_batch_s is not None:
         later = "" if s.epoch_startup_s is None else f"; later epochs start in {fmt_seconds(s.epoch_startup_s)}"
         row("first batch", f"{fmt_seconds(s.time_to_first_batch_s)}{later}")
+    others = f", other processes {s.other_cpu_cores:.2f} cores" if s.other_cpu_cores else ""
     row("CPU", f"system {fmt_pct(None if s.system_cpu_pct is None else s.system_cpu_pct / 100)}, "
-               f"main process {fmt_cores(s.main_cpu_pct)}, workers {fmt_cores(s.workers_cpu_pct)}")
+               f"main process {fmt_cores(s.main_cpu_pct)}, workers {fmt_cores(s.workers_cpu_pct)}{others}")
     row("GPU", gpu_line(s, host))
     mem = [f"peak RSS of the process tree {fmt_bytes(s.peak_tree_rss_bytes)}"]
     if s.peak_tree_pss_bytes is not None:

@@ -207,6 +207,10 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
                                       f"other: both were measured again" +
                                       (f" ({x.repeats} times each)" if x.repeats > 1 else "")),
     r.ForkServerFailed: lambda x, d: f"trials ran cold: the fork server did not start ({x.error})",
+    r.BusyMachine: lambda x, d: (
+        f"other processes used {x.other_cores:.1f} of the {x.cpus} usable CPU(s) while the trials ran"
+        + (f" (busiest: {', '.join(x.busiest)})" if x.busiest else "") + ": figures are noisier than on a quiet "
+        "machine, repeats were used to tell configs apart, and CPU they took was not counted against the workers"),
     r.CeilingFailed: lambda x, d: (f"the compute-ceiling trial {x.state} ({say(x.cause) or 'no cause'}); "
                                    "figures are reported against the baseline only"),
     r.BudgetCutShort: _budget,
@@ -228,6 +232,10 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
                                     "remains is the cost of loading itself on this machine."),
     r.MeasuredRepeatedly: lambda x, d: (f"Measured {x.times} times, interleaved with its closest rival, because "
                                         "the two were within this machine's run-to-run noise."),
+    r.CheaperWithinNoise: lambda x, d: (
+        f"{d(x.config)} is recommended over {d(x.rival)}: the latter measured {fmt_pct(x.rival_lead)} faster, "
+        f"but repeats of the same config differ by ±{fmt_pct(x.noise)} on this machine ({x.repeats} measurements "
+        "each), so the two cannot be told apart, and fewer workers cost less memory and CPU."),
     r.PersistentWorkersComputed: lambda x, d: (
         f"persistent_workers=True: every epoch spends about {x.startup_s:.1f} s starting workers, "
         f"{fmt_pct(x.gain)} of a {x.epoch_s:.0f} s epoch (computed from the measured start-up, not trialled: "

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from feedprof.analyse import stats
 from feedprof.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, Plan
 from feedprof.reasons import NotInstrumented, Reason, ScriptExited, ScriptFailed, WindowNotReached
@@ -41,6 +42,11 @@ from feedprof.store import Outcome, Run, TrialState, Window, WindowEnd
 from feedprof.tune.protocol import Mode, TrialSpec, site_matches
 from feedprof.tune.replay import ReplayCache, ReplayIterator
 from feedprof.tune.userframes import failure_hint, script_traceback, user_call_chain
+
+
+QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
+SETTLE_TOLERANCE = 0.10  # a first chunk this much faster than the rest is a queue draining
+MAX_SETTLE_MOVES = 2  # the window's start moves at most this often
 
 
 class StopTrial(BaseException):
@@ -79,6 +85,7 @@ class Controller:
         self.done = False
         self.stop_requested = False  # window measured off the main thread: stop at the next safe point
         self._callback_handles: List[LoaderHandle] = []
+        self._settle_moves = 0
         self.notes: List[Reason] = []
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
@@ -147,6 +154,9 @@ class Controller:
                     replay=spec.mode == Mode.CEILING and bool(is_target))
 
     def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
+        from feedprof.frameworks import in_flight
+
+        info.in_flight = info.in_flight or in_flight(plan.framework, info.config)
         self.emit("loader", framework=plan.framework, site=plan.chain[-1] if plan.chain else "",
                   call_chain=list(plan.chain), is_target=plan.is_target)
         try:
@@ -170,9 +180,11 @@ class Controller:
         binding = Binding(site=handle.info.site or (plan.chain[-1] if plan.chain else ""), call_chain=plan.chain,
                           ordinal=len(slots), injected=bool(plan.inject), replayed=plan.replay,
                           is_target=plan.is_target)
+        # the warm-up covers what the loader holds in flight: batches made
+        # during start-up, handed over at once, are not its steady rate
         rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
-                           warmup_batches=self.spec.warmup_batches, origin_s=self.spec.origin_s,
-                           info=handle.info, binding=binding)
+                           warmup_batches=max(self.spec.warmup_batches, handle.info.in_flight),
+                           origin_s=self.spec.origin_s, info=handle.info, binding=binding)
         self.recorders.append(rec)
         slots.append(LoaderHandle(plan=plan, info=handle.info, ref=handle.ref, rec=rec))
         return rec
@@ -196,19 +208,10 @@ class Controller:
             if rec.info.batch_size is None:
                 rec.info.batch_size = infer_batch_size(batch)
             self.emit("first_batch", loader_id=rec.loader_id)
-        spec = self.spec
-        if spec.full or self.done or rec.binding.is_target is False:
+        if self.spec.full or self.done or rec.binding.is_target is False:
             return
-        steady = rec.steady_batches
-        # Seconds are counted on the wall clock from the window's start, epoch
-        # start-ups included: with short epochs those are a real share of the
-        # time (what persistent_workers saves) and must be inside the window.
-        window_s = 0.0 if rec.t_steady_start is None else rec.t_last - rec.t_steady_start
-        if steady >= spec.window_batches:
-            end = WindowEnd.BATCHES
-        elif window_s >= spec.window_seconds and steady >= spec.min_window_batches:
-            end = WindowEnd.SECONDS
-        else:
+        end = self._window_full(rec)
+        if end is None or not self._settled(rec):
             return
         with self._lock:
             if self.done:
@@ -222,6 +225,43 @@ class Controller:
         # Off the main thread (a tf.data generator): raising here would come back as a
         # TensorFlow error. The main thread stops at its next safe point (check_stop).
         self.stop_requested = True
+
+    def _window_full(self, rec: StepRecorder) -> Optional[WindowEnd]:
+        """Has the window enough batches, or enough seconds? Seconds are counted
+        on the wall clock from the window's start, epoch start-ups included:
+        with short epochs those are a real share of the time (what
+        persistent_workers saves) and must be inside the window. A window is
+        at least QUEUE_MULTIPLE times the batches the loader holds in flight,
+        so that a queue filled at start-up is a small part of it."""
+        spec, steady = self.spec, rec.window_batches()
+        start = rec.window_start_s()
+        window_s = 0.0 if start is None else rec.t_last - start
+        if steady >= spec.window_batches:
+            return WindowEnd.BATCHES
+        least = max(spec.min_window_batches, QUEUE_MULTIPLE * rec.info.in_flight)
+        if window_s >= spec.window_seconds and steady >= least:
+            return WindowEnd.SECONDS
+        return None
+
+    def _settled(self, rec: StepRecorder) -> bool:
+        """Is the window's rate steady? A first chunk much faster than the rest
+        is a queue filled during start-up draining (deep prefetch queues of many
+        workers): the window then starts after that chunk, and goes on."""
+        if rec.window_from_batches >= rec.steady_batches or self._settle_moves >= MAX_SETTLE_MOVES:
+            return True
+        origin = self.spec.origin_s
+        start = rec.window_start_s()
+        log = rec.step_log()
+        chunks = stats.chunks(log, stats.DEFAULT_CHUNKS, None if start is None else start - origin)
+        rest = stats.median([rate for _, rate in chunks[1:]])
+        if len(chunks) < 3 or not rest or chunks[0][1] <= (1 + SETTLE_TOLERANCE) * rest:
+            return True
+        first_end = log.t_end_s[chunks[0][0]] + origin
+        rec.window_from_batches = rec.steady_batches - sum(
+            n for t, n in zip(log.t_end_s, log.n_steps) if t + origin > first_end)
+        rec.window_from_s = first_end
+        self._settle_moves += 1
+        return False
 
     def epoch_begins(self, handle: LoaderHandle) -> None:
         """An epoch of a loader whose steps are timed from the training loop."""
@@ -244,8 +284,8 @@ class Controller:
 
     def _window_of(self, rec: StepRecorder, end: WindowEnd) -> Window:
         o = self.spec.origin_s
-        return Window(loader_id=rec.loader_id,
-                      t_start_s=None if rec.t_steady_start is None else rec.t_steady_start - o,
+        start = rec.window_start_s()
+        return Window(loader_id=rec.loader_id, t_start_s=None if start is None else start - o,
                       t_end_s=None if rec.t_last is None else rec.t_last - o, end=end)
 
     def training_recorder(self) -> Optional[StepRecorder]:

@@ -33,6 +33,7 @@ from feedprof.analyse.diagnose import summarize
 from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin, OutOfMemoryKilled, Reason,
                               SharedMemoryExhausted, TrialTimedOut)
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, Run, StoreError, TrialState, Window, WindowEnd, load
@@ -190,6 +191,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     env_extra = {**opts.extra_env, TRIAL_ENV: trial_dir}
     started_at = now_iso()
     proc, out, watch, sampler = None, None, None, None
+    others = OtherLoad()
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
         proc, out = _launch(paths.spec, paths.log, env_extra, opts)
         watch = _Watch(proc, origin, opts, paths.events, on_poll, clock)
@@ -213,11 +215,13 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
         if not isinstance(exc, KeyboardInterrupt):
             raise
         raise TrialInterrupted(run, getattr(exc, "signum", signal.SIGINT)) from None
+    job = {proc.pid} | {p.pid for p in watch.known}
     kill_group(proc, watch.known, clock)
     samples = sampler.stop() if sampler else None
     if out:
         out.close()
-    return _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock)
+    run = _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock)
+    return dataclasses.replace(run, other_processes=others.stop(job))
 
 
 class _Watch:

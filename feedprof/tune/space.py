@@ -108,7 +108,9 @@ class Space:
 
     def in_flight(self, config: Config) -> int:
         """Batches the config can hold between loader and loop."""
-        return 0
+        from feedprof.frameworks import in_flight
+
+        return in_flight(self.framework, self.legalize(dict(config)))
 
     def code(self, config: Config, loader: Any, script: str) -> str:
         """A paste-ready line that sets ``config``."""
@@ -193,10 +195,6 @@ class TorchSpace(Space):
                 return ({**cfg, "persistent_workers": True},
                         [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
         return cfg, []
-
-    def in_flight(self, config: Config) -> int:
-        cfg = self.legalize(config)
-        return cfg["num_workers"] * (cfg["prefetch_factor"] or 0)
 
     def code(self, config: Config, loader: Any, script: str) -> str:
         from feedprof.frameworks.torch import code_line

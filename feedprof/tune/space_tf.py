@@ -11,7 +11,6 @@ from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
 DEEPEST_QUEUE = 20  # Keras max_queue_size is doubled (from 10) while below this
-AUTOTUNE_BUFFER_COST = 8  # prefetch=AUTOTUNE counted as this many batches when ranking by cost
 
 
 class KerasSpace(Space):
@@ -36,10 +35,6 @@ class KerasSpace(Space):
     def cost(self, config: Config) -> tuple:
         cfg = self.legalize(config)
         return (cfg["workers"], cfg["use_multiprocessing"], cfg["max_queue_size"])
-
-    def in_flight(self, config: Config) -> int:
-        cfg = self.legalize(config)
-        return cfg["max_queue_size"] if cfg["workers"] > 1 or cfg["use_multiprocessing"] else 1
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]:
         cfg = self.legalize(trial.config)
@@ -123,9 +118,7 @@ class TfDataSpace(Space):
         cfg = self.legalize(config)
         autotune = cfg["num_parallel_calls"] == "AUTOTUNE"
         threads = self.cpu_cap if autotune else (cfg["num_parallel_calls"] or 1)
-        buffer = cfg["prefetch"]
-        buffer = 0 if buffer is None else (AUTOTUNE_BUFFER_COST if buffer == "AUTOTUNE" else int(buffer))
-        return (threads, cfg["private_threadpool_size"] or 0, buffer, autotune)
+        return (threads, cfg["private_threadpool_size"] or 0, self.in_flight(cfg), autotune)
 
     def workers(self, config: Config) -> int:
         return 0  # threads inside the training process: no worker processes to budget

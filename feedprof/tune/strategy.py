@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set
 
+from feedprof.analyse import noise
 from feedprof.analyse.recommend import Measured, config_key, measured_configs, pick, score
 from feedprof.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
                               PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, said_once)
@@ -48,7 +49,7 @@ MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbin
 SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-up is a real share
 MAX_REFINE = 3
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
-CONFIRM_ROUNDS = 1  # re-measurements of each of the two (interleaved)
+CONFIRM_ROUNDS = 3  # at most this many re-measurements of each of the two (interleaved)
 JUMP_MIN_WAIT = 0.5  # jump only while the loop mostly waits: the loader is the limit
 
 
@@ -317,7 +318,9 @@ class LadderStrategy(_History):
     # -- confirm ------------------------------------------------------------
 
     def _confirm(self, notes: List[Reason]) -> Optional[Proposal]:
-        """Re-measure the pick and its strongest rival when they are within noise."""
+        """Re-measure the pick and its strongest rival, interleaved, when they are
+        within noise: round after round until the repeats tell them apart, or
+        show them equal within tolerance, or confirm_rounds are done."""
         before = ok_trials([t for t in self.trials if t.phase != Phase.CONFIRM])
         chosen = pick(before, self.space.cost, self.tol)
         configs = measured_configs(before)
@@ -328,11 +331,23 @@ class LadderStrategy(_History):
         margin = min(CONFIRM_MARGIN[1], max(CONFIRM_MARGIN[0], 2 * spread))
         if min(chosen.score, rival.score) < max(chosen.score, rival.score) * (1 - margin):
             return None
-        notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
-                                      repeats=self.confirm_rounds))
         done = sum(t.phase == Phase.CONFIRM for t in self.trials)
-        if done >= 2 * self.confirm_rounds:
+        rounds = done // 2
+        notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
+                                      repeats=rounds + (done % 2 == 1) or 1))
+        if done % 2 == 0 and (rounds >= self.confirm_rounds or (rounds and self._settled(chosen, rival))):
             return None
         # the rival first, the pick last: closest to the end of the tune
         nxt = rival if done % 2 == 0 else chosen
         return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM)
+
+    def _settled(self, chosen: Measured, rival: Measured) -> bool:
+        """With the repeats so far: told apart either way, or equal within
+        tolerance as precisely as more rounds could say."""
+        groups = {config_key(m.config): [score(t) for t in m.trials] for m in measured_configs(ok_trials(self.trials))}
+        a, b = groups[config_key(chosen.config)], groups[config_key(rival.config)]
+        measured_noise = noise.repeat_noise([a, b])
+        if measured_noise is None:
+            return False
+        precise = noise.Z * measured_noise / math.sqrt(min(len(a), len(b))) <= self.tol
+        return noise.told_apart(a, b, measured_noise) or noise.told_apart(b, a, measured_noise) or precise

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 from feedprof import defaults
-from feedprof.analyse import stats
+from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.recommend import PICK_TOLERANCE, recommend, trial_from_run
 from feedprof.reasons import (BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed, NoLoaderAtSite,
@@ -177,7 +177,11 @@ class Tuner:
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
             duration_s=self.elapsed(), budget_s=self.opts.budget_s, complete=complete, stop_reason=stop_reason,
             host=self.host, recommendation=rec, trials=tuple(self.trials),
-            notes=tuple(self.notes + (self.strategy.notes if self.strategy else [])))
+            notes=tuple(self.notes + (self.strategy.notes if self.strategy else []) + self._busy()))
+
+    def _busy(self) -> List[Reason]:
+        busy = noise.busy_machine(self.trials, self.cpu_cap)
+        return [busy] if busy is not None else []
 
     def save(self, complete: bool = False, stop_reason: Optional[Reason] = None) -> TuneResult:
         res = self.result(complete, stop_reason)

@@ -1,0 +1,68 @@
+"""The trial controller's window on a fake clock: warm-up covers the queue a
+config builds, and a first chunk that is a draining queue is left out."""
+import json
+
+import pytest
+
+from feedprof.frameworks.contract import Plan
+from feedprof.record.steps import LoaderInfo
+from feedprof.tune.child import QUEUE_MULTIPLE, Controller, StopTrial
+from feedprof.tune.protocol import Mode, TrialSpec
+from tests.fakes import FakeClock
+
+
+def controller(tmp_path, clock, **window):
+    spec = TrialSpec(script=str(tmp_path / "train.py"), argv=[], result_path=str(tmp_path / "result.json"),
+                     events_path=str(tmp_path / "events.jsonl"), origin_s=clock.now_s(), mode=Mode.INJECT,
+                     **{"window_batches": 100_000, "window_seconds": 2.0, "min_window_batches": 30,
+                        "warmup_batches": 2, **window})
+    return Controller(spec, clock)
+
+
+def run_until_measured(ctl, clock, gaps_s, config):
+    plan = Plan(framework="torch", chain=("train.py:9",), is_target=True, inject=None, replay=False)
+    handle = ctl.created(plan, LoaderInfo(config=config))
+    it = ctl.iterate(handle, lambda: iter(range(10**6)))
+    with pytest.raises(StopTrial):
+        for gap in gaps_s:
+            clock.advance(gap)
+            next(it)
+    with open(ctl.spec.result_path) as fh:
+        return json.load(fh), handle
+
+
+def window_rate(result):
+    w = result["window"]
+    steps = result["loaders"][0]["steps"]
+    inside = [(t, n) for t, n in zip(steps["t_end_s"], steps["n_steps"]) if w["t_start_s"] < t <= w["t_end_s"]]
+    return sum(n for _, n in inside) / (w["t_end_s"] - w["t_start_s"])
+
+
+def test_a_queue_filled_at_start_up_is_not_the_steady_rate(tmp_path):
+    """16 workers x prefetch 2: the first 90 batches come from the queue at 1 ms
+    each; then the loader delivers one every 10 ms (100 batches/s)."""
+    clock = FakeClock(0.0)
+    ctl = controller(tmp_path, clock)
+    result, handle = run_until_measured(ctl, clock, [0.001] * 90 + [0.01] * 2000,
+                                        {"num_workers": 16, "prefetch_factor": 2})
+    assert handle.rec.warmup_batches == 32  # the warm-up covers the batches in flight
+    assert window_rate(result) == pytest.approx(100.0, rel=0.03)  # what is left of the queue: under 3 %
+    assert result["window"]["t_start_s"] > 0.09  # it starts after the queue drained
+
+
+def test_a_steady_loader_keeps_its_window_start(tmp_path):
+    clock = FakeClock(0.0)
+    ctl = controller(tmp_path, clock)
+    result, handle = run_until_measured(ctl, clock, [0.01] * 2000, {"num_workers": 2, "prefetch_factor": 2})
+    assert handle.rec.warmup_batches == 4
+    assert result["window"]["t_start_s"] == pytest.approx(0.05)  # first batch + 4 warm-up batches
+    assert window_rate(result) == pytest.approx(100.0, rel=0.01)
+    assert ctl._settle_moves == 0
+
+
+def test_a_window_holds_several_times_the_queue(tmp_path):
+    clock = FakeClock(0.0)
+    ctl = controller(tmp_path, clock, window_seconds=0.1)
+    result, _ = run_until_measured(ctl, clock, [0.01] * 5000, {"num_workers": 32, "prefetch_factor": 4})
+    steps = sum(result["loaders"][0]["steps"]["n_steps"])
+    assert steps >= QUEUE_MULTIPLE * 128  # not 0.1 s worth: 4 x 128 batches in flight
