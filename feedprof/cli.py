@@ -18,6 +18,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from feedprof import defaults
 from feedprof.defaults import WindowDefaults
 from feedprof.store import TrialState
+from feedprof.units import parse_bytes
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 DEFAULT_OUT = "feedprof-out"
@@ -119,6 +120,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+def byte_size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 # ---------------------------------------------------------------- parsers
 
 
@@ -171,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
                    help="most workers to try (default: max(32, 2 x usable CPUs); beyond the CPU count "
                         "only when the workers wait on I/O)")
+    t.add_argument("--max-memory", type=byte_size, default=None, metavar="SIZE",
+                   help="RAM the job may use, e.g. 8G or 512M (default: 80%% of what is free, or of the "
+                        "container's memory limit); configs predicted to need more are not run")
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
@@ -270,7 +281,8 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
                        window_seconds=args.window_seconds, window_batches=args.window_batches,
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
-                       loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout)
+                       loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout,
+                       max_memory_bytes=args.max_memory)
     written = f"{os.path.relpath(os.path.join(out_dir, 'results.json'))} and " \
               f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
     try:

@@ -85,6 +85,8 @@ class Peaks:
     shm_used_bytes: Optional[int] = None
     n_workers: int = 0
     gpu_mem_used_bytes: Tuple[Optional[int], ...] = ()
+    main_fds: Optional[int] = None  # open files of the main process
+    worker_fds: Optional[int] = None  # of the busiest worker
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,14 @@ class Samples:
     shm_used_bytes: Tuple[Optional[int], ...] = ()
     tree_pss_bytes: Tuple[Optional[int], ...] = ()  # measured at a slower rate: None between
     tree_uss_bytes: Tuple[Optional[int], ...] = ()
+    # One loader worker's memory (``worker_pid``), read more often than the whole
+    # tree's so that growth shows within a trial (record/workers.py): None between.
+    worker_uss_bytes: Tuple[Optional[int], ...] = ()
+    worker_pss_bytes: Tuple[Optional[int], ...] = ()
+    worker_pid: Tuple[Optional[int], ...] = ()
+    main_fds: Tuple[Optional[int], ...] = ()  # open files, on the same schedule as worker_uss_bytes
+    worker_fds_max: Tuple[Optional[int], ...] = ()  # of the busiest worker
+    fd_limit: Optional[int] = None  # the script's soft RLIMIT_NOFILE (every worker inherits it)
     gpus: Tuple[GpuSeries, ...] = ()
     peaks: Peaks = field(default_factory=Peaks)
     notes: Tuple[Reason, ...] = ()
@@ -158,6 +168,9 @@ class LoaderRecord:
     script_config: Dict[str, Any] = field(default_factory=dict)  # knobs the script asked for
     injected: bool = False
     replayed: bool = False  # compute-ceiling trial: one cached batch replayed
+    iterable: bool = False  # an IterableDataset: the dataset, not a sampler, decides what each worker yields
+    batch_digests: Tuple[str, ...] = ()  # of the first epoch's first batches (iterable datasets; record/digest.py)
+    worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
     batches: int = 0
     warmup_batches: int = 0
     warmup_s: float = 0.0
@@ -228,6 +241,9 @@ class Summary:
     peak_worker_pss_bytes: Optional[int] = None
     peak_worker_uss_bytes: Optional[int] = None
     peak_shm_used_bytes: Optional[int] = None
+    peak_main_fds: Optional[int] = None
+    peak_worker_fds: Optional[int] = None
+    fd_limit: Optional[int] = None
     notes: Tuple[Reason, ...] = ()
 
 

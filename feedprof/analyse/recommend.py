@@ -18,9 +18,10 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
-from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, FewerWorkersDoAsWell, KeepScriptSettings,
-                              MeasuredRepeatedly, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict,
-                              WorkersLeaveCpuIdle)
+from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
+from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
+                              FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
+                              Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import Recommendation, Role, Run, Trial, TrialState
 
 PICK_TOLERANCE = 0.03  # configs within 3 % of the best count as equally fast
@@ -39,6 +40,8 @@ class ConfigSpace(Protocol):
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial]) -> Tuple[Config, List[Reason]]: ...
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]: ...
+
+    def workers(self, config: Config) -> int: ...
 
 
 def score(trial: Optional[Trial]) -> Optional[float]:
@@ -148,6 +151,7 @@ class Figures:
     ceiling_score: Optional[float]
     gap: Optional[float]  # 1 - baseline / ceiling
     input_bound: Optional[float]  # the baseline's data wait where observable, else the gap
+    cap: Optional[WorkersCapped] = None  # the most workers that are safe, and why (analyse/limits.py)
 
     @property
     def speedup(self) -> Optional[float]:
@@ -158,7 +162,9 @@ class Figures:
         return self.chosen.score / self.ceiling_score if self.ceiling_score else None
 
 
-def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional[Figures]:
+def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional[Figures]:
+    cap = worker_cap(all_trials, space.workers)
+    trials = usable(all_trials, cap, space.workers)  # a config past the cap is never picked, nor a baseline
     chosen = pick(trials, space.cost, tol)
     if chosen is None:
         return None
@@ -174,11 +180,11 @@ def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional
     configs = measured_configs(trials)
     # finalize may prefer another measured config (tf.data: AUTOTUNE)
     chosen = next((m for m in configs if config_key(m.config) == config_key(config)), chosen)
-    baseline = next((t for t in trials if t.role == Role.BASELINE), None)
+    baseline = next((t for t in all_trials if t.role == Role.BASELINE), None)
     base = next((m for m in configs if baseline is not None and config_key(m.config) == config_key(baseline.config)),
                 None)
     b_score = base.score if base else None
-    ceiling = score(next((t for t in trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
+    ceiling = score(next((t for t in all_trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if ceiling is not None and chosen.score > ceiling:
         ceiling = chosen.score
@@ -186,17 +192,19 @@ def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional
     # data wait, measured inside one run, and the gap to the ceiling, which compares
     # two runs and carries their noise. The verdict uses the wait where it is observable.
     gap = max(0.0, 1 - b_score / ceiling) if b_score and ceiling else None
-    wait = baseline.data_wait_fraction if baseline else None
+    wait = baseline.data_wait_fraction if baseline and base else None
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
-                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap)
+                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap)
 
 
 # -------------------------------------------------------------- the words
 
 
 def verdict_of(f: Figures, tol: float) -> Verdict:
-    """The headline's kind: fewer_workers (fewer workers than the script's reach
-    the ceiling, or do as well); faster (beats the script's own settings by more
+    """The headline's kind: duplicates (more workers would repeat the data: the
+    pick is within the cap); survives (the script's own settings were killed
+    or failed); fewer_workers (fewer workers than the script's reach the
+    ceiling, or do as well); faster (beats the script's own settings by more
     than ``tol``); cheaper (as fast, for less); not_loader (near the ceiling
     already); no_better (input-bound, yet nothing tried does better)."""
     bound = classify(f.input_bound)
@@ -206,7 +214,12 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
     gains = f.speedup is not None and f.speedup >= 1 + tol
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
     fewer = not same and before is not None and after is not None and after < before
-    if fewer and (at_ceiling or not gains):  # the script's workers only cost: what they waited on was themselves
+    failed = f.baseline is not None and f.baseline.state != TrialState.OK
+    if f.cap is not None and isinstance(f.cap.because, DuplicatedPerWorker):  # correct before fast
+        kind = "duplicates"
+    elif failed:
+        kind = "survives"
+    elif fewer and (at_ceiling or not gains):  # the script's workers only cost: what they waited on was themselves
         kind = "fewer_workers"
     elif not same and gains:
         kind = "faster"
@@ -216,7 +229,9 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
         kind = "no_better" if same else "cheaper"
     return Verdict(kind=kind, input_bound=bound, input_bound_fraction=f.input_bound, config=dict(f.config),
                    speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling, workers_before=before,
-                   workers_after=after)
+                   workers_after=after, dataset=getattr(f.cap.because, "dataset", "") if f.cap else "",
+                   baseline_state=f.baseline.state.value if failed else "",
+                   baseline_config=dict(f.baseline.config) if failed else {})
 
 
 def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int]) -> List[Reason]:
@@ -232,6 +247,8 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(PickFigures(config=dict(f.chosen.latest.config), batches_per_s=f.chosen.score,
                                speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling))
     out.extend(f.judged)
+    if f.cap is not None:
+        out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.latest, space, cpu_cap))
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
     if (verdict.input_bound == "not" and verdict.kind != "faster") or (verdict.kind == "fewer_workers" and at_ceiling):
@@ -239,7 +256,8 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
     if verdict.kind == "fewer_workers":
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
                                         memory_saved_bytes=_memory_saved(f.baseline, f.chosen.latest)))
-    elif verdict.input_bound != "not" and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
+    elif verdict.input_bound != "not" and verdict.kind != "duplicates" and f.fraction_of_ceiling is not None \
+            and f.fraction_of_ceiling < NEAR_CEILING:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
         out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))
@@ -258,12 +276,13 @@ def _cpu_reasons(best: Trial, space: ConfigSpace, cpu_cap: Optional[int]) -> Lis
 
 
 def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
-              cpu_cap: Optional[int] = None) -> Optional[Recommendation]:
+              cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None) -> Optional[Recommendation]:
     """The recommendation, without its paste-ready code (the tuner knows the script)."""
     f = figures(trials, space, tol)
     if f is None:
         return None
     verdict = verdict_of(f, tol)
+    warnings = hazard_reasons(trials, f.chosen.latest, f.config, space, ram_budget_bytes)
     best = f.chosen.latest
     return Recommendation(
         framework=space.framework, config=dict(f.config), trial_index=best.index, batches_per_s=f.chosen.score,
@@ -274,7 +293,7 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap)))
+        reasons=tuple(reasons_of(f, verdict, space, cpu_cap) + warnings))
 
 
 def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:

@@ -51,3 +51,32 @@ def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:
     except TypeError:
         pass
     return "iterable", info
+
+
+HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax")
+
+
+def _install(adapter: str, ctl: Any) -> None:
+    """Instrument a framework the script just imported (a failure to do so is a
+    note, never an error in the user's script)."""
+    from feedprof.reasons import NotInstrumented
+
+    try:
+        importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
+        if adapter == "keras" and "tensorflow" in sys.modules:
+            from feedprof.frameworks import tfdata
+
+            tfdata.install_keras_adapter(ctl)
+    except (ImportError, AttributeError) as exc:  # a framework version we do not know
+        ctl.note(NotInstrumented(adapter=adapter, error=f"{type(exc).__name__}: {exc}"))
+
+
+def install_adapters(ctl: Any) -> None:
+    """In a trial child: each adapter is installed when the script imports its framework."""
+    from feedprof.frameworks import hooks
+    from feedprof.frameworks import torch as torch_fw
+
+    hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
+    hooks.when_imported("tensorflow", lambda _m: _install("tfdata", ctl))
+    hooks.when_imported("keras", lambda _m: _install("keras", ctl))
+    hooks.when_imported("tf_keras", lambda _m: _install("tf_keras", ctl))

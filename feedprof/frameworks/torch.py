@@ -18,10 +18,14 @@ all keep working.
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import mmap
+import multiprocessing
 import os
+import struct
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from feedprof.record.steps import LoaderInfo
 
@@ -42,10 +46,62 @@ def describe(loader: Any) -> LoaderInfo:
         batches_per_epoch: Optional[int] = len(loader)
     except TypeError:  # an IterableDataset without __len__
         batches_per_epoch = None
+    from torch.utils.data import IterableDataset
+
     return LoaderInfo(config=legalize({k: getattr(loader, k, None) for k in KNOBS}),
                       dataset=type(loader.dataset).__name__,
                       batch_size=batch_size if isinstance(batch_size, int) else None,
-                      batches_per_epoch=batches_per_epoch)
+                      batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset))
+
+
+class WorkerInfoCalls:
+    """Which datasets' workers called ``get_worker_info()`` themselves: an
+    IterableDataset that never does yields the same records in every worker.
+
+    Forked workers inherit the patched function and this table, which lives
+    in shared anonymous memory (one slot per dataset and worker), so the trial
+    process reads what its workers wrote. Calls from PyTorch's own code (its
+    collate asks in every worker) do not count. Under spawn or forkserver the
+    workers run unpatched code: not observable."""
+
+    SLOTS = 1024
+
+    def __init__(self) -> None:
+        self._table = mmap.mmap(-1, 8 * self.SLOTS)
+
+    def wrap(self, original: Callable[[], Any], torch_dir: str) -> Callable[[], Any]:
+        def get_worker_info() -> Any:
+            info = original()
+            if info is not None and not sys._getframe(1).f_code.co_filename.startswith(torch_dir):
+                key = id(info.dataset)  # a forked worker's copy lives where the loader's dataset does
+                struct.pack_into("Q", self._table, 8 * ((key // 16 + info.id) % self.SLOTS), key)
+            return info
+
+        get_worker_info.__wrapped__ = original  # type: ignore[attr-defined]
+        return get_worker_info
+
+    def asked(self, key: int, num_workers: int, context: Any) -> Optional[bool]:
+        """Did the workers of the dataset ``id() == key`` ask (None: no workers, or
+        not forked)? Called when the trial's record is written, after they ran."""
+        if not num_workers:
+            return None
+        method = context.get_start_method() if context is not None else multiprocessing.get_start_method(True)
+        if method not in (None, "fork"):  # None: the default context, fork on Linux
+            return None
+        return any(struct.unpack_from("Q", self._table, 8 * ((key // 16 + i) % self.SLOTS))[0] == key
+                   for i in range(min(num_workers, self.SLOTS)))
+
+
+def _watch_worker_info(ctl_calls: WorkerInfoCalls) -> None:
+    """Patch ``get_worker_info`` where scripts and libraries look it up."""
+    import torch
+    import torch.utils.data as tud
+    from torch.utils.data import dataloader
+
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+    patched = ctl_calls.wrap(tud.get_worker_info, torch_dir)
+    tud.get_worker_info = patched
+    dataloader.get_worker_info = patched
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -144,6 +200,8 @@ def install(ctl: Any) -> None:
     orig_init = DataLoader.__init__
     orig_iter = DataLoader.__iter__
     sig = inspect.signature(orig_init)
+    calls = WorkerInfoCalls()
+    _watch_worker_info(calls)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         caller = sys._getframe(1).f_code.co_filename
@@ -161,6 +219,9 @@ def install(ctl: Any) -> None:
         orig_init(*bound.args, **bound.kwargs)
         info = describe(self)
         info.script_config = legalize(script_cfg)
+        if info.iterable:  # the loader is not kept alive for it: scripts rebuild loaders every epoch
+            info.worker_info_asked = functools.partial(calls.asked, id(self.dataset), self.num_workers,
+                                                       self.multiprocessing_context)
         self._feedprof_handle = ctl.created(plan, info, self)
 
     def __iter__(self: Any) -> Any:

@@ -12,26 +12,31 @@ its figures in the JSON schema (``python -m feedprof.schema --write``).
 from feedprof.reasons.base import (
     Config, Reason, Text, Unknown, said_once)
 from feedprof.reasons.run import (
-    EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml, GpuUnavailable, Interrupted,
-    KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OutOfMemoryKilled,
+    CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
+    GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
+    NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
     OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited, ScriptFailed,
-    SharedMemoryExhausted, TrialTimedOut, WaitNotObservable, WindowNotReached)
+    SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut, WaitNotObservable, WindowNotReached,
+    WorkerInfoNeverAsked)
 from feedprof.reasons.tune import (
     BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed, CheaperWithinNoise,
     CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead,
-    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite, NotTheLoader,
-    PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured, ShortOfCeiling,
-    TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
+    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, MemoryGrowthProjected,
+    NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling,
+    RivalsRemeasured, ShortOfCeiling, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
+    WorkersLeaveCpuIdle)
 
 __all__ = [
-    "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
-    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin", "NoLoaderIterated",
-    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget", "OverShmBudget",
-    "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
-    "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "BaselineFigures", "BaselineNotMeasured",
-    "BudgetCutShort", "BusyMachine", "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated",
-    "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead", "KeepScriptSettings",
-    "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader",
-    "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured",
-    "ShortOfCeiling", "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersLeaveCpuIdle",
+    "Config", "Reason", "Text", "Unknown", "said_once", "CudaInForkedWorker", "DuplicatedPerWorker",
+    "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
+    "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
+    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
+    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed",
+    "SharedMemoryExhausted", "TooManyOpenFiles", "TrialTimedOut", "WaitNotObservable", "WindowNotReached",
+    "WorkerInfoNeverAsked", "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine",
+    "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
+    "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
+    "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
+    "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "ShortOfCeiling",
+    "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
 ]

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import IO, Any, Optional
 
+from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.recommend import score
 from feedprof.render.words import config_words, gpu_status, headline, say
 from feedprof.store import LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult
@@ -38,6 +39,8 @@ def trial_row(t: Trial, baseline_score: Optional[float]) -> str:
         if t.batches_per_s and t.batches_per_s_low is not None and t.batches_per_s_high is not None:
             spread = f" ±{50 * (t.batches_per_s_high - t.batches_per_s_low) / t.batches_per_s:.0f}%"
         vs = f"{s / baseline_score:5.2f}×" if s and baseline_score else "     "
+        if repeats_records(t):  # not a speedup: each record arrives once per worker
+            vs = "dupes"
         figures = f"{fmt_num(s):>8}{spread:<5} {fmt_pct(t.data_wait_fraction):>6}  {vs}"
     return f"  {t.index:>2}  {t.role:<8}  {config_cell(t):<52.52}  {figures}  {fmt_seconds(t.duration_s):>6}"
 

@@ -34,14 +34,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.analyse import stats
 from feedprof.codec import dumps, write_text_atomic
+from feedprof.frameworks import HEAVY_MODULES, install_adapters
 from feedprof.frameworks.contract import LoaderHandle, Plan
-from feedprof.reasons import NotInstrumented, Reason, ScriptExited, ScriptFailed, WindowNotReached
+from feedprof.analyse.diagnose import workers_of
+from feedprof.reasons import Reason, ScriptExited, WindowNotReached
+from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
 from feedprof.store import Outcome, Run, TrialState, Window, WindowEnd
 from feedprof.tune.protocol import Mode, TrialSpec, site_matches
 from feedprof.tune.replay import ReplayCache, ReplayIterator
-from feedprof.tune.userframes import failure_hint, script_traceback, user_call_chain
+from feedprof.tune.failures import failure_cause
+from feedprof.tune.userframes import script_traceback, user_call_chain
 
 
 QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
@@ -185,6 +189,8 @@ class Controller:
         rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
                            warmup_batches=max(self.spec.warmup_batches, handle.info.in_flight),
                            origin_s=self.spec.origin_s, info=handle.info, binding=binding)
+        if handle.info.iterable and not plan.replay:  # does each worker yield the same records?
+            rec.digests_wanted = digests_wanted(workers_of(handle.info.config) or 0)
         self.recorders.append(rec)
         slots.append(LoaderHandle(plan=plan, info=handle.info, ref=handle.ref, rec=rec))
         return rec
@@ -204,6 +210,8 @@ class Controller:
 
     def after_batch(self, it: Any, batch: Any) -> None:
         rec: StepRecorder = it.recorder
+        if rec.digests_wanted:
+            rec.fingerprint(batch)
         if rec.batches == 1:
             if rec.info.batch_size is None:
                 rec.info.batch_size = infer_batch_size(batch)
@@ -312,39 +320,11 @@ class Controller:
         write_text_atomic(self.spec.result_path, dumps(run))
 
 
-def _install(adapter: str, ctl: Controller) -> None:
-    """Instrument a framework the script just imported (a failure to do so is a
-    note, never an error in the user's script)."""
-    import importlib
-
-    try:
-        importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
-        if adapter == "keras" and "tensorflow" in sys.modules:
-            from feedprof.frameworks import tfdata
-
-            tfdata.install_keras_adapter(ctl)
-    except (ImportError, AttributeError) as exc:  # a framework version we do not know
-        ctl.note(NotInstrumented(adapter=adapter, error=f"{type(exc).__name__}: {exc}"))
-
-
-HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax")
-
-
-def _install_hooks(ctl: Controller) -> None:
-    from feedprof.frameworks import hooks
-    from feedprof.frameworks import torch as torch_fw
-
-    hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
-    hooks.when_imported("tensorflow", lambda _m: _install("tfdata", ctl))
-    hooks.when_imported("keras", lambda _m: _install("keras", ctl))
-    hooks.when_imported("tf_keras", lambda _m: _install("tf_keras", ctl))
-
-
 def run_script(spec: TrialSpec) -> ChildExit:
     """Run the script under the controller; how the child process ends."""
     ctl = Controller(spec)
     ctl.emit("started", pid=os.getpid())
-    _install_hooks(ctl)
+    install_adapters(ctl)
     script = os.path.abspath(spec.script)
     sys.argv = [spec.script, *spec.argv]
     sys.path[0] = os.path.dirname(script)
@@ -360,8 +340,7 @@ def run_script(spec: TrialSpec) -> ChildExit:
     except BaseException as exc:  # the script's own error: reported as the script's
         tb = script_traceback(exc)
         sys.stderr.write(tb)
-        cause = ScriptFailed(error=f"{type(exc).__name__}: {exc}".strip(), hint=failure_hint(exc))
-        ctl.write_result(TrialState.FAILED, cause, tb=tb, exit_code=1)
+        ctl.write_result(TrialState.FAILED, failure_cause(exc), tb=tb, exit_code=1)
         return ChildExit(1)
     ctl.write_result(TrialState.OK, exit_code=0)
     return ChildExit(0)

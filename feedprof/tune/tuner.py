@@ -26,10 +26,10 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 from feedprof import defaults
 from feedprof.analyse import noise, stats
-from feedprof.analyse.diagnose import training_loader
+from feedprof.analyse.diagnose import training_loader, workers_of
 from feedprof.analyse.recommend import PICK_TOLERANCE, recommend, trial_from_run
 from feedprof.reasons import (BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed, NoLoaderAtSite,
-                              NoLoaderIterated, Reason, TuneInterruptedEarly)
+                              NoLoaderIterated, Reason, TooManyOpenFiles, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.host import local_world_size, machine_info, usable_cpu_count
 from feedprof.session import now_iso
@@ -65,6 +65,7 @@ class TuneOptions:
     trial_timeout_s: Optional[float] = None  # default: 4 × the baseline trial, at least 30 s
     tolerance: float = PICK_TOLERANCE
     fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
+    max_memory_bytes: Optional[int] = None  # RAM the job may use (default: 80 % of what is free, or its container's)
 
 
 class TuneError(Exception):
@@ -145,7 +146,7 @@ class Tuner:
         self._elapsed_before = previous.duration_s if previous else 0.0
         if previous is not None:
             self.notes.extend(n for n in previous.notes if n not in self.notes)
-        self.memory = MemoryBudget.of_this_machine()
+        self.memory = MemoryBudget.of_this_machine(options.max_memory_bytes)
         self.cpu_cap = max(1, usable_cpu_count() // local_world_size())
         self.host = host or machine_info(gpu=options.gpu)
 
@@ -166,7 +167,8 @@ class Tuner:
         rec = None
         if self.space is not None and self.trials:
             sp = self.space
-            rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap)
+            rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap,
+                            ram_budget_bytes=self.memory.ram_bytes)
             if rec is not None:
                 rec = dataclasses.replace(rec, config_text=sp.describe(rec.config),
                                           code=sp.code(rec.config, self.loader, self.script),
@@ -299,6 +301,10 @@ class Tuner:
             self.strategy.tell(self._trial_of(proposal, baseline))
             self.save()
         self.observer.tune_done()
+        if baseline.state != TrialState.OK and not any(t.state == TrialState.OK and t.role != Role.CEILING
+                                                       for t in self.trials):
+            reason = BaselineNotMeasured(state=baseline.state.value, cause=baseline.cause)
+            raise TuneError(reason, self.save(False, reason))  # nothing survived: as if the baseline alone ran
         return self.save(stop_reason is None, stop_reason)
 
     def _trial_of(self, proposal: Proposal, baseline: Trial) -> Trial:
@@ -325,6 +331,9 @@ class Tuner:
                               timeout_s=min(limit, max(TIMEOUT_OVER_BUDGET_S, self.remaining() + TIMEOUT_OVER_BUDGET_S)))
         if trial.state == TrialState.OK and proposal.role != Role.CEILING:
             self.memory.learn(trial, workers, in_flight)
+        if trial.state in (TrialState.KILLED, TrialState.FAILED):  # with what the config needed, where known
+            trial = dataclasses.replace(trial, cause=self.memory.explain(trial.cause, workers, in_flight))
+            self.trials[trial.index] = trial
         if trial.state != TrialState.OK and proposal.role == Role.CEILING:
             self.notes.append(CeilingFailed(state=trial.state.value, cause=trial.cause))
         return trial
@@ -334,7 +343,7 @@ class Tuner:
         training loader found, the search space built around it."""
         o = self.opts
         saved = next((t for t in self._saved if t.role == Role.BASELINE), None)
-        if saved is not None and saved.state == TrialState.OK:
+        if saved is not None and (saved.state == TrialState.OK or survivable(saved)):
             self.trials = list(self._saved)
             for t in self.trials:
                 self.observer.trial_done(t)
@@ -359,7 +368,7 @@ class Tuner:
     def _training_loader(self, baseline: Trial) -> LoaderRecord:
         run = baseline.run
         rec = training_loader(run) if run is not None else None
-        if baseline.state != TrialState.OK or rec is None or not baseline.batches_per_s:
+        if not survivable(baseline) and (baseline.state != TrialState.OK or rec is None or not baseline.batches_per_s):
             cause = baseline.cause if baseline.state != TrialState.OK else (
                 NoLoaderIterated() if rec is None else None)
             reason = BaselineNotMeasured(state=baseline.state.value, cause=cause)
@@ -369,3 +378,13 @@ class Tuner:
             reason = NoLoaderAtSite(site=site, seen=tuple(sorted({r.site for r in run.loaders if r.site})))
             raise TuneError(reason, self.save(False, reason), exit_code=2)
         return rec
+
+
+def survivable(baseline: Trial) -> bool:
+    """The script's own workers were killed (RAM, /dev/shm) or ran out of open
+    files, in a loader that was found: the tune goes on with fewer workers
+    (analyse/limits.py caps them) instead of ending with the baseline."""
+    rec = training_loader(baseline.run) if baseline.run is not None else None
+    hazard = baseline.state == TrialState.KILLED or (
+        baseline.state == TrialState.FAILED and isinstance(baseline.cause, TooManyOpenFiles))
+    return hazard and rec is not None and (workers_of(rec.config) or 0) > 0

@@ -1,0 +1,78 @@
+"""One loader worker's memory, and the job's open files, read often enough to
+show a trend within one trial.
+
+Copy-on-read (workers touching the reference counts of a big Python list or
+dict inherited from the parent) turns shared pages private: a worker's USS
+grows with every batch while its RSS stays flat, so only USS/PSS show it.
+Those walk every mapping (``/proc/PID/smaps_rollup``, ~5-7 ms per torch
+worker here), too dear to read for every worker at the sampling rate; the
+whole tree is read on host.py's slow schedule. This probe follows a single
+worker (they all index the same data) at most every ``GROWTH_INTERVAL_S``,
+spaced so that it costs at most ``GROWTH_BUDGET`` of one core, which gives a
+handful of readings over a 2 s trial window.
+
+Open files are cheap to count (a listing of /proc/PID/fd, ~20 µs): the main
+process (which holds a descriptor per tensor a worker shares with it under
+PyTorch's default ``file_descriptor`` strategy) and the busiest worker, on
+the same schedule, against the script's RLIMIT_NOFILE.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+import psutil
+
+GROWTH_INTERVAL_S = 0.5  # at most this often: a 2 s window gets ~4 readings
+GROWTH_BUDGET = 0.01  # share of one core the probe may use (in the observed process: feedprof.profile())
+
+
+class WorkerProbe:
+    def __init__(self, main: psutil.Process, interval_s: float = GROWTH_INTERVAL_S, budget: float = GROWTH_BUDGET):
+        self.main = main
+        self.interval_s = interval_s
+        self.budget = budget
+        self.pid: Optional[int] = None  # the worker followed, kept while it lives
+        self._due_s = float("-inf")
+
+    def read(self, t_s: float, workers: Dict[int, psutil.Process]) -> Dict[str, Any]:
+        """Readings due at ``t_s`` (``{}`` between them); ``workers``: the loader
+        workers by pid (helpers left out)."""
+        if t_s < self._due_s:
+            return {}
+        c0 = time.thread_time()
+        out: Dict[str, Any] = dict(main_fds=_fds(self.main), fd_limit=fd_limit(self.main))
+        counts = [n for n in (_fds(p) for p in workers.values()) if n is not None]
+        out["worker_fds_max"] = max(counts) if counts else None
+        out.update(self._memory(workers))
+        self._due_s = t_s + max(self.interval_s, (time.thread_time() - c0) / self.budget)
+        return out
+
+    def _memory(self, workers: Dict[int, psutil.Process]) -> Dict[str, Any]:
+        if self.pid not in workers:
+            self.pid = min(workers) if workers else None
+        if self.pid is None:
+            return {}
+        try:
+            full = workers[self.pid].memory_full_info()
+        except psutil.Error:  # gone (or no permission): follow another one next time
+            self.pid = None
+            return {}
+        return dict(worker_uss_bytes=full.uss, worker_pss_bytes=getattr(full, "pss", None), worker_pid=self.pid)
+
+
+def _fds(proc: psutil.Process) -> Optional[int]:
+    try:
+        return proc.num_fds()
+    except (psutil.Error, AttributeError):  # gone, no permission, or not POSIX
+        return None
+
+
+def fd_limit(proc: psutil.Process) -> Optional[int]:
+    """The process's soft RLIMIT_NOFILE (None: unlimited or unreadable)."""
+    try:
+        soft, _ = proc.rlimit(psutil.RLIMIT_NOFILE)
+    except (psutil.Error, AttributeError, OSError):
+        return None
+    return None if soft in (-1, getattr(psutil, "RLIM_INFINITY", -1)) else int(soft)
+
