@@ -261,7 +261,7 @@ def _previous_tune(args: argparse.Namespace) -> Any:
 
 
 def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.app import run_tune
+    from feedprof.app import baseline_output, run_tune
     from feedprof.render.progress import format_recommendation
     from feedprof.render.words import say
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
@@ -294,7 +294,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         return EXIT_INTERRUPTED
     except TuneError as exc:
         _err(f"feedprof: {say(exc.reason)}")
-        _show_trial_output(exc.result)
+        sys.stderr.write(baseline_output(exc.result, out_dir))
         _err(f"feedprof: wrote {written}")
         return exc.exit_code
     _err(f"feedprof: wrote {written}")
@@ -304,15 +304,6 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
 def _looks_like_site(text: str) -> bool:
     path, _, line = text.rpartition(":")
     return bool(path) and line.isdigit()
-
-
-def _show_trial_output(result: Any) -> None:
-    """The script's own traceback from a failed baseline trial, as the script's."""
-    for trial in result.trials:
-        run = trial.run
-        if run is not None and run.outcome.traceback:
-            sys.stderr.write(run.outcome.traceback)
-            return
 
 
 def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:

@@ -104,7 +104,7 @@ def worker_uss_points(run: Run) -> List[Tuple[float, float]]:
     s, w = run.samples, run.window
     by_pid: dict = {}
     for t, uss, pid in zip(s.t_s, s.worker_uss_bytes, s.worker_pid):
-        if uss is None or pid is None:
+        if not uss or pid is None:  # 0: read as the worker exited
             continue
         if (w.t_start_s is None or t >= w.t_start_s) and (w.t_end_s is None or t <= w.t_end_s):
             by_pid.setdefault(pid, []).append((t, float(uss)))

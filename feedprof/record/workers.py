@@ -58,6 +58,8 @@ class WorkerProbe:
         except psutil.Error:  # gone (or no permission): follow another one next time
             self.pid = None
             return {}
+        if not full.uss:  # exiting: its mappings are already gone
+            return {}
         return dict(worker_uss_bytes=full.uss, worker_pss_bytes=getattr(full, "pss", None), worker_pid=self.pid)
 
 

@@ -135,7 +135,7 @@ def words(say: Callable[[Optional[r.Reason]], str]) -> Dict[type, Callable[[Any,
             f"of an epoch ({x.epoch_batches} batches) each worker would hold about {fmt_bytes(x.per_worker_bytes)} "
             f"and the job about {fmt_bytes(x.need_bytes)}, more than the {fmt_bytes(x.free_bytes)} it may use"),
         r.OverFdLimit: lambda x, d: (
-            f"predicted to need about {x.need_fds} open files in the {x.process} process, past 90 % of its limit "
+            f"predicted to need about {x.need_fds} open files in the {x.process} process, past 80 % of its limit "
             f"({x.limit_fds}, ulimit -n): it would fail with \"Too many open files\""),
         r.DuplicatedPerWorker: _duplicated,
         r.WorkerInfoNeverAsked: lambda x, d: (

@@ -12,10 +12,11 @@ Two things a short trial does not reach are projected from it:
 - copy-on-read growth (analyse/hazards.memory_growth): each worker's
   private memory grows per batch it makes; at the end of an epoch the job
   holds ``main + workers × (worker + growth)`` (analyse/limits.growth_need);
-- open files: the main process holds descriptors per worker (pipes, and one
-  per tensor in flight under PyTorch's file_descriptor sharing), and each
-  worker inherits those of the workers started before it: both grow linearly
-  with the worker count, fitted over the trials, against RLIMIT_NOFILE.
+- open files: the main process holds descriptors per worker (pipes) and per
+  batch in flight (one per tensor under PyTorch's file_descriptor sharing),
+  and each worker inherits those of the workers started before it: lines
+  fitted over the trials (main: against workers + batches in flight; a
+  worker: against workers), against RLIMIT_NOFILE.
 
 RAM is what is free, or the container's memory limit if lower (the OOM
 killer acts there), or what ``--max-memory`` allows.
@@ -38,7 +39,7 @@ from feedprof.store import Trial, TrialState
 
 HEADROOM = 0.8  # never plan to use more than this share of what is free
 SAFETY = 1.3  # predictions are scaled up by this much
-FD_HEADROOM = 0.9  # never plan to use more than this share of RLIMIT_NOFILE
+FD_HEADROOM = 0.8  # never plan past this share of RLIMIT_NOFILE (samples miss the peaks of batches in flight)
 
 
 @dataclass
@@ -52,7 +53,9 @@ class MemoryBudget:
     epoch_batches: Optional[int] = None
     full_copy_bytes: Optional[int] = None  # the most a worker can copy: the main process's memory
     fd_limit: Optional[int] = None
-    fds: List[Tuple[int, Optional[int], Optional[int]]] = field(default_factory=list)  # (workers, main, worker)
+    # per trial: (workers + batches in flight, main's open files), (workers, the busiest worker's)
+    main_fds: List[Tuple[int, Optional[int]]] = field(default_factory=list)
+    worker_fds: List[Tuple[int, Optional[int]]] = field(default_factory=list)
 
     @classmethod
     def of_this_machine(cls, max_ram_bytes: Optional[int] = None) -> "MemoryBudget":
@@ -83,8 +86,9 @@ class MemoryBudget:
                 self.shm_per_batch_bytes = max(self.shm_per_batch_bytes or 0, per_batch)
             self._learn_growth(trial, workers)
         self.fd_limit = run.samples.fd_limit or self.fd_limit
-        if peaks.main_fds is not None:
-            self.fds.append((workers, peaks.main_fds, peaks.worker_fds))
+        self.main_fds.append((workers + in_flight, peaks.main_fds))
+        if workers:
+            self.worker_fds.append((workers, peaks.worker_fds))
 
     def _learn_growth(self, trial: Trial, workers: int) -> None:
         run = trial.run
@@ -109,8 +113,7 @@ class MemoryBudget:
         shm = None
         if self.shm_per_batch_bytes is not None:
             shm = int(SAFETY * max(1, in_flight) * self.shm_per_batch_bytes)
-        main_fds, worker_fds = (_fit([(w, m) for w, m, _ in self.fds], workers),
-                                _fit([(w, k) for w, _, k in self.fds if w > 0], workers))
+        main_fds, worker_fds = _fit(self.main_fds, workers + in_flight), _fit(self.worker_fds, workers)
         return {"ram_bytes": ram, "grown_bytes": grown, "grown_worker_bytes": grown_worker, "shm_bytes": shm,
                 "main_fds": main_fds, "worker_fds": worker_fds}
 
@@ -142,7 +145,7 @@ class MemoryBudget:
             return dataclasses.replace(cause, workers=workers,
                                        worker_pss_bytes=cause.worker_pss_bytes or self.per_worker_bytes)
         if isinstance(cause, TooManyOpenFiles):
-            return dataclasses.replace(cause, workers=workers)
+            return dataclasses.replace(cause, workers=workers, limit_fds=cause.limit_fds or self.fd_limit)
         return cause
 
 
