@@ -192,7 +192,7 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Opti
     # data wait, measured inside one run, and the gap to the ceiling, which compares
     # two runs and carries their noise. The verdict uses the wait where it is observable.
     gap = max(0.0, 1 - b_score / ceiling) if b_score and ceiling else None
-    wait = baseline.data_wait_fraction if baseline and base else None
+    wait = baseline.data_wait_fraction if baseline is not None and baseline.state == TrialState.OK else None
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
                    ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap)
 
