@@ -176,6 +176,20 @@ class Window:
 
 
 @dataclass(frozen=True)
+class RankInfo:
+    """Which process of a multi-process job a run is (from its launcher's environment)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    launcher: str = ""  # torchrun | mpi | pmi | horovod | tf_config | slurm
+    node: str = ""  # hostname
+    pid: Optional[int] = None
+    device: str = ""  # where its batches go ("cuda:0"), if anywhere
+
+
+@dataclass(frozen=True)
 class OtherProcess:
     """A process outside the job that used the CPUs during the run."""
 
@@ -250,6 +264,8 @@ class Run:
     cuda_used: Optional[bool] = None  # did the script initialise CUDA
     modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
     other_processes: Tuple[OtherProcess, ...] = ()  # the busiest processes outside the job (record/others.py)
+    rank: Optional[RankInfo] = None  # a rank of a multi-process job: which one
+    ranks: Tuple["Run", ...] = ()  # a multi-process job: every rank's own run (this one is the whole job)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[Reason, ...] = ()
 
@@ -328,6 +344,7 @@ class TuneResult:
     recommendation: Optional[Recommendation] = None
     trials: Tuple[Trial, ...] = ()
     notes: Tuple[Reason, ...] = ()
+    launch: Tuple[str, ...] = ()  # the launch command of a multi-process job (feedprof tune -- LAUNCH...)
 
 
 # ------------------------------------------------------------------ files

@@ -38,7 +38,7 @@ from feedprof.frameworks.contract import LoaderHandle, Plan
 from feedprof.reasons import NotInstrumented, Reason, ScriptExited, ScriptFailed, WindowNotReached
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, Run, TrialState, Window, WindowEnd
+from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
 from feedprof.tune.protocol import Mode, TrialSpec, site_matches
 from feedprof.tune.replay import ReplayCache, ReplayIterator
 from feedprof.tune.userframes import failure_hint, script_traceback, user_call_chain
@@ -74,8 +74,13 @@ class Controller:
     """The trial's side of frameworks/contract.Controller: decides what each
     loader gets, times the training loader, and ends the script once measured."""
 
-    def __init__(self, spec: TrialSpec, clock: Clock = MONOTONIC):
+    def __init__(self, spec: TrialSpec, clock: Clock = MONOTONIC, rank: Optional[RankInfo] = None):
         self.spec = spec
+        # A rank of a multi-process job (hosted.py) is never ended alone: the others
+        # would hang in a collective. It writes its window and trains on; the
+        # parent ends the whole job once every rank has its window.
+        self.rank = rank
+        self.hosted = rank is not None
         self.now = clock.now_s
         self.script_dir = os.path.dirname(os.path.abspath(spec.script))
         self.recorders: List[StepRecorder] = []
@@ -86,6 +91,7 @@ class Controller:
         self.stop_requested = False  # window measured off the main thread: stop at the next safe point
         self._callback_handles: List[LoaderHandle] = []
         self._settle_moves = 0
+        self.result_written = False
         self.notes: List[Reason] = []
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
@@ -128,7 +134,7 @@ class Controller:
     def check_stop(self) -> None:
         """A safe point on the main thread (a Keras callback): end the script if the
         window was measured elsewhere."""
-        if self.stop_requested and threading.current_thread() is threading.main_thread():
+        if self.stop_requested and not self.hosted and threading.current_thread() is threading.main_thread():
             raise StopTrial
 
     # -- called by framework adapters ------------------------------------
@@ -220,6 +226,8 @@ class Controller:
             self.window = self._window_of(rec, end)
             self.write_result(TrialState.OK)
             self.emit("window_done", loader_id=rec.loader_id)
+        if self.hosted:
+            return
         if threading.current_thread() is threading.main_thread():
             raise StopTrial
         # Off the main thread (a tf.data generator): raising here would come back as a
@@ -308,8 +316,9 @@ class Controller:
                   window=self.window or Window(end=WindowEnd.NO_LOADER),
                   outcome=Outcome(state=state, cause=cause, exit_code=exit_code, traceback=tb),
                   cuda_used=cuda_in_use(), notes=tuple(self.notes),
-                  modules=tuple(m for m in HEAVY_MODULES if m in sys.modules))
+                  modules=tuple(m for m in HEAVY_MODULES if m in sys.modules), rank=self.rank)
         write_text_atomic(self.spec.result_path, dumps(run))
+        self.result_written = True
 
 
 def _install(adapter: str, ctl: Controller) -> None:
@@ -330,7 +339,7 @@ def _install(adapter: str, ctl: Controller) -> None:
 HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax")
 
 
-def _install_hooks(ctl: Controller) -> None:
+def install_hooks(ctl: Controller) -> None:
     from feedprof.frameworks import hooks
     from feedprof.frameworks import torch as torch_fw
 
@@ -344,7 +353,7 @@ def run_script(spec: TrialSpec) -> ChildExit:
     """Run the script under the controller; how the child process ends."""
     ctl = Controller(spec)
     ctl.emit("started", pid=os.getpid())
-    _install_hooks(ctl)
+    install_hooks(ctl)
     script = os.path.abspath(spec.script)
     sys.argv = [spec.script, *spec.argv]
     sys.path[0] = os.path.dirname(script)
