@@ -129,6 +129,33 @@ model.compile(optimizer="sgd", loss="mse")
 model.fit(dataset, epochs=3, verbose=0, callbacks=[StepLog()])
 '''
 
+TFDATA_FIT_EACH_EPOCH = '''
+import time
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+
+def decode(i):
+    time.sleep(0.003)
+    return np.full((8,), float(i), dtype=np.float32)
+
+
+def load(i):
+    x = tf.numpy_function(decode, [i], tf.float32)
+    x.set_shape((8,))
+    return x, x[:1]
+
+
+train = tf.data.Dataset.range(480).map(load, num_parallel_calls=2).batch(16).prefetch(1)
+val = tf.data.Dataset.range(64).map(load).batch(16)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+for epoch in range(10):  # one fit per epoch, each with its validation
+    model.fit(train, validation_data=val, epochs=1, verbose=0)
+'''
+
 TF_KERAS_SEQUENCE = '''
 import sys
 import time

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tests.conftest import run_feedprof, write_script
-from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_FIT_STEP_LOG, TFDATA_LOOP,
-                                 pydataset)
+from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_FIT_EACH_EPOCH, TFDATA_FIT_STEP_LOG,
+                                 TFDATA_LOOP, pydataset)
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
@@ -103,6 +103,15 @@ def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, no_leftovers):
     assert s["batches_per_s"] == pytest.approx(script_rate, rel=0.10), (s["batches_per_s"], script_rate)
     assert len(step_end_s) > 80  # warm-up and the first batch come before the window
     assert s["batch_size"] == 16  # the last batch may be short: the size is the one the script asked
+
+
+def test_validation_pipeline_is_not_timed_by_the_next_fit(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", TFDATA_FIT_EACH_EPOCH)
+    proc, run = profile(tmp_path, script, "--window-batches", "60")
+    assert proc.returncode == 0, proc.stderr
+    timed = [(loader["config_sites"], loader["batches"]) for loader in run["loaders"] if loader["batches"]]
+    assert len(timed) == 1 and timed[0][0] == ["train.py:19"], timed  # the training pipeline only
+    assert run["summary"]["batches_measured"] == 60
 
 
 def test_tf_keras_epoch_end_stall_is_counted(tmp_path, no_leftovers):

@@ -195,6 +195,12 @@ def make_end_window(ctl: Any, base: type) -> Any:
     """
 
     class EndWindow(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            # Made as fit is called: pipelines registered before are not this fit's training
+            # data (the last fit's validation, an evaluate or predict call): never timed.
+            ctl.claim_callback_handles()
+
         def on_train_begin(self, logs: Any = None) -> None:
             self.handles = ctl.claim_callback_handles()
 
