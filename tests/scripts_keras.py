@@ -117,15 +117,15 @@ class StepLog(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.fh = open(sys.argv[1], "w")
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.fh.write(f"{time.perf_counter()}\\n")
+    def on_train_batch_end(self, batch, logs=None):  # batch: the last step this call ends
+        self.fh.write(f"{time.perf_counter()} {batch}\\n")
         self.fh.flush()
 
 
 dataset = tf.data.Dataset.range(4096).shuffle(256)
 dataset = dataset.map(load, num_parallel_calls=2).batch(16).prefetch(1)
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
-model.compile(optimizer="sgd", loss="mse")
+model.compile(optimizer="sgd", loss="mse", steps_per_execution=int(sys.argv[2]))
 model.fit(dataset, epochs=3, verbose=0, callbacks=[StepLog()])
 '''
 

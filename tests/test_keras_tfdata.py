@@ -80,28 +80,30 @@ def test_fit_on_a_tfdata_pipeline_is_profiled(tmp_path, no_leftovers):
     assert any("not observable" in n for n in s["notes"])
 
 
-def rate_over_window(step_end_s, window_s):
-    """Steps per second from a list of step-end times, over the last ``window_s``
-    seconds of the list (the step that opens that span is the rate's zero)."""
-    last = step_end_s[-1]
-    first = min(range(len(step_end_s)), key=lambda i: abs(step_end_s[i] - (last - window_s)))
-    return (len(step_end_s) - 1 - first) / (last - step_end_s[first])
+def rate_over_window(log_lines, window_s):
+    """Steps per second from "time last_step" lines (the step count restarts at 0
+    every epoch), over the last ``window_s`` seconds of the log."""
+    t_s, last = zip(*((float(t), int(n)) for t, n in (line.split() for line in log_lines)))
+    first = min(range(len(t_s)), key=lambda i: abs(t_s[i] - (t_s[-1] - window_s)))
+    steps = sum(n - prev if n > prev else n + 1 for prev, n in zip(last[first:], last[first + 1:]))
+    return steps / (t_s[-1] - t_s[first])
 
 
-def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, no_leftovers):
+@pytest.mark.parametrize("steps_per_execution", [1, 4])
+def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, steps_per_execution, no_leftovers):
     # The script logs its own on_train_batch_end times. feedprof ends the window (and the
     # script) from its own callback, which fit runs after the script's: the script's last
     # logged step is the window's last step, so the two can be compared over the same span.
     script = write_script(tmp_path, "train.py", TFDATA_FIT_STEP_LOG)
     log = tmp_path / "steps.log"
-    proc, run = profile(tmp_path, script, "--window-batches", "80", "--", str(log))
+    proc, run = profile(tmp_path, script, "--window-batches", "80", "--", str(log), str(steps_per_execution))
     assert proc.returncode == 0, proc.stderr
     s, w = run["summary"], run["window"]
     assert s["framework"] == "tf.data" and s["batches_measured"] == 80
-    step_end_s = [float(line) for line in log.read_text().split()]
-    script_rate = rate_over_window(step_end_s, w["t_end_s"] - w["t_start_s"])
+    lines = log.read_text().splitlines()
+    script_rate = rate_over_window(lines, w["t_end_s"] - w["t_start_s"])
     assert s["batches_per_s"] == pytest.approx(script_rate, rel=0.10), (s["batches_per_s"], script_rate)
-    assert len(step_end_s) > 80  # warm-up and the first batch come before the window
+    assert len(lines) * steps_per_execution > 80  # warm-up and the first batch come before the window
     assert s["batch_size"] == 16  # the last batch may be short: the size is the one the script asked
 
 
