@@ -97,7 +97,11 @@ import time
 
 import numpy as np
 import tensorflow as tf
-import keras
+
+if sys.argv[3] == "tf_keras":
+    import tf_keras as keras
+else:
+    import keras
 
 
 def decode(i):

@@ -89,14 +89,16 @@ def rate_over_window(log_lines, window_s):
     return steps / (t_s[-1] - t_s[first])
 
 
-@pytest.mark.parametrize("steps_per_execution", [1, 4])
-def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, steps_per_execution, no_leftovers):
+@pytest.mark.parametrize("keras_flavour,steps_per_execution", [("keras", 1), ("keras", 4), ("tf_keras", 1)])
+def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, keras_flavour, steps_per_execution, no_leftovers):
+    pytest.importorskip(keras_flavour)
     # The script logs its own on_train_batch_end times. feedprof ends the window (and the
     # script) from its own callback, which fit runs after the script's: the script's last
     # logged step is the window's last step, so the two can be compared over the same span.
     script = write_script(tmp_path, "train.py", TFDATA_FIT_STEP_LOG)
     log = tmp_path / "steps.log"
-    proc, run = profile(tmp_path, script, "--window-batches", "80", "--", str(log), str(steps_per_execution))
+    proc, run = profile(tmp_path, script, "--window-batches", "80", "--", str(log), str(steps_per_execution),
+                        keras_flavour)
     assert proc.returncode == 0, proc.stderr
     s, w = run["summary"], run["window"]
     assert s["framework"] == "tf.data" and s["batches_measured"] == 80

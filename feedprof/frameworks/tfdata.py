@@ -11,10 +11,13 @@ NOTE [ tf.data instrumentation in a trial child ]
     script: for x, y in ds: step(x, y)       ─ patched __iter__: options (private threadpool),
                                                  a prefetch if the pipeline has none, the
                                                  ceiling's replay; each next() timed (data wait)
-        or: model.fit(ds)                    ─ Keras TFDatasetAdapter: the same transformations;
-                                                 steps timed from the fit callback (the batch is
-                                                 pulled inside the compiled train function, so
-                                                 data wait is not observable there)
+        or: model.fit(ds)                    ─ the fit's dataset adapter (Keras 3, tf_keras): the
+                                                 same transformations; steps timed from the fit
+                                                 callback only (the batch is pulled inside the
+                                                 compiled train function, so data wait is not
+                                                 observable there), and fit is handed TensorFlow's
+                                                 own iterator: given anything else, Keras pulls in
+                                                 Python and each step would be counted twice
 
 Knobs: ``num_parallel_calls`` (an int, or "AUTOTUNE"), ``prefetch`` (buffer,
 int or "AUTOTUNE"), ``deterministic``, ``private_threadpool_size``. The
@@ -185,8 +188,7 @@ def install(ctl: Any) -> None:
 
     D.__iter__ = __iter__
     D._feedprof_patched = True
-    if "keras" in sys.modules:
-        install_keras_adapter(ctl)
+    install_keras_adapter(ctl)
 
 
 def _eager() -> bool:
@@ -250,16 +252,29 @@ def _batch_size(ds: Any) -> Optional[int]:
     return int(dim) if dim is not None else None
 
 
+# Where fit wraps a tf.data.Dataset, per Keras flavour: (package, module, class).
+FIT_ADAPTERS = (("keras", "keras.src.trainers.data_adapters.tf_dataset_adapter", "TFDatasetAdapter"),
+                ("tf_keras", "tf_keras.src.engine.data_adapter", "DatasetAdapter"))
+
+
 def install_keras_adapter(ctl: Any) -> None:
-    """model.fit(ds) on a tagged pipeline: same settings, steps timed by the fit callback."""
-    try:
-        from keras.src.trainers.data_adapters import tf_dataset_adapter as tda
-    except ImportError:
-        return
-    Adapter = tda.TFDatasetAdapter
-    if getattr(Adapter, "_feedprof_patched", False):
-        return
-    orig_init = Adapter.__init__
+    """model.fit(ds) on a tagged pipeline, for each Keras flavour already imported
+    (never importing one): same settings, steps timed by the fit callback."""
+    import importlib
+
+    for package, module, name in FIT_ADAPTERS:
+        if package not in sys.modules:
+            continue
+        try:
+            adapter = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # a version we do not know: its fit is not measured
+            continue
+        if not adapter.__dict__.get("_feedprof_patched", False):
+            _patch_fit_adapter(ctl, adapter)
+
+
+def _patch_fit_adapter(ctl: Any, adapter: type) -> None:
+    orig_init = adapter.__init__
 
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         p = getattr(dataset, "_feedprof_pipeline", None)
@@ -270,5 +285,5 @@ def install_keras_adapter(ctl: Any) -> None:
             dataset = p.runtime
         orig_init(self, dataset, *args, **kwargs)
 
-    Adapter.__init__ = __init__
-    Adapter._feedprof_patched = True
+    adapter.__init__ = __init__
+    adapter._feedprof_patched = True

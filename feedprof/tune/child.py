@@ -280,7 +280,7 @@ def _install(adapter: str, ctl: Controller) -> None:
 
     try:
         importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
-        if adapter == "keras" and "tensorflow" in sys.modules:
+        if adapter in ("keras", "tf_keras") and "tensorflow" in sys.modules:
             from feedprof.frameworks import tfdata
 
             tfdata.install_keras_adapter(ctl)
