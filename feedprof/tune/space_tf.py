@@ -149,9 +149,12 @@ class TfDataSpace(Space):
         return 0  # threads inside the training process: no worker processes to budget
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        if trial.system_cpu_pct is None:
+        # tf.data's threads run inside the training process: the CPUs are the limit when
+        # that process fills the usable cores. The machine's CPU % counts everyone's work
+        # (a shared machine reads 100 % while the pipeline's threads sleep on reads).
+        if trial.main_cpu_pct is None:
             return None
-        return trial.system_cpu_pct >= SATURATED_SYSTEM_PCT
+        return trial.main_cpu_pct >= SATURATED_SYSTEM_PCT * self.cpu_cap
 
     def secondary(self, best: Trial, tol: float, measured: List[Trial]) -> List[Tuple[Config, str, dict]]:
         cfg = self.legalize(best.config)
