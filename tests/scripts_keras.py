@@ -127,10 +127,10 @@ class StepLog(keras.callbacks.Callback):
 
 
 dataset = tf.data.Dataset.range(4096).shuffle(256)
-dataset = dataset.map(load, num_parallel_calls=2).batch(16).prefetch(1)
+dataset = dataset.map(load, num_parallel_calls=2).batch(16).prefetch(1).repeat()
 model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
 model.compile(optimizer="sgd", loss="mse", steps_per_execution=int(sys.argv[2]))
-model.fit(dataset, epochs=3, verbose=0, callbacks=[StepLog()])
+model.fit(dataset, epochs=3, steps_per_epoch=256, verbose=0, callbacks=[StepLog()])
 '''
 
 TFDATA_FIT_EACH_EPOCH = '''

@@ -107,6 +107,8 @@ def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, keras_flavour,
     assert s["batches_per_s"] == pytest.approx(script_rate, rel=0.10), (s["batches_per_s"], script_rate)
     assert len(lines) * steps_per_execution > 80  # warm-up and the first batch come before the window
     assert s["batch_size"] == 16  # the last batch may be short: the size is the one the script asked
+    loader = next(r for r in run["loaders"] if r["loader_id"] == w["loader_id"])
+    assert loader["script_config"]["num_parallel_calls"] == 2  # seen through .repeat()
 
 
 def test_validation_pipeline_is_not_timed_by_the_next_fit(tmp_path, no_leftovers):

@@ -35,6 +35,10 @@ from typing import Any, Dict, List, Optional, Tuple
 KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 AUTOTUNE = "AUTOTUNE"
 PARALLEL = ("map", "interleave", "batch")
+# Transformations that set neither parallelism nor prefetch: a pipeline stays the
+# script's through them (``ds.map(f).cache().batch(32).repeat()``, ``fit(ds.take(200))``).
+CARRIED = ("repeat", "take", "skip", "shuffle", "cache", "filter", "unbatch", "padded_batch", "rebatch",
+           "shard", "apply", "with_options", "ignore_errors", "take_while", "enumerate")
 
 
 def to_tf(value: Any) -> Any:
@@ -125,9 +129,7 @@ def install(ctl: Any) -> None:
 
     def parent_pipeline(ds: Any) -> Pipeline:
         p = getattr(ds, "_feedprof_pipeline", None)
-        return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
-                        prefetch=p.prefetch, has_prefetch=p.has_prefetch,
-                        batch_size=p.batch_size) if p else Pipeline()
+        return _copy(p) if p else Pipeline()
 
     def transformation(name: str) -> Any:
         orig, sig = originals[name], sigs[name]
@@ -173,6 +175,9 @@ def install(ctl: Any) -> None:
 
     for name in PARALLEL + ("prefetch",):
         setattr(D, name, transformation(name))
+    for name in CARRIED:
+        if hasattr(D, name):
+            setattr(D, name, _carry_tag(ctl, getattr(D, name)))
 
     orig_iter = originals["__iter__"]
 
@@ -189,6 +194,28 @@ def install(ctl: Any) -> None:
     D.__iter__ = __iter__
     D._feedprof_patched = True
     install_keras_adapter(ctl)
+
+
+def _copy(p: Pipeline) -> Pipeline:
+    """What a derived dataset inherits (its handle and runtime are its own)."""
+    return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
+                    prefetch=p.prefetch, has_prefetch=p.has_prefetch, batch_size=p.batch_size)
+
+
+def _carry_tag(ctl: Any, orig: Any) -> Any:
+    def carried(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, *args, **kwargs)
+        p = getattr(self, "_feedprof_pipeline", None)
+        # only from the script's own code: Keras's and feedprof's derived datasets stay untagged
+        if p is not None and getattr(out, "_feedprof_pipeline", None) is None and ctl.user_chain():
+            try:
+                out._feedprof_pipeline = _copy(p)
+            except AttributeError:
+                pass
+        return out
+
+    carried.__wrapped__ = orig  # type: ignore[attr-defined]
+    return carried
 
 
 def _eager() -> bool:
