@@ -210,7 +210,7 @@ class Controller:
 
     def after_batch(self, it: Any, batch: Any) -> None:
         rec: StepRecorder = it.recorder
-        if rec.batches == 1:
+        if rec.deliveries == 1:
             if rec.info.batch_size is None:
                 rec.info.batch_size = infer_batch_size(batch)
             self.emit("first_batch", loader_id=rec.loader_id)
@@ -277,15 +277,16 @@ class Controller:
             handle.rec = self._bind(handle)
         handle.rec.epoch_started(self.now())
 
-    def timed_step(self, handle: LoaderHandle, t_end_s: float) -> None:
-        """A step whose batch is pulled where Python cannot see it (inside a
-        compiled train function), timed by its end: its wall time is the gap
-        from the previous step's end; its data wait is not observable."""
+    def timed_step(self, handle: LoaderHandle, t_end_s: float, n_steps: int = 1) -> None:
+        """Steps whose batches are pulled where Python cannot see them (inside a
+        compiled train function), timed by their end: their wall time is the gap
+        from the previous end (``n_steps`` of them under steps_per_execution);
+        their data wait is not observable."""
         if handle.rec is None:
             self.epoch_begins(handle)
         rec = handle.rec
         rec.info.wait_observable = False
-        rec.batch(t_end_s, t_end_s)
+        rec.batch(t_end_s, t_end_s, n_steps)
         self.after_batch(_StepView(rec), None)
 
     # -- results ------------------------------------------------------------
@@ -328,7 +329,7 @@ def _install(adapter: str, ctl: Controller) -> None:
 
     try:
         importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
-        if adapter == "keras" and "tensorflow" in sys.modules:
+        if adapter in ("keras", "tf_keras") and "tensorflow" in sys.modules:
             from feedprof.frameworks import tfdata
 
             tfdata.install_keras_adapter(ctl)
