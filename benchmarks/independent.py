@@ -250,7 +250,10 @@ def describe_run(rep: int, reps: int, label: str, r: Dict[str, Any]) -> str:
     for w in r["windows"][:1]:
         parts.append(f"window {w['wall_s']:.1f} s, {w['steps']} steps after {w['warmup_steps']} warm-up; "
                      f"halves {_fmt(w['first_half_per_s'])}/{_fmt(w['second_half_per_s'])}; "
-                     f"{w['epochs_started']} epoch starts")
+                     + (f"{w['epochs_started']} whole epochs" if w.get("whole_epochs")
+                        else f"{w['epochs_started']} epoch starts"))
+    if len(r["windows"]) > 1:
+        parts.append("windows " + ", ".join(f"{x:.1f}" for x in r["window_rates_per_s"]) + " steps/s")
     if r["fit"]:
         parts.append(f"fit call: {r['fit']['steps']} steps in {r['fit']['wall_s']:.1f} s = "
                      f"{_fmt(r['fit_rate_per_s'])} steps/s")

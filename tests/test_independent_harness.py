@@ -93,13 +93,16 @@ def harness_children():
 def test_forced_config_wins_at_its_site_only_and_nothing_outlives_the_run(tmp_path):
     script = write_script(tmp_path, "train.py", TORCH_SCRIPT)
     cfg = {"num_workers": 2, "persistent_workers": True}
-    r = independent.measure(script, "torch", cfg, site=f"train.py:{TRAIN_LINE}", window_s=1.0)
+    r = independent.measure(script, "torch", cfg, site=f"train.py:{TRAIN_LINE}", window_s=2.0)
     assert r["state"] == "ok", r["stderr_tail"]
     assert "train 2 True val 0" in r["stdout_tail"]  # the script asked for 0 workers
     train, val = r["loaders"]
     assert train["forced"] and not val["forced"]
     assert r["leader"] == train["key"]  # the loader that delivers most batches is the training one
-    assert r["windows"][0]["warmup_steps"] == 30  # max(30, 2 x 2 workers x prefetch 2)
+    window = r["windows"][0]
+    assert window["warmup_steps"] == 30  # max(30, 2 x 2 workers x prefetch 2)
+    # ~0.6 s epochs, shorter than the window: it spans whole epochs (50 batches each)
+    assert window["whole_epochs"] and window["steps"] == 50 * window["epochs_started"] > 0
     deadline = time.monotonic() + 5
     while harness_children() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -36,11 +36,14 @@ class Loader:
         self.config, self.in_flight, self.batch_size = config, in_flight, batch_size
         self.steps = 0
         self.epoch_starts: List[float] = []
+        self.first_t: Optional[float] = None  # first delivery
+        self.batches_per_epoch: Optional[int] = None
 
     def as_json(self) -> Dict[str, Any]:
         return {"key": self.key, "kind": self.kind, "site": self.site, "forced": self.forced,
                 "config": self.config, "in_flight": self.in_flight, "batch_size": self.batch_size,
-                "steps": self.steps, "epochs_started": len(self.epoch_starts)}
+                "steps": self.steps, "epochs_started": len(self.epoch_starts),
+                "batches_per_epoch": self.batches_per_epoch}
 
 
 class State:
@@ -52,6 +55,8 @@ class State:
         self.loaders: List[Loader] = []
         self.leader: Optional[Loader] = None
         self.window_start: Optional[tuple] = None  # (t, steps)
+        self.align: Optional[bool] = None  # None: the leader is still warming up
+        self.warm_t = 0.0
         self.window_marks: List[tuple] = []  # (t, steps) of each delivery inside the window
         self.windows: List[Dict[str, Any]] = []
         self.fit_calls: List[Dict[str, Any]] = []
@@ -135,15 +140,16 @@ def force_config(framework: str, depth: int = 2) -> Optional[Dict[str, Any]]:
 # ---- the clock ----
 
 def register(kind: str, site: str, forced: bool, config: Dict[str, Any], in_flight: int,
-             batch_size: Optional[int]) -> Loader:
+             batch_size: Optional[int], batches_per_epoch: Optional[int] = None) -> Loader:
     st = STATE
     rec = Loader(len(st.loaders), kind, site, forced, config, in_flight, batch_size)
+    rec.batches_per_epoch = batches_per_epoch
     st.loaders.append(rec)
     return rec
 
 
-def epoch_start(rec: Loader) -> None:
-    rec.epoch_starts.append(time.perf_counter())
+def window_s() -> float:
+    return float(STATE.spec.get("window_s", 10.0))
 
 
 def warmup_steps(rec: Loader) -> int:
@@ -153,6 +159,37 @@ def warmup_steps(rec: Loader) -> int:
     return max(int(spec.get("warmup_min_steps", 30)), 2 * rec.in_flight)
 
 
+def epoch_len_s(rec: Loader, now: float) -> Optional[float]:
+    """Expected seconds per epoch: the last one's, else batches per epoch at the rate so far."""
+    if len(rec.epoch_starts) >= 2:
+        return rec.epoch_starts[-1] - rec.epoch_starts[-2]
+    if rec.batches_per_epoch and rec.first_t is not None and now > rec.first_t and rec.steps > 1:
+        return rec.batches_per_epoch * (now - rec.first_t) / (rec.steps - 1)
+    return None
+
+
+def _warmed_up(st: State, rec: Loader, now: float) -> None:
+    """Warm-up done. Epochs shorter than a window: windows span whole epochs (from one
+    epoch start to another), so each holds its share of epoch start-ups exactly."""
+    est = epoch_len_s(rec, now)
+    st.warm_t = now
+    st.align = bool(st.spec.get("align_epochs", True)) and est is not None and est <= window_s()
+    if not st.align:
+        st.window_start, st.window_marks = (now, rec.steps), []
+
+
+def epoch_start(rec: Loader) -> None:
+    now = time.perf_counter()
+    rec.epoch_starts.append(now)
+    st = STATE
+    if rec is not st.leader or not st.align:
+        return
+    if st.window_start is None:
+        st.window_start, st.window_marks = (now, rec.steps), []
+    elif now - st.window_start[0] >= window_s():
+        _close_window(st, rec, now)
+
+
 def delivered(rec: Loader, n: int = 1, batch: Any = None) -> None:
     """n training steps were delivered by rec just now."""
     st = STATE
@@ -160,19 +197,27 @@ def delivered(rec: Loader, n: int = 1, batch: Any = None) -> None:
     st.pid = os.getpid()
     if st.first_step_s is None:
         st.first_step_s = now - T0
+    if rec.first_t is None:
+        rec.first_t = now
     rec.steps += n
     if rec.batch_size is None and batch is not None:
         rec.batch_size = leading_dim(batch)
     if st.leader is not rec:
         if st.leader is not None and rec.steps <= st.leader.steps:
             return
-        st.leader, st.window_start, st.window_marks = rec, None, []  # a new leader: warm up again
-    if st.window_start is None:
+        st.leader, st.window_start, st.window_marks, st.align = rec, None, [], None  # warm up again
+    if st.align is None:
         if rec.steps >= warmup_steps(rec):
+            _warmed_up(st, rec, now)
+        return
+    if st.window_start is None:  # waiting for an epoch start to begin the window
+        if now - st.warm_t >= window_s():  # epochs turned out long: time-based windows after all
+            st.align = False
             st.window_start, st.window_marks = (now, rec.steps), []
         return
     st.window_marks.append((now, rec.steps))
-    if now - st.window_start[0] >= float(st.spec.get("window_s", 10.0)):
+    elapsed = now - st.window_start[0]
+    if elapsed >= window_s() and (not st.align or elapsed >= 3 * window_s()):
         _close_window(st, rec, now)
 
 
@@ -189,9 +234,8 @@ def _close_window(st: State, rec: Loader, now: float) -> None:
         "loader": rec.key, "steps": steps, "wall_s": wall_s, "rate_per_s": steps / wall_s,
         "first_half_per_s": (s_mid - s0) / (t_mid - t0) if t_mid > t0 else None,
         "second_half_per_s": (rec.steps - s_mid) / (now - t_mid) if now > t_mid else None,
-        "epochs_started": sum(1 for t in rec.epoch_starts if t0 < t <= now),
-        "batch_size": rec.batch_size, "warmup_steps": warmup_steps(rec),
-        "started_s": t0 - T0})
+        "epochs_started": sum(1 for t in rec.epoch_starts if t0 < t <= now), "whole_epochs": bool(st.align),
+        "batch_size": rec.batch_size, "warmup_steps": warmup_steps(rec), "started_s": t0 - T0})
     st.window_start, st.window_marks = (now, rec.steps), []  # the next window starts here
     n_windows = int(st.spec.get("windows", 1))
     if st.spec.get("stop", True) and not st.spec.get("fit_steps") and n_windows and len(st.windows) >= n_windows:

@@ -61,6 +61,7 @@ def _patch_fit(keras: Any) -> None:
         rec, x2 = _loader_for_fit(x)
         if x2 is not x:
             args, kwargs = _with_input(args, kwargs, x2)
+        rec.batches_per_epoch = kwargs.get("steps_per_epoch") or _num_batches(x2) or rec.batches_per_epoch
         clock = Clock(rec, core.STATE.spec.get("fit_steps"))
         callbacks = kwargs.get("callbacks")
         if callbacks is None or isinstance(callbacks, (list, tuple)):
@@ -72,6 +73,15 @@ def _patch_fit(keras: Any) -> None:
 
     Model.fit = fit
     Model._indep_patched = True
+
+
+def _num_batches(x: Any) -> Any:
+    """A PyDataset's batches per epoch (tf.data's cardinality is taken when it is prepared)."""
+    try:
+        n = getattr(x, "num_batches", None)
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    return int(n) if isinstance(n, int) and n > 0 else None
 
 
 def _loader_for_fit(x: Any) -> tuple:

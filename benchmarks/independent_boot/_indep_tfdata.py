@@ -142,7 +142,7 @@ def prepare(ds: Any, how: str) -> tuple:
             runtime = runtime.with_options(options)
             cfg["private_threadpool_size"] = int(pool)
     site = next((t["site"] for t in tags if t["op"] in ("map", "interleave")), None) or core.user_site(3)
-    rec = core.register(f"tf.data/{how}", site, forced, cfg, _in_flight(cfg), _static_batch(ds))
+    rec = core.register(f"tf.data/{how}", site, forced, cfg, _in_flight(cfg), _static_batch(ds), _cardinality(ds))
     ds._indep, ds._indep_runtime = rec, runtime
     return rec, runtime
 
@@ -150,6 +150,14 @@ def prepare(ds: Any, how: str) -> tuple:
 def _in_flight(cfg: Dict[str, Any]) -> int:
     buf = cfg.get("prefetch")
     return 16 if buf == AUTOTUNE else int(buf or 0)
+
+
+def _cardinality(ds: Any) -> Optional[int]:
+    try:
+        n = int(ds.cardinality())
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return n if n > 0 else None  # -1: infinite, -2: unknown
 
 
 def _static_batch(ds: Any) -> Optional[int]:

@@ -31,6 +31,13 @@ def in_flight(cfg: Dict[str, Any]) -> int:
     return n * (cfg.get("prefetch_factor") or 2) if n else 0
 
 
+def _length(loader: Any) -> Any:
+    try:
+        return len(loader)
+    except TypeError:  # an IterableDataset without __len__
+        return None
+
+
 def install(module: Any) -> None:
     DL = module.DataLoader
     if getattr(DL, "_indep_patched", False):
@@ -50,7 +57,7 @@ def install(module: Any) -> None:
             orig_init(*bound.args, **bound.kwargs)
         cfg = effective(self)
         self._indep = core.register("torch", core.user_site(), config is not None, cfg, in_flight(cfg),
-                                    getattr(self, "batch_size", None))
+                                    getattr(self, "batch_size", None), _length(self))
 
     def __iter__(self: Any) -> Any:
         it = orig_iter(self)
