@@ -158,13 +158,14 @@ class Batches(keras.utils.PyDataset):
 
 
 model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
-model.compile(optimizer="sgd", loss="mse")
+model.compile(optimizer="sgd", loss="mse", steps_per_execution=4)
 model.fit(Batches(workers=1), epochs=100, verbose=0)
 """
 
 
 def test_keras_pydataset_fit_forced_workers_timed_by_callback_and_from_outside(tmp_path):
-    """20 ms per batch: one worker cannot pass 50 steps/s; eight threads must."""
+    """20 ms per batch: one worker cannot pass 50 steps/s; eight threads must. Four
+    steps per execution: one callback per four steps, each counted."""
     script = write_script(tmp_path, "fit.py", KERAS_SCRIPT)
     r = independent.time_fit(script, "keras", {"workers": 8}, steps=600, site="fit.py:23", window_s=1.0,
                              warmup_steps=100)

@@ -5,9 +5,12 @@ NOTE [ Independent harness, child side ]
     PYTHONPATH=benchmarks/independent_boot  INDEP_HARNESS_SPEC='{...}'  python train.py args
       sitecustomize ─► install(): post-import hooks on torch.utils.data, keras, tensorflow
       script builds a loader ─► patched constructor: force the config (site filter), register()
-      script pulls a batch   ─► patched __next__ / fit callback ─► delivered(key, n)
-           Clock: the loader with the most deliveries is the training one; skip its warm-up
-           (covers the queue the config builds), then time windows of >= window_s
+      script starts an epoch ─► patched __iter__ / on_epoch_begin ─► epoch_start(rec)
+      script pulls a batch   ─► patched __next__ / on_train_batch_end ─► delivered(rec, n)
+           the loader with the most deliveries is the training one; skip its first
+           max(30, 2 x batches in flight) steps, then time windows of >= window_s:
+           from one epoch start to another when epochs are shorter than a window
+           (each window holds whole epochs, start-ups included), else by the clock
       windows measured ─► write result-<pid>.json, os._exit (the parent kills the group)
 
 Shares no code with feedprof on purpose: it is what feedprof is checked against.
@@ -62,7 +65,6 @@ class State:
         self.fit_calls: List[Dict[str, Any]] = []
         self.first_step_s: Optional[float] = None
         self.pid: Optional[int] = None  # the process that timed steps (not a forked worker)
-        self.written = False
 
 
 STATE: Optional[State] = None
@@ -217,7 +219,9 @@ def delivered(rec: Loader, n: int = 1, batch: Any = None) -> None:
         return
     st.window_marks.append((now, rec.steps))
     elapsed = now - st.window_start[0]
-    if elapsed >= window_s() and (not st.align or elapsed >= 3 * window_s()):
+    if st.align and elapsed >= 3 * window_s():  # an epoch far longer than predicted: close by the clock
+        st.align = False
+    if elapsed >= window_s() and not st.align:
         _close_window(st, rec, now)
 
 
@@ -287,7 +291,6 @@ def write_result(state: str) -> None:
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)
-    st.written = True
 
 
 def finish() -> None:
