@@ -99,6 +99,7 @@ def run_child(script: str, spec: Dict[str, Any], args: Sequence[str] = (), timeo
             finally:
                 _end_group(proc)
         return {"result": _read_result(out_dir), "returncode": rc, "wall_s": time.monotonic() - t0,
+                "load_avg_1m": os.getloadavg()[0],  # how busy the machine was (the run's own share included)
                 "stdout_tail": _tail(out_path), "stderr_tail": _tail(err_path)}
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -113,7 +114,13 @@ def observe_command(cmd: Sequence[str], framework: Optional[str] = None, window_
     timed in consecutive windows of window_s, kept as soon as each is measured (a
     process killed by its parent keeps the windows it finished). The external timing
     of "the same run" another tool measured. Returns {"processes": [result per
-    process that delivered steps], "returncode", "stdout_tail", "stderr_tail"}."""
+    process that delivered steps], "returncode", "stdout_tail", "stderr_tail"}.
+
+    Caveat, measured: under ``feedprof profile`` (at 8288bcb) on a tf.data pipeline
+    through fit, Keras calls on_train_batch_end about twice per step the model
+    executes (25 vs 12.3 steps/s, the latter counted by a layer in the model), so a
+    fit callback in that process is not an independent count there. Torch loops are
+    counted at the DataLoader iterator, which that does not affect."""
     out_dir = tempfile.mkdtemp(prefix="indep-observe-")
     try:
         spec = {"framework": framework, "config": None, "window_s": window_s, "windows": 0, "stop": False,
@@ -177,7 +184,7 @@ def summarise_run(raw: Dict[str, Any], config: Any, windows: int, fit_steps: Opt
             "window_rates_per_s": [w["rate_per_s"] for w in wins], "windows": wins,
             "fit_rate_per_s": fit["rate_per_s"] if fit else None, "fit": fit,
             "loaders": res["loaders"], "leader": res.get("leader"), "first_step_s": res.get("first_step_s"),
-            "returncode": raw["returncode"], "wall_s": raw["wall_s"],
+            "returncode": raw["returncode"], "wall_s": raw["wall_s"], "load_avg_1m": raw["load_avg_1m"],
             "stdout_tail": raw["stdout_tail"], "stderr_tail": raw["stderr_tail"]}
 
 
@@ -252,6 +259,7 @@ def describe_run(rep: int, reps: int, label: str, r: Dict[str, Any]) -> str:
                      f"halves {_fmt(w['first_half_per_s'])}/{_fmt(w['second_half_per_s'])}; "
                      + (f"{w['epochs_started']} whole epochs" if w.get("whole_epochs")
                         else f"{w['epochs_started']} epoch starts"))
+    parts.append(f"load {r['load_avg_1m']:.1f}")
     if len(r["windows"]) > 1:
         parts.append("windows " + ", ".join(f"{x:.1f}" for x in r["window_rates_per_s"]) + " steps/s")
     if r["fit"]:
