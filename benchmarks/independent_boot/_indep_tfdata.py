@@ -1,7 +1,12 @@
 """tf.data: force num_parallel_calls / deterministic in the script's own map and
 interleave calls and the buffer of its prefetch calls; apply a private thread
 pool (and a prefetch, if the pipeline has none) to the dataset the script
-iterates or hands to fit; time the iterator's deliveries in a custom loop."""
+iterates or hands to fit; time the iterator's deliveries in a custom loop.
+
+With a site (FILE:LINE of a map/interleave/prefetch call), the pipeline is forced
+from that call on: the script's later map/interleave/prefetch calls on it too;
+earlier stages and other pipelines (validation) keep their own settings. Only
+calls from the script's own code are touched, never TensorFlow's or Keras's."""
 from __future__ import annotations
 
 import inspect
