@@ -13,6 +13,7 @@ import sys
 from typing import IO, Any, List, Optional, Sequence
 
 from feedprof.store import Run, TuneResult, save
+from feedprof.tune.launch import Launch
 from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
 
 
@@ -49,7 +50,7 @@ def _write_outputs(result: TuneResult, out_dir: str, tensorboard: Optional[str],
 
 def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool = True,
              show: bool = True, previous: Optional[TuneResult] = None, tensorboard: Optional[str] = None,
-             out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> TuneResult:
+             out: IO[str] = sys.stdout, err: IO[str] = sys.stderr, launch: Optional[Launch] = None) -> TuneResult:
     """Tune, show progress on ``err`` (``progress``), write results.json,
     report.html (and TensorBoard files to ``tensorboard``), print the
     recommendation on ``out`` (``show``). Raises TuneInterrupted / TuneError
@@ -58,7 +59,7 @@ def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOption
 
     os.makedirs(out_dir, exist_ok=True)
     tuner = Tuner(script, argv, out_dir, options, observer=ConsoleProgress(err) if progress else None,
-                  previous=previous)
+                  previous=previous, launch=launch)
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
@@ -76,15 +77,18 @@ def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOption
     return result
 
 
-def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True) -> "tuple[Run, bool]":
-    """One observed run of the script's own settings: (run, interrupted).
-    Writes run.json and report.html."""
+def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True,
+                launch: Optional[Launch] = None) -> "tuple[Run, bool]":
+    """One observed run of the script's own settings (or of a multi-process
+    job, every rank): (run, interrupted). Writes run.json."""
     from feedprof.record.host import machine_info
+    from feedprof.tune.jobrunner import run_job
     from feedprof.tune.runner import TrialInterrupted, run_trial
 
     host = machine_info(gpu=gpu)
+    trial_dir = os.path.join(out_dir, "trial")
     try:
-        run = run_trial(script, argv, os.path.join(out_dir, "trial"), host, opts)
+        run = run_job(launch, trial_dir, host, opts) if launch else run_trial(script, argv, trial_dir, host, opts)
         interrupted = False
     except TrialInterrupted as stop:
         if stop.run is None:  # stopped as the script was starting: nothing measured

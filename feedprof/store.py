@@ -186,7 +186,8 @@ class RankInfo:
     launcher: str = ""  # torchrun | mpi | pmi | horovod | tf_config | slurm
     node: str = ""  # hostname
     pid: Optional[int] = None
-    device: str = ""  # where its batches go ("cuda:0"), if anywhere
+    device: str = ""  # where its batches go ("cuda:0", "cpu")
+    gpu_uuid: str = ""  # that device's NVML UUID (matched to the job's GPU curves)
 
 
 @dataclass(frozen=True)

@@ -14,24 +14,25 @@ from feedprof.reasons.base import (
 from feedprof.reasons.run import (
     EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml, GpuUnavailable, Interrupted,
     KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OutOfMemoryKilled,
-    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited, ScriptFailed,
-    SharedMemoryExhausted, TrialTimedOut, WaitNotObservable, WindowNotReached)
+    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, RankFailed, SamplingStopped, ScriptExited, ScriptFailed,
+    SharedMemoryExhausted, Straggler, TrialTimedOut, WaitNotObservable, WindowNotReached)
 from feedprof.reasons.tune import (
-    BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed, CheaperWithinNoise,
-    CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead,
-    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite, NotTheLoader,
-    PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured, ShortOfCeiling,
-    TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
+    AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
+    CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
+    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite,
+    NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured,
+    ShortOfCeiling, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
 
 __all__ = [
     "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
     "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin", "NoLoaderIterated",
     "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget", "OverShmBudget",
-    "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
-    "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "BaselineFigures", "BaselineNotMeasured",
-    "BudgetCutShort", "BusyMachine", "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated",
-    "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead", "KeepScriptSettings",
-    "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader",
-    "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured",
-    "ShortOfCeiling", "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersLeaveCpuIdle",
+    "PinMemoryNoEffect", "RankFailed", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
+    "Straggler", "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "AppliesToEveryRank", "BaselineFigures",
+    "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed", "CheaperWithinNoise",
+    "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead",
+    "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite",
+    "NotTheLoader", "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling",
+    "RivalsRemeasured", "ShortOfCeiling", "TuneInterruptedEarly", "Verdict", "VersusAutotune",
+    "WorkersLeaveCpuIdle",
 ]

@@ -170,3 +170,23 @@ class OverShmBudget(Reason):
     code: ClassVar[str] = "over_shm_budget"
     need_bytes: int = 0
     free_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class RankFailed(Reason):
+    """One rank of a multi-process job did not end well (its own traceback is the trial's)."""
+
+    code: ClassVar[str] = "rank_failed"
+    rank: int = 0
+    cause: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class Straggler(Reason):
+    """One rank waits for data much longer than the others: it sets the job's pace,
+    and the others wait for it inside the all-reduce (communication, not data wait)."""
+
+    code: ClassVar[str] = "straggler"
+    rank: int = 0
+    wait_fraction: float = 0.0
+    others_wait_fraction: float = 0.0

@@ -244,3 +244,15 @@ class VersusAutotune(Reason):
     static_rss_bytes: Optional[int] = None
     autotune_rss_bytes: Optional[int] = None
     switched: bool = False
+
+
+@dataclass(frozen=True)
+class AppliesToEveryRank(Reason):
+    """A multi-process job's knobs are per rank: every rank builds its own loader."""
+
+    code: ClassVar[str] = "applies_to_every_rank"
+    local_ranks: int = 1
+    world_size: int = 1
+    workers_per_rank: Optional[int] = None
+    cpus: int = 0
+    cpu_cap: int = 0

@@ -15,6 +15,7 @@ from feedprof.analyse.diagnose import training_loader, wait_fraction
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
 from feedprof.render.progress import config_cell
+from feedprof.render.ranks import ranks_html
 from feedprof.render.text import verdict_words
 from feedprof.render.words import config_words, gpu_status, headline, say
 from feedprof.store import GpuStatus, HostInfo, Run, StoreError, Trial, TrialState, TuneResult
@@ -202,6 +203,9 @@ def render_tune(result: TuneResult) -> str:
                     f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>"
                     f"{_code_block(rec.code)}</div>")
     body += _details(result.script, result.argv, result.started_at, result.host, extra)
+    picked = next((t for t in result.trials if rec is not None and t.index == rec.trial_index), None)
+    if picked is not None and picked.run is not None and picked.run.ranks:
+        body += ranks_html(picked.run)
     chart = plots.throughput_data(result)
     if chart.bars:
         body.append("<h2>Throughput of every config tried</h2>")
@@ -291,6 +295,7 @@ def render_run(run: Run) -> str:
     body.append("<h2>Utilisation over time</h2>")
     body += _curves_section([("run", run)], _no_gpu(run.host))
     body.append("<h2>Loaders seen</h2>")
+    body += ranks_html(run)
     body.append(_loaders_table(run))
     if run.outcome.traceback:
         body.append(f"<h2>The script's error</h2><pre>{esc(run.outcome.traceback)}</pre>")

@@ -117,6 +117,11 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult) -> 
     lines += [f"  - {say(reason, fw)}" for reason in rec.reasons]
     lines.append("  Paste this:")
     lines.append(f"    {rec.code}")
+    picked = next((t for t in result.trials if t.index == rec.trial_index), None)
+    if picked is not None and picked.run is not None and picked.run.ranks:
+        from feedprof.render.ranks import format_ranks
+
+        lines.append(format_ranks(picked.run).replace("ranks (", "ranks with the recommended settings (", 1))
     if result.notes:
         lines.append("  How the search went:")
         lines.extend(f"  - {say(note, fw)}" for note in result.notes)

@@ -74,7 +74,9 @@ def words_for(obj: Any) -> str:
 
         return format_recommendation(obj.recommendation, obj)
     if isinstance(obj, Run):
-        return format_summary(obj.summary or Summary(), obj.host)
+        from feedprof.render.ranks import format_ranks
+
+        return "\n".join(filter(None, [format_summary(obj.summary or Summary(), obj.host), format_ranks(obj)]))
     if isinstance(obj, Summary):
         return format_summary(obj)
     if isinstance(obj, Reason):

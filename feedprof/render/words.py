@@ -187,6 +187,11 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.ScriptFailed: _script_failed,
     r.ScriptExited: lambda x, d: f"the script called sys.exit({x.exit_code!r})",
     r.Interrupted: lambda x, d: "interrupted",
+    r.RankFailed: lambda x, d: f"rank {x.rank}: {say(x.cause) or 'ended without its window'}",
+    r.Straggler: lambda x, d: (
+        f"rank {x.rank} is a straggler: it waits for data {fmt_pct(x.wait_fraction)} of the time, the other ranks "
+        f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "
+        "wait), so the job runs at its pace: look at what is different about that rank's data or node"),
     r.OverMemoryBudget: lambda x, d: (f"predicted to need {fmt_bytes(x.need_bytes)} of memory "
                                       f"({fmt_bytes(x.per_worker_bytes)} per worker), more than the "
                                       f"{fmt_bytes(x.free_bytes)} free"),
@@ -241,6 +246,13 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         f"{fmt_pct(x.gain)} of a {x.epoch_s:.0f} s epoch (computed from the measured start-up, not trialled: "
         "epochs this long are too slow to measure twice)"),
     r.VersusAutotune: _versus_autotune,
+    r.AppliesToEveryRank: lambda x, d: (
+        f"The settings are per rank: each of the {x.local_ranks} rank(s) on this machine (of {x.world_size} in all) "
+        "builds its own loader with this line"
+        + (f", so the machine runs {x.local_ranks} × {x.workers_per_rank} = {x.local_ranks * x.workers_per_rank} "
+           "workers" if x.workers_per_rank else "")
+        + f"; a rank's CPU budget is {x.cpus} CPU(s) over {x.local_ranks} rank(s), less its own process "
+          f"({x.cpu_cap} worker(s) when loading is CPU-bound)."),
 }
 
 

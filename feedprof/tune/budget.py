@@ -10,7 +10,7 @@ nothing to predict from, and nothing is rejected.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import psutil
 
@@ -26,9 +26,10 @@ SAFETY = 1.3  # predictions are scaled up by this much
 class MemoryBudget:
     ram_bytes: Optional[int]
     shm_bytes: Optional[int]
-    main_bytes: Optional[int] = None
+    main_bytes: Optional[int] = None  # one training process (one rank)
     per_worker_bytes: Optional[int] = None
     shm_per_batch_bytes: Optional[int] = None
+    ranks: int = 1  # training processes on this machine, each with its own workers (a multi-process job)
 
     @classmethod
     def of_this_machine(cls) -> "MemoryBudget":
@@ -40,7 +41,12 @@ class MemoryBudget:
         run = trial.run
         if trial.state != TrialState.OK or run is None:
             return
-        peaks = run.samples.peaks
+        for rank_run in run.ranks or (run,):  # a job: what one rank and its workers take
+            self._learn_ram(rank_run.samples.peaks, workers)
+        if workers > 0:  # /dev/shm is the machine's: every rank's batches in flight share it
+            self._learn_shm(run.samples, in_flight * max(1, len(run.ranks)))
+
+    def _learn_ram(self, peaks: Any, workers: int) -> None:
         tree = peaks.tree_pss_bytes or peaks.tree_rss_bytes
         if workers == 0 and tree:
             self.main_bytes = max(self.main_bytes or 0, tree)
@@ -50,18 +56,20 @@ class MemoryBudget:
                 self.per_worker_bytes = max(self.per_worker_bytes or 0, worker)
             if tree and worker and self.main_bytes is None:
                 self.main_bytes = max(0, tree - workers * worker)
-            shm = [b for b in run.samples.shm_used_bytes if b is not None]
-            if shm and peaks.shm_used_bytes is not None:
-                per_batch = max(0, peaks.shm_used_bytes - shm[0]) // max(1, in_flight)
-                self.shm_per_batch_bytes = max(self.shm_per_batch_bytes or 0, per_batch)
+
+    def _learn_shm(self, samples: Any, in_flight: int) -> None:
+        shm = [b for b in samples.shm_used_bytes if b is not None]
+        if shm and samples.peaks.shm_used_bytes is not None:
+            per_batch = max(0, samples.peaks.shm_used_bytes - shm[0]) // max(1, in_flight)
+            self.shm_per_batch_bytes = max(self.shm_per_batch_bytes or 0, per_batch)
 
     def predict(self, workers: int, in_flight: int) -> Dict[str, Optional[int]]:
         ram = None
         if self.per_worker_bytes is not None:
-            ram = int(SAFETY * ((self.main_bytes or 0) + workers * self.per_worker_bytes))
+            ram = int(SAFETY * self.ranks * ((self.main_bytes or 0) + workers * self.per_worker_bytes))
         shm = None
         if self.shm_per_batch_bytes is not None:
-            shm = int(SAFETY * max(1, in_flight) * self.shm_per_batch_bytes)
+            shm = int(SAFETY * self.ranks * max(1, in_flight) * self.shm_per_batch_bytes)
         return {"ram_bytes": ram, "shm_bytes": shm}
 
     def check(self, workers: int, in_flight: int) -> Optional[Reason]:

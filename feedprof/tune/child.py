@@ -23,6 +23,7 @@ process group once the child is done, so nothing outlives a trial.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import runpy
 import sys
@@ -312,6 +313,8 @@ class Controller:
                                                        window_batches=self.spec.window_batches))
         from feedprof.session import cuda_in_use
 
+        if self.rank is not None:
+            self.rank = dataclasses.replace(self.rank, **_device())
         run = Run(kind="trial", script=self.spec.script, argv=tuple(self.spec.argv),
                   loaders=tuple(r.snapshot() for r in self.recorders),
                   window=self.window or Window(end=WindowEnd.NO_LOADER),
@@ -320,6 +323,20 @@ class Controller:
                   modules=tuple(m for m in HEAVY_MODULES if m in sys.modules), rank=self.rank)
         write_text_atomic(self.spec.result_path, dumps(run))
         self.result_written = True
+
+
+def _device() -> Dict[str, str]:
+    """The CUDA device this rank trains on, if it uses one (never initialises CUDA itself)."""
+    from feedprof.session import cuda_in_use
+
+    if not cuda_in_use():
+        return {"device": "cpu"}
+    torch = sys.modules["torch"]
+    try:
+        index = torch.cuda.current_device()
+        return {"device": f"cuda:{index}", "gpu_uuid": str(torch.cuda.get_device_properties(index).uuid)}
+    except (RuntimeError, AttributeError):
+        return {"device": "cuda"}
 
 
 def _install(adapter: str, ctl: Controller) -> None:

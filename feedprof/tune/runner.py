@@ -225,7 +225,10 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
 
 
 class _Watch:
-    """Polls the child: its events, its exit, and the trial's time limits."""
+    """Polls the child: its events, its exit, and the trial's time limits.
+    (jobrunner.py's watch of a multi-process job builds on it.)"""
+
+    exit_grace_s = EXIT_GRACE_S
 
     def __init__(self, proc: Any, origin: float, opts: TrialOptions, events_path: str,
                  on_poll: Optional[Callable[[], None]], clock: Clock):
@@ -258,7 +261,7 @@ class _Watch:
 
     def _limit_reached(self, now: float) -> bool:
         opts, elapsed = self.opts, now - self.origin
-        if self.window_done_at is not None and now - self.window_done_at > EXIT_GRACE_S:
+        if self.window_done_at is not None and now - self.window_done_at >= self.exit_grace_s:
             return True  # measured; the script is ignoring StopTrial or slow to unwind
         if not self.first_batch and opts.loader_timeout_s is not None and elapsed > opts.loader_timeout_s:
             self.timed_out = NoBatchWithin(limit_s=opts.loader_timeout_s)
