@@ -1,4 +1,4 @@
-"""Command line: ``feedprof profile | tune | report``.
+"""Command line: ``feedprof profile | tune | report | gpus``.
 
 Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed;
 2 bad usage or input, one line on stderr and no traceback; 130 interrupted
@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="where to write the page (default: report.html beside the JSON file)")
     r.set_defaults(func=cmd_report)
+
+    g = sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there",
+                       description="List every CUDA-visible GPU (utilisation, memory, power) and the processes "
+                       "on it, flag those whose parent or job is gone, and print the command that ends them "
+                       "(feedprof never ends a process itself).")
+    g.set_defaults(func=cmd_gpus)
     return parser
 
 
@@ -327,6 +333,25 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
     if path is None:
         return EXIT_USAGE
     _err(f"feedprof: wrote {os.path.relpath(path)}")
+    return EXIT_OK
+
+
+def cmd_gpus(args: argparse.Namespace, script_args: List[str]) -> int:
+    import shutil
+
+    from feedprof.record.gpu import open_gpu
+    from feedprof.record.gpu_procs import gpus_view
+    from feedprof.render.gpus import format_gpus
+
+    if script_args:
+        raise UsageError("feedprof gpus takes no script arguments")
+    gpu = open_gpu()
+    try:
+        view = gpus_view(gpu)
+    finally:
+        gpu.close()
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(format_gpus(view, width=width))
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
+from feedprof.store_procs import Leftovers
 
 SCHEMA_RUN = "feedprof.run/1"
 SCHEMA_TUNE = "feedprof.tune/1"
@@ -239,6 +240,7 @@ class Run:
     modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[str, ...] = ()
+    leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process, older files)
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)
