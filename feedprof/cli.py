@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.record.gpu import open_gpu
     from feedprof.record.host import host_info
+    from feedprof.render.leftovers import format_leftovers
     from feedprof.render.text import format_summary
     from feedprof.store import save
     from feedprof.tune.runner import TrialInterrupted, TrialOptions, run_trial
@@ -228,6 +229,9 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     report = _write_report(run, os.path.join(out_dir, "report.html"))
     outcome = run.outcome
     print(format_summary(run.summary, host.gpu_status))
+    left = format_leftovers(run.leftovers)
+    if left:
+        print(left)
     _err(f"feedprof: wrote {os.path.relpath(run_json)}" + (f" and {os.path.relpath(report)}" if report else ""))
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")

@@ -14,6 +14,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import training_loader, verdict_words
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
+from feedprof.render.leftovers import labelled_leftovers, leftover_items
 from feedprof.store import HostInfo, Run, StoreError, Trial, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
@@ -160,6 +161,19 @@ def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> 
             + (f" No GPU column: {esc(gpu_note.removeprefix('GPU: '))}." if gpu_note else "") + "</p>"]
 
 
+def _leftovers_section(obj: Any) -> List[str]:
+    """A warning box for what the run (or any trial) left behind; nothing when clean."""
+    found = labelled_leftovers(obj)
+    if not found:
+        return []
+    items = "".join(f"<li>{'' if isinstance(obj, Run) else esc(label) + ': '}{esc(what)} — end it with "
+                    f"<code>{esc(how)}</code></li>" for label, lo in found for what, how in leftover_items(lo))
+    return [f"<div class=\"verdict highly\"><p class=\"headline\">Left behind after the run ended</p>"
+            f"<ul class=\"reasons\">{items}</ul><p class=\"note\">feedprof ends a run's process group and every "
+            f"process it saw in it; these escaped (<code>setsid</code>, a double fork) and are still there. feedprof "
+            f"never ends them itself; <code>feedprof gpus</code> shows what is on each GPU.</p></div>"]
+
+
 # ------------------------------------------------------------------- tune
 
 
@@ -195,6 +209,7 @@ def render_tune(result: TuneResult) -> str:
                     f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
                     f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>"
                     f"{_code_block(rec.code)}</div>")
+    body += _leftovers_section(result)
     body += _details(result.script, result.argv, result.started_at, result.host, extra)
     chart = plots.throughput_data(result)
     if chart.bars:
@@ -272,6 +287,7 @@ def render_run(run: Run) -> str:
                     f"{s.batches_measured} steady-state batches over {esc(fmt_seconds(s.measured_s))}."
                     f" Run <code>feedprof tune</code> on the script to find the settings that feed it best.</p>"
                     + (f"<ul class=\"reasons\">{notes}</ul>" if notes else "") + "</div>")
+    body += _leftovers_section(run)
     body += _details(run.script, run.argv, run.started_at, run.host,
                      [("Outcome", _state(run.outcome.state, run.outcome.message if run.outcome.state != "ok" else "")),
                       ("Window", esc(f"{run.window.reason or 'n/a'}; run lasted {fmt_seconds(run.duration_s)}"))])

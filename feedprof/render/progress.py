@@ -10,6 +10,7 @@ import time
 from typing import IO, Any, Optional, Sequence
 
 from feedprof.analyse.recommend import score
+from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.store import Recommendation, Trial, TuneResult
 from feedprof.units import fmt_num, fmt_pct, fmt_seconds
 
@@ -103,7 +104,9 @@ class NullProgress(ConsoleProgress):
 
 def format_recommendation(rec: Optional[Recommendation], result: TuneResult) -> str:
     if rec is None:
-        return "feedprof: no recommendation: " + (result.stop_reason or "no trial succeeded")
+        left = format_tune_leftovers(result)
+        return "feedprof: no recommendation: " + (result.stop_reason or "no trial succeeded") + \
+            (f"\n{left}" if left else "")
     lines = [f"Recommendation for {rec.loader_site or 'the training loader'} ({rec.framework}):",
              f"  {rec.verdict}"]
     for reason in rec.reasons:
@@ -115,4 +118,7 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult) -> 
         lines.extend(f"  - {note}" for note in result.notes)
     if not result.complete and result.stop_reason:
         lines.append(f"  Note: {result.stop_reason}")
+    left = format_tune_leftovers(result)
+    if left:
+        lines.append(left)
     return "\n".join(lines)

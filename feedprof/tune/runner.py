@@ -21,6 +21,7 @@ import psutil
 
 from feedprof.analyse.diagnose import summarize
 from feedprof.record.clock import MONOTONIC
+from feedprof.record.leftovers import TRIAL_ENV, check_run, process_clock_s
 from feedprof.record.sampler import DEFAULT_INTERVAL_S, Sampler
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, Run, StoreError, Window, load
@@ -31,7 +32,6 @@ POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
               "or tf.data.Dataset being iterated")
-TRIAL_ENV = "FEEDPROF_TRIAL_DIR"
 
 
 @dataclass
@@ -161,6 +161,12 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
             on_event(ev)
 
     proc = None
+    launched_s = process_clock_s()  # what started later and is still there after the trial is the trial's
+
+    def leftovers() -> Any:
+        server = opts.zygote.proc.pid if opts.zygote is not None and opts.capture_output else None
+        return check_run(trial_dir, proc.pid, state.known, opts.gpu, since_s=launched_s, fork_server_pid=server)
+
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
         proc, out = _launch(spec_path, log_path, env_extra, opts)
         state = _Watch(proc, origin, opts, events_path, on_child_event, on_poll)
@@ -179,6 +185,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
             if state is not None:
                 run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
                                 interrupted=True)
+                run = dataclasses.replace(run, leftovers=leftovers())
             if out:
                 out.close()
         if not isinstance(exc, KeyboardInterrupt):
@@ -189,7 +196,9 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     samples = sampler.stop() if sampler else None
     if out:
         out.close()
-    return _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state)
+    run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state)
+    # Whatever escaped the group (setsid, a double fork) is reported, not killed: it may be meant to outlive the run.
+    return dataclasses.replace(run, leftovers=leftovers())
 
 
 class _Watch:
