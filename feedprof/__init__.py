@@ -9,13 +9,33 @@ Public API::
 
     feedprof.load("run.json")               # a saved run (or a tune's results.json)
     feedprof.tune("train.py", budget_s=60)  # sweep the loader settings of an unmodified script
+
+In Jupyter, records show as rich HTML once any of these has been called (or
+after ``%load_ext feedprof``, which also gives the ``%%feedprof`` cell magic).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["profile", "tune", "load", "report", "__version__"]
+__all__ = ["profile", "tune", "load", "report", "load_ipython_extension", "__version__"]
+
+
+def _rich_output_in_notebooks() -> None:
+    if "IPython" in sys.modules:  # only a running IPython shell can want it; never import IPython here
+        from feedprof.notebook import register_if_in_ipython
+
+        register_if_in_ipython()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext feedprof``: rich output for feedprof's records, and the
+    ``%%feedprof`` cell magic (``%%feedprof --out run.json``) that profiles the
+    loop in a cell: every torch DataLoader it iterates is timed."""
+    from feedprof.notebook import load_ipython_extension as _load
+
+    _load(ipython)
 
 
 def profile(enabled: bool = True, **kwargs: Any) -> Any:
@@ -27,6 +47,7 @@ def profile(enabled: bool = True, **kwargs: Any) -> Any:
     """
     from feedprof.session import profile as _profile
 
+    _rich_output_in_notebooks()
     return _profile(enabled=enabled, **kwargs)
 
 
@@ -35,6 +56,7 @@ def load(path: str) -> Any:
     (a :class:`~feedprof.store.TuneResult`)."""
     from feedprof.store import load as _load
 
+    _rich_output_in_notebooks()
     return _load(path)
 
 
@@ -50,6 +72,7 @@ def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: b
     """
     from feedprof.tune.tuner import tune as _tune
 
+    _rich_output_in_notebooks()
     return _tune(script, list(argv), out_dir=out_dir, progress=progress, **options)
 
 

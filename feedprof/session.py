@@ -93,13 +93,12 @@ class Profile:
         """Wrap a loader (any iterable of batches): every batch it yields is timed."""
         if self._origin_s is None:
             self.start()
-        from feedprof.frameworks import describe_loader
+        from feedprof.frameworks import code_site, describe_loader
 
         rec = StepRecorder(loader_id=len(self._recorders), warmup_batches=self.warmup_batches,
                            origin_s=self._origin_s, name=name)
         info = describe_loader(iterable)
-        caller = sys._getframe(1)
-        info["site"] = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+        info["site"] = code_site(sys._getframe(1))
         rec.framework = info.pop("framework")
         if batch_size is not None:
             info["batch_size"] = batch_size
@@ -157,6 +156,13 @@ class Profile:
         from feedprof.render.html import write_report
 
         return write_report(self.run, path)
+
+    def _repr_html_(self) -> Optional[str]:  # Jupyter: the profile as its report (render/fragments.py)
+        if self._origin_s is None:
+            return None
+        from feedprof.render.fragments import run_html
+
+        return run_html(self.run)
 
 
 class NullProfile:

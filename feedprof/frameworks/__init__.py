@@ -6,8 +6,18 @@ installed by a post-import hook (hooks.py) when the user's script imports it.
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, Dict
+
+
+def code_site(frame: Any) -> str:
+    """Where a frame is, as people name it: "train.py:42", or "cell line 3"
+    in a notebook (whose cells are compiled under generated file names)."""
+    name = frame.f_code.co_filename
+    if name.startswith("<") or f"{os.sep}ipykernel_" in name:
+        return f"cell line {frame.f_lineno}"
+    return f"{os.path.basename(name)}:{frame.f_lineno}"
 
 
 def describe_loader(obj: Any) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ from feedprof.analyse.diagnose import training_loader, verdict_words
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
 from feedprof.render.leftovers import labelled_leftovers, leftover_items
-from feedprof.store import HostInfo, Run, StoreError, Trial, TuneResult
+from feedprof.store import HostInfo, Run, StoreError, Summary, Trial, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 
@@ -150,7 +150,7 @@ def _state(state: str, reason: str = "") -> str:
     return f"<span class=\"state-{esc(state)}\">{esc(text)}</span>"
 
 
-def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> List[str]:
+def curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> List[str]:
     curves = [plots.curves_data(label, run) for label, run in labelled_runs if run.samples.t_s]
     if not curves:
         return ["<p class=\"note\">No utilisation samples were recorded.</p>"]
@@ -161,7 +161,7 @@ def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> 
             + (f" No GPU column: {esc(gpu_note.removeprefix('GPU: '))}." if gpu_note else "") + "</p>"]
 
 
-def _leftovers_section(obj: Any) -> List[str]:
+def leftovers_section(obj: Any) -> List[str]:
     """A warning box for what the run (or any trial) left behind; nothing when clean."""
     found = labelled_leftovers(obj)
     if not found:
@@ -185,31 +185,35 @@ def _trial_label(t: Trial) -> str:
     return f"#{t.index} {t.role}"
 
 
-def render_tune(result: TuneResult) -> str:
+def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
+    """The recommendation box: verdict, figures, reasons and the paste-ready line."""
     rec = result.recommendation
+    if rec is None:
+        return (f"<div class=\"verdict highly\"><p class=\"headline\">No recommendation</p>"
+                f"<p>{esc(result.stop_reason or 'no trial succeeded')}</p></div>")
+    cards = [_card("recommended", _config_text(rec.config, rec.config_text)),
+             _card("speedup over the script's settings", f"{rec.speedup:.2f}×" if rec.speedup else "n/a"),
+             _card("throughput", fmt_rate(rec.batches_per_s) +
+                   (f" · {fmt_rate(rec.samples_per_s, 'samples/s')}" if rec.samples_per_s else "")),
+             _card("of the compute ceiling", fmt_pct(rec.fraction_of_ceiling)),
+             _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
+                   f"({fmt_pct(rec.input_bound_fraction)})")]
+    reasons = "".join(f"<li>{esc(r)}</li>" for r in rec.reasons)
+    code = _code_block(rec.code) if copy_button else f"<pre>{esc(rec.code)}</pre>"
+    return (f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(rec.verdict)}</p>"
+            f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
+            f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>{code}</div>")
+
+
+def render_tune(result: TuneResult) -> str:
     extra = [("Training loader", f"<code>{esc(result.loader_site or 'not found')}</code> "
               f"({esc(result.framework or 'unknown framework')})"),
              ("Tune", esc(f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
                           f"(budget {fmt_seconds(result.budget_s)})" +
                           ("" if result.complete else f" — stopped early: {result.stop_reason}")))]
     body = _title("tune", result.script, result.argv)
-    if rec is None:
-        body.append(f"<div class=\"verdict highly\"><p class=\"headline\">No recommendation</p>"
-                    f"<p>{esc(result.stop_reason or 'no trial succeeded')}</p></div>")
-    else:
-        cards = [_card("recommended", _config_text(rec.config, rec.config_text)),
-                 _card("speedup over the script's settings", f"{rec.speedup:.2f}×" if rec.speedup else "n/a"),
-                 _card("throughput", fmt_rate(rec.batches_per_s) +
-                       (f" · {fmt_rate(rec.samples_per_s, 'samples/s')}" if rec.samples_per_s else "")),
-                 _card("of the compute ceiling", fmt_pct(rec.fraction_of_ceiling)),
-                 _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
-                       f"({fmt_pct(rec.input_bound_fraction)})")]
-        reasons = "".join(f"<li>{esc(r)}</li>" for r in rec.reasons)
-        body.append(f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(rec.verdict)}</p>"
-                    f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
-                    f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>"
-                    f"{_code_block(rec.code)}</div>")
-    body += _leftovers_section(result)
+    body.append(tune_verdict(result))
+    body += leftovers_section(result)
     body += _details(result.script, result.argv, result.started_at, result.host, extra)
     chart = plots.throughput_data(result)
     if chart.bars:
@@ -220,10 +224,10 @@ def render_tune(result: TuneResult) -> str:
                     "the script's own settings. Dashed: the compute ceiling (one cached batch replayed), "
                     "dotted: the baseline.</p>")
     body.append("<h2>Utilisation over time, every trial</h2>")
-    body += _curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
+    body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
                             result.host.gpu_status if not result.host.gpus else "")
     body.append("<h2>All trials</h2>")
-    body.append(_trials_table(result))
+    body.append(trials_table(result))
     if result.notes:
         body.append("<h2>How the search went</h2><ul class=\"reasons\">" +
                     "".join(f"<li>{esc(n)}</li>" for n in result.notes) + "</ul>")
@@ -234,7 +238,7 @@ def render_tune(result: TuneResult) -> str:
     return _page(f"feedprof tune — {os.path.basename(result.script)}", body)
 
 
-def _trials_table(result: TuneResult) -> str:
+def trials_table(result: TuneResult) -> str:
     rec = result.recommendation
     picked = rec.trial_index if rec else None
     base = next((score(t) for t in result.trials if t.role == "baseline"), None)
@@ -263,36 +267,39 @@ def _trials_table(result: TuneResult) -> str:
 # -------------------------------------------------------------------- run
 
 
-def render_run(run: Run) -> str:
-    s = run.summary
-    body = _title("profile", run.script, run.argv)
+def summary_verdict(s: Optional[Summary]) -> str:
+    """The verdict box of one run: is the loop waiting for data, and the figures behind it."""
     if s is None or s.batches_per_s is None:
-        body.append("<div class=\"verdict\"><p class=\"headline\">Nothing measured in steady state</p>"
-                    + "".join(f"<p>{esc(n)}</p>" for n in (s.notes if s else ())) + "</div>")
-    else:
-        cards = [_card("data wait", fmt_pct(s.data_wait_fraction)),
-                 _card("throughput", fmt_rate(s.batches_per_s) +
-                       (f" · {fmt_rate(s.samples_per_s, 'samples/s')}" if s.samples_per_s else "")),
-                 _card("first batch", fmt_seconds(s.time_to_first_batch_s)),
-                 _card("workers", "n/a" if s.num_workers is None else str(s.num_workers)),
-                 _card("CPU main / workers", f"{fmt_cores(s.main_cpu_pct)} / {fmt_cores(s.workers_cpu_pct)}"),
-                 _card("GPU utilisation", ", ".join(fmt_pct(None if u is None else u / 100) for u in s.gpu_util_pct)
-                       or "no GPU data"),
-                 _card("peak memory (tree)", fmt_bytes(s.peak_tree_pss_bytes or s.peak_tree_rss_bytes))]
-        notes = "".join(f"<li>{esc(n)}</li>" for n in s.notes)
-        body.append(f"<div class=\"verdict {esc(s.input_bound)}\"><p class=\"headline\">"
-                    f"{esc(verdict_words(s.input_bound).capitalize())}: the loop waits for data "
-                    f"{esc(fmt_pct(s.data_wait_fraction))} of the time</p><div class=\"cards\">{''.join(cards)}</div>"
-                    f"<p>Training loader: <code>{esc(s.loader)}</code> ({esc(s.framework)}); "
-                    f"{s.batches_measured} steady-state batches over {esc(fmt_seconds(s.measured_s))}."
-                    f" Run <code>feedprof tune</code> on the script to find the settings that feed it best.</p>"
-                    + (f"<ul class=\"reasons\">{notes}</ul>" if notes else "") + "</div>")
-    body += _leftovers_section(run)
+        return ("<div class=\"verdict\"><p class=\"headline\">Nothing measured in steady state</p>"
+                + "".join(f"<p>{esc(n)}</p>" for n in (s.notes if s else ())) + "</div>")
+    cards = [_card("data wait", fmt_pct(s.data_wait_fraction)),
+             _card("throughput", fmt_rate(s.batches_per_s) +
+                   (f" · {fmt_rate(s.samples_per_s, 'samples/s')}" if s.samples_per_s else "")),
+             _card("first batch", fmt_seconds(s.time_to_first_batch_s)),
+             _card("workers", "n/a" if s.num_workers is None else str(s.num_workers)),
+             _card("CPU main / workers", f"{fmt_cores(s.main_cpu_pct)} / {fmt_cores(s.workers_cpu_pct)}"),
+             _card("GPU utilisation", ", ".join(fmt_pct(None if u is None else u / 100) for u in s.gpu_util_pct)
+                   or "no GPU data"),
+             _card("peak memory (tree)", fmt_bytes(s.peak_tree_pss_bytes or s.peak_tree_rss_bytes))]
+    notes = "".join(f"<li>{esc(n)}</li>" for n in s.notes)
+    return (f"<div class=\"verdict {esc(s.input_bound)}\"><p class=\"headline\">"
+            f"{esc(verdict_words(s.input_bound).capitalize())}: the loop waits for data "
+            f"{esc(fmt_pct(s.data_wait_fraction))} of the time</p><div class=\"cards\">{''.join(cards)}</div>"
+            f"<p>Training loader: <code>{esc(s.loader)}</code> ({esc(s.framework)}); "
+            f"{s.batches_measured} steady-state batches over {esc(fmt_seconds(s.measured_s))}."
+            f" Run <code>feedprof tune</code> on the script to find the settings that feed it best.</p>"
+            + (f"<ul class=\"reasons\">{notes}</ul>" if notes else "") + "</div>")
+
+
+def render_run(run: Run) -> str:
+    body = _title("profile", run.script, run.argv)
+    body.append(summary_verdict(run.summary))
+    body += leftovers_section(run)
     body += _details(run.script, run.argv, run.started_at, run.host,
                      [("Outcome", _state(run.outcome.state, run.outcome.message if run.outcome.state != "ok" else "")),
                       ("Window", esc(f"{run.window.reason or 'n/a'}; run lasted {fmt_seconds(run.duration_s)}"))])
     body.append("<h2>Utilisation over time</h2>")
-    body += _curves_section([("run", run)], run.host.gpu_status if not run.host.gpus else "")
+    body += curves_section([("run", run)], run.host.gpu_status if not run.host.gpus else "")
     body.append("<h2>Loaders seen</h2>")
     body.append(_loaders_table(run))
     if run.outcome.traceback:
