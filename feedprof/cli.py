@@ -249,7 +249,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
 
 
 def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.render.progress import ConsoleProgress, format_recommendation
+    from feedprof.render.progress import ConsoleProgress, format_recommendation, terminal_width
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
 
     from feedprof.store import StoreError, TuneResult, load
@@ -288,19 +288,21 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     except TuneInterrupted as stop:
         from feedprof.tune.signals import deferred_signals
 
+        tuner.progress.done()  # the live line, if one was drawn
         with deferred_signals():
             _write_report(stop.result, report_path)
-        _err(format_recommendation(stop.result.recommendation, stop.result))
+        _err(format_recommendation(stop.result.recommendation, stop.result, width=terminal_width(sys.stderr)))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in "
              f"{os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
         return EXIT_INTERRUPTED
     except TuneError as exc:
+        tuner.progress.done()
         _err(f"feedprof: {exc}")
         _show_trial_output(exc.result)
         _write_report(exc.result, report_path)
         _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
         return exc.exit_code
-    print(format_recommendation(result.recommendation, result))
+    print(format_recommendation(result.recommendation, result, width=terminal_width(sys.stdout)))
     _write_report(result, report_path)
     _err(f"feedprof: wrote {os.path.relpath(tuner.results_path)} and {os.path.relpath(report_path)}")
     return EXIT_OK

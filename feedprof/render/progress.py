@@ -1,56 +1,117 @@
-"""Live progress of a tune on stderr, and the final table.
+"""Live progress of a tune on stderr, and the closing recommendation.
 
-On a terminal the running trial's line is redrawn in place (elapsed, budget
-left); in a log file each trial is one finished line.
+NOTE [ Two kinds of stream ]
+
+    a terminal (isatty, TERM not "dumb"): sized to its columns at every draw
+        finished trials ── printed rows; a config too long for the row goes on
+                           continuation lines under the config column
+        running trial ──── one live line, cut to the width, redrawn in place
+                           (\\r + erase line) at most 4 times a second
+    anything else (a file, a pipe, CI, Jupyter's stderr):
+        one line per finished trial, nothing cut, no \\r and no escape codes
+
+Hand-written rather than ``rich``: the rows must stream into logs one per
+trial as trials end, which rich's tables and Live do not do (Live renders
+into a file only when it stops), and the terminal side is one live line.
 """
 from __future__ import annotations
 
+import os
 import sys
+import textwrap
 import time
-from typing import IO, Any, Optional, Sequence
+from typing import IO, Any, List, Optional, Sequence
 
 from feedprof.analyse.recommend import score
 from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.store import Recommendation, Trial, TuneResult
 from feedprof.units import fmt_num, fmt_pct, fmt_seconds
 
-ROLE_LABEL = {"baseline": "baseline", "ceiling": "ceiling", "search": "search", "confirm": "confirm"}
+REDRAW_S = 0.25
+ERASE_LINE = "\r\033[K"
+# "  12  baseline    24.0 ±17%   84 %    1.00×   9.4 s  " then the config
+_ROW = "{index:>4}  {role:<8}  {bps:>6} {spread:<5} {wait:>5}  {vs:>7}  {time:>6}  "
+HEADER = f"{'#':>4}  {'role':<8}  {'batches/s':<12} {'wait':>5}  {'vs base':>7}  {'time':>6}  config"
+CONFIG_COLUMN = len(HEADER) - len("config")
+
+
+def _figures(t: Trial, baseline_score: Optional[float]) -> dict:
+    s = score(t)
+    spread = ""
+    if t.batches_per_s and t.batches_per_s_low is not None and t.batches_per_s_high is not None:
+        spread = f"±{50 * (t.batches_per_s_high - t.batches_per_s_low) / t.batches_per_s:.0f}%"
+    vs = f"{s / baseline_score:.2f}×" if s and baseline_score else ""
+    return dict(bps=fmt_num(s), spread=spread, wait=fmt_pct(t.data_wait_fraction), vs=vs)
 
 
 def trial_row(t: Trial, describe: Any, baseline_score: Optional[float]) -> str:
-    cfg = "one cached batch replayed" if t.role == "ceiling" else describe(t.config)
-    s = score(t)
+    """One finished trial on one line: figures first, then the config (or why it did not run)."""
+    config = "one cached batch replayed" if t.role == "ceiling" else (t.config_text or describe(t.config))
     if t.state != "ok":
-        figures = f"{t.state}: {t.reason}"
+        figures = dict(bps="", spread="", wait="", vs="")
+        config = f"{config} — {t.state}: {t.reason}"
     else:
-        spread = ""
-        if t.batches_per_s and t.batches_per_s_low is not None and t.batches_per_s_high is not None:
-            spread = f" ±{50 * (t.batches_per_s_high - t.batches_per_s_low) / t.batches_per_s:.0f}%"
-        vs = f"{s / baseline_score:5.2f}×" if s and baseline_score else "     "
-        figures = f"{fmt_num(s):>8}{spread:<5} {fmt_pct(t.data_wait_fraction):>6}  {vs}"
-    return f"  {t.index:>2}  {ROLE_LABEL.get(t.role, t.role):<8}  {cfg:<52.52}  {figures}  {fmt_seconds(t.duration_s):>6}"
+        figures = _figures(t, baseline_score)
+    took = fmt_seconds(t.duration_s) if t.state != "rejected" else ""  # rejected: never ran
+    return _ROW.format(index=t.index, role=t.role, time=took, **figures) + config
 
 
-HEADER = f"   #  {'role':<8}  {'config':<52}  {'batches/s':>8}      {'wait':>6}  {'vs base':>7}  {'time':>6}"
+def fit(line: str, width: Optional[int], indent: int = CONFIG_COLUMN) -> List[str]:
+    """``line`` as terminal lines of at most ``width - 1`` columns (the last
+    column makes some terminals wrap early), its tail wrapped at word breaks
+    under column ``indent``; unchanged when ``width`` is None."""
+    if width is None or len(line) < width:
+        return [line]
+    head, tail = line[:indent], line[indent:]
+    if indent >= width - 10:  # too narrow for a column: plain wrapping
+        head, tail, indent = "", line, 0
+    lines = textwrap.wrap(tail, width=width - 1 - indent, break_on_hyphens=False) or [""]
+    return [head + lines[0]] + [" " * indent + rest for rest in lines[1:]]
+
+
+def cut(line: str, width: int) -> str:
+    return line if len(line) < width else line[:max(0, width - 2)] + "…"
+
+
+def terminal_width(stream: Any) -> Optional[int]:
+    """Columns of the terminal ``stream`` writes to; None when it is not one
+    that can redraw a line (a file, a pipe, TERM=dumb)."""
+    try:
+        if not stream.isatty() or os.environ.get("TERM") == "dumb":
+            return None
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 class ConsoleProgress:
     def __init__(self, stream: IO[str] = sys.stderr, describe: Any = str):
         self.stream = stream
         self.describe = describe
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.tty = terminal_width(stream) is not None
         self.baseline_score: Optional[float] = None
-        self._live = ""
+        self._live = False
         self._last_draw = 0.0
+        self._started = time.monotonic()
+        self._what = ""
+        self._config = ""
 
-    def _print(self, text: str) -> None:
+    def _width(self) -> Optional[int]:
+        return terminal_width(self.stream) if self.tty else None
+
+    def _print(self, text: str, indent: int = 0) -> None:
         self._clear()
-        print(text, file=self.stream, flush=True)
+        width = self._width()
+        for line in text.splitlines() or [""]:
+            lead = len(line) - len(line.lstrip(" "))
+            for part in fit(line, width, indent or min(lead + 2, 24)):
+                print(part, file=self.stream)
+        self.stream.flush()
 
     def _clear(self) -> None:
         if self.tty and self._live:
-            self.stream.write("\r\033[K")
-            self._live = ""
+            self.stream.write(ERASE_LINE)
+            self._live = False
 
     def header(self, lines: Sequence[str]) -> None:
         for line in lines:
@@ -62,63 +123,69 @@ class ConsoleProgress:
     def trial_started(self, index: int, n_planned: Optional[int], role: str, config_text: str,
                       elapsed_s: float, budget_s: float) -> None:
         self._started = time.monotonic()
-        self._what = f"trial {index}{f' of ~{n_planned}' if n_planned else ''}: {config_text}"
+        self._what = f"trial {index}{f' of ~{n_planned}' if n_planned else ''}"
+        self._config = config_text
         self.tick(elapsed_s, budget_s, force=True)
 
     def tick(self, elapsed_s: float, budget_s: float, force: bool = False) -> None:
-        if not self.tty:
+        width = self._width()
+        if width is None:
             return
         now = time.monotonic()
-        if not force and now - self._last_draw < 0.25:
+        if not force and now - self._last_draw < REDRAW_S:
             return
         self._last_draw = now
         left = max(0.0, budget_s - elapsed_s)
-        line = f"  … {self._what}  ({now - self._started:.0f} s; {elapsed_s:.0f} s elapsed, {left:.0f} s of budget left)"
-        self.stream.write("\r\033[K" + line[:200])
+        line = (f"  ▸ {self._what}, {now - self._started:.0f} s · budget {elapsed_s:.0f}/{budget_s:.0f} s, "
+                f"{left:.0f} s left · {self._config}")
+        self.stream.write(ERASE_LINE + cut(line, width))
         self.stream.flush()
-        self._live = line
+        self._live = True
 
     def trial_done(self, trial: Trial) -> None:
         if trial.role == "baseline":
             self.baseline_score = score(trial)
-        self._print(trial_row(trial, self.describe, self.baseline_score))
+        self._print(trial_row(trial, self.describe, self.baseline_score), indent=CONFIG_COLUMN)
 
     def message(self, text: str) -> None:
         self._print(text)
 
     def done(self) -> None:
         self._clear()
+        self.stream.flush()
 
 
 class NullProgress(ConsoleProgress):
     def __init__(self) -> None:
         super().__init__(stream=None, describe=str)  # type: ignore[arg-type]
-        self.tty = False
 
-    def _print(self, text: str) -> None:
+    def _print(self, text: str, indent: int = 0) -> None:
         pass
 
     def tick(self, elapsed_s: float, budget_s: float, force: bool = False) -> None:
         pass
 
+    def done(self) -> None:
+        pass
 
-def format_recommendation(rec: Optional[Recommendation], result: TuneResult) -> str:
+
+def format_recommendation(rec: Optional[Recommendation], result: TuneResult, width: Optional[int] = None) -> str:
+    """The closing text; ``width`` (a terminal's columns) wraps its prose at
+    word breaks, never the paste-ready line (a terminal's own soft wrap keeps
+    it one line when copied)."""
+    left = format_tune_leftovers(result).splitlines()
     if rec is None:
-        left = format_tune_leftovers(result)
-        return "feedprof: no recommendation: " + (result.stop_reason or "no trial succeeded") + \
-            (f"\n{left}" if left else "")
-    lines = [f"Recommendation for {rec.loader_site or 'the training loader'} ({rec.framework}):",
-             f"  {rec.verdict}"]
-    for reason in rec.reasons:
-        lines.append(f"  - {reason}")
-    lines.append("  Paste this:")
-    lines.append(f"    {rec.code}")
+        lines = ["feedprof: no recommendation: " + (result.stop_reason or "no trial succeeded")] + left
+        return "\n".join(part for line in lines for part in fit(line, width, 4))
+    lines = [f"Recommendation for {rec.loader_site or 'the training loader'} ({rec.framework}):", f"  {rec.verdict}"]
+    lines += [f"  - {reason}" for reason in rec.reasons]
+    lines += ["  Paste this:"]
+    prose = [part for line in lines for part in fit(line, width, 4)]
+    tail = [f"    {rec.code}"]
     if result.notes:
-        lines.append("  How the search went:")
-        lines.extend(f"  - {note}" for note in result.notes)
+        tail.append("  How the search went:")
+        tail += [f"  - {note}" for note in result.notes]
     if not result.complete and result.stop_reason:
-        lines.append(f"  Note: {result.stop_reason}")
-    left = format_tune_leftovers(result)
-    if left:
-        lines.append(left)
-    return "\n".join(lines)
+        tail.append(f"  Note: {result.stop_reason}")
+    tail += left
+    return "\n".join(prose + [tail[0]] + [part for line in tail[1:] for part in fit(line, width, 4)])
