@@ -2,6 +2,7 @@
 abandoned and the command that ends it (feedprof never ends a process)."""
 from __future__ import annotations
 
+import textwrap
 from typing import List, Optional
 
 from feedprof.store_procs import ORPHAN_ADOPTED, ORPHAN_KERNEL_UNOWNED, GpusView, ProcessInfo
@@ -84,7 +85,7 @@ def format_gpus(view: GpusView, width: Optional[int] = None) -> str:
             p = gp.process
             where = f"cuda:{g.cuda_index}" if g.cuda_index is not None else f"NVML {g.nvml_index}"
             held = "memory" if gp.gpu_mem_bytes is None else fmt_bytes(gp.gpu_mem_bytes)
-            lines.append(f"  PID {p.pid} holds {held} on {where}: "
-                         + "; ".join(why_abandoned(p)))
+            why = f"  PID {p.pid} holds {held} on {where}: " + "; ".join(why_abandoned(p))
+            lines += textwrap.wrap(why, width - 1, subsequent_indent="    ") if width else [why]
             lines.append(f"    end it with: {end_command(p)}")
     return "\n".join(lines)

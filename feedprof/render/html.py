@@ -14,7 +14,7 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import training_loader, verdict_words
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
-from feedprof.render.leftovers import labelled_leftovers, leftover_items
+from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
 from feedprof.store import HostInfo, Run, StoreError, Summary, Trial, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
@@ -297,7 +297,8 @@ def render_run(run: Run) -> str:
     body += leftovers_section(run)
     body += _details(run.script, run.argv, run.started_at, run.host,
                      [("Outcome", _state(run.outcome.state, run.outcome.message if run.outcome.state != "ok" else "")),
-                      ("Window", esc(f"{run.window.reason or 'n/a'}; run lasted {fmt_seconds(run.duration_s)}"))])
+                      ("Window", esc(f"{run.window.reason or 'n/a'}; run lasted {fmt_seconds(run.duration_s)}")),
+                      ("Afterwards", esc(afterwards_words(run.leftovers)))])
     body.append("<h2>Utilisation over time</h2>")
     body += curves_section([("run", run)], run.host.gpu_status if not run.host.gpus else "")
     body.append("<h2>Loaders seen</h2>")

@@ -39,6 +39,17 @@ def leftover_items(lo: Optional[Leftovers]) -> List[Tuple[str, str]]:
     return items
 
 
+def afterwards_words(lo: Optional[Leftovers]) -> str:
+    """One line on what the run left: for the report's details."""
+    if lo is None:
+        return "not checked (a run inside your own process)"
+    if lo:
+        n = len(lo.processes) + len(lo.gpu_memory)
+        return f"{n} thing{'s' if n != 1 else ''} left behind: see above"
+    gpu = "; no process of the run holds GPU memory" if lo.gpu_checked else ""
+    return f"every process of the run had ended{gpu}"
+
+
 def format_leftovers(lo: Optional[Leftovers]) -> str:
     """Rows for the plain-text summary ("" when nothing was left behind)."""
     rows = [f"{what} (end it with: {how})" for what, how in leftover_items(lo)]
