@@ -14,10 +14,9 @@ torch = pytest.importorskip("torch")
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-import feedprof  # noqa: E402
 from feedprof.store import Recommendation, Trial, TuneResult, save  # noqa: E402
 
-LOOP = """
+SETUP = """
 import time
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -31,9 +30,19 @@ class Slow(Dataset):
         return torch.zeros(4)
 
 loader = DataLoader(Slow(), batch_size=4)
+"""
+LOOP = SETUP + """
 for epoch in range(2):
     for x in loader:
         time.sleep(0.001)
+"""
+LOOP_LINE = LOOP.lstrip().splitlines().index("    for x in loader:") + 1  # IPython drops leading blank lines
+WATCHED = SETUP + """
+import feedprof
+with feedprof.profile(interval_s=0.05) as prof:
+    for epoch in range(2):
+        for x in prof.watch(loader):
+            time.sleep(0.001)
 """
 
 
@@ -47,11 +56,9 @@ def shell():
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    ns = {"feedprof": feedprof}
-    exec(compile(LOOP.replace("for epoch", "prof = feedprof.profile(interval_s=0.05).start()\nfor epoch")
-                 .replace("for x in loader", "for x in prof.watch(loader)"), "loop.py", "exec"), ns)
-    ns["prof"].stop()
+def run():
+    ns = {}
+    exec(compile(WATCHED, "loop.py", "exec"), ns)
     return ns["prof"].run
 
 
@@ -74,9 +81,7 @@ def test_records_get_rich_output_once_the_api_is_used_in_the_shell(shell, run, t
 def test_load_ext_registers_and_a_live_profile_shows_itself(shell, run):
     shell.run_cell("%load_ext feedprof")
     assert "feedprof-nb" in html_of(shell, run)
-    prof = shell.run_cell(LOOP.replace("for epoch", "import feedprof\nprof = feedprof.profile()\nwith prof:\n for epoch")
-                          .replace("    for x in loader:\n        time", "     for x in prof.watch(loader):\n        time")
-                          + "\nprof").result
+    prof = shell.run_cell(WATCHED + "prof").result
     assert prof.run.loaders and "<svg" in html_of(shell, prof)
 
 
@@ -103,11 +108,11 @@ def test_cell_magic_times_the_loaders_the_cell_iterates(shell, tmp_path):
     run = res.result
     assert DataLoader.__dict__["__iter__"] is original  # undone after the cell
     (rec,) = run.loaders
-    assert rec.framework == "torch" and rec.site == "cell line 15" and rec.batches == 32
+    assert rec.framework == "torch" and rec.site == f"cell line {LOOP_LINE}" and rec.batches == 32
     assert len(rec.epochs.first_batch_s) == 2 and rec.batch_size == 4
     assert run.summary.batches_measured == 32 - 2 * 1 - 2  # first batch of each epoch, then the warm-up
     assert json.loads(out.read_text())["schema"] == "feedprof.run/1"
-    assert "cell line 15" in html_of(shell, run)
+    assert f"cell line {LOOP_LINE}" in html_of(shell, run)
     again = shell.run_cell("for x in loader: pass\nx.shape")
     assert again.success and tuple(again.result) == (4, 4)  # plain DataLoader again
 

@@ -16,6 +16,7 @@ from feedprof.store import Recommendation, Trial, TuneResult
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
 
+ROW = re.compile(r"\s+\d+\s+(baseline|ceiling|search|confirm)\s")  # a trial's row
 LONG = "num_workers=12, pin_memory=True, prefetch_factor=4, persistent_workers=True"
 TRIALS = [
     Trial(index=0, role="baseline", config={}, state="ok", config_text="num_workers=0", batches_per_s=11.7,
@@ -90,7 +91,7 @@ def test_piped_to_a_stream_one_line_per_trial_and_no_escape_codes():
     drive(ConsoleProgress(stream, describe=str))
     out = stream.getvalue()
     assert "\r" not in out and "\x1b" not in out
-    rows = [line for line in out.splitlines() if re.match(r"\s+\d+\s+(baseline|ceiling|search)\s", line)]
+    rows = [line for line in out.splitlines() if ROW.match(line)]
     assert len(rows) == len(TRIALS)
     assert LONG in rows[2] and "rejected: predicted to need 30.0 GiB of RAM" in rows[3]
 
@@ -127,7 +128,7 @@ def test_a_tune_piped_to_a_file_has_one_line_per_trial(tmp_path, no_leftovers):
     for text in (proc.stderr, proc.stdout):
         assert "\r" not in text and "\x1b" not in text
     trials = json.loads((out / "results.json").read_text())["trials"]
-    rows = [line for line in proc.stderr.splitlines() if re.match(r"\s+\d+\s+(baseline|ceiling|search|confirm)\s", line)]
+    rows = [line for line in proc.stderr.splitlines() if ROW.match(line)]
     assert len(trials) >= 2 and len(rows) == len(trials)
     for row, trial in zip(rows, trials):
         assert row.split()[:2] == [str(trial["index"]), trial["role"]]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Set
 
 import psutil
 
@@ -89,7 +89,8 @@ def _fork_server_mark(pid: Optional[int]) -> Optional[str]:
 
 
 def stray_processes(trial_dir: str, root_pid: int, known: Iterable[psutil.Process] = (),
-                    since_s: Optional[float] = None, fork_server_pid: Optional[int] = None) -> Dict[int, psutil.Process]:
+                    since_s: Optional[float] = None,
+                    fork_server_pid: Optional[int] = None) -> Dict[int, psutil.Process]:
     """The trial's processes that are still alive, by PID (see the NOTE above).
 
     ``since_s``: when the trial was launched (:func:`process_clock_s`); ``fork_server_pid``:
