@@ -184,11 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the page (default: report.html beside the JSON file)")
     r.set_defaults(func=cmd_report)
 
-    g = sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there",
-                       description="List every CUDA-visible GPU (utilisation, memory, power) and the processes "
-                       "on it, flag those whose parent or job is gone, and print the command that ends them "
-                       "(feedprof never ends a process itself).")
-    g.set_defaults(func=cmd_gpus)
+    sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there", description="Every "
+                   "CUDA-visible GPU and its processes; those whose parent or job is gone are flagged with the "
+                   "command that ends them (feedprof never ends one).").set_defaults(func=cmd_gpus)
     return parser
 
 
@@ -198,7 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.record.gpu import open_gpu
     from feedprof.record.host import host_info
-    from feedprof.render.leftovers import format_leftovers
     from feedprof.render.text import format_summary
     from feedprof.store import save
     from feedprof.tune.runner import TrialInterrupted, TrialOptions, run_trial
@@ -228,10 +225,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     save(run, run_json)
     report = _write_report(run, os.path.join(out_dir, "report.html"))
     outcome = run.outcome
-    print(format_summary(run.summary, host.gpu_status))
-    left = format_leftovers(run.leftovers)
-    if left:
-        print(left)
+    print(format_summary(run.summary, host.gpu_status, leftovers=run.leftovers))
     _err(f"feedprof: wrote {os.path.relpath(run_json)}" + (f" and {os.path.relpath(report)}" if report else ""))
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
@@ -343,21 +337,13 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace, script_args: List[str]) -> int:
-    import shutil
-
-    from feedprof.record.gpu import open_gpu
-    from feedprof.record.gpu_procs import gpus_view
+    from feedprof.record.gpu_procs import gpus_now
     from feedprof.render.gpus import format_gpus
+    from feedprof.render.progress import terminal_width
 
     if script_args:
         raise UsageError("feedprof gpus takes no script arguments")
-    gpu = open_gpu()
-    try:
-        view = gpus_view(gpu)
-    finally:
-        gpu.close()
-    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
-    print(format_gpus(view, width=width))
+    print(format_gpus(gpus_now(), width=terminal_width(sys.stdout)))
     return EXIT_OK
 
 

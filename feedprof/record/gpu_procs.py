@@ -117,3 +117,14 @@ def gpus_view(gpu: Any) -> GpusView:
                                mem_used_bytes=reading.mem_used_bytes, power_w=reading.power_w,
                                processes=listed))
     return GpusView(status="ok", driver_version=gpu.driver_version() or "", gpus=tuple(states))
+
+
+def gpus_now() -> GpusView:
+    """:func:`gpus_view` of the CUDA-visible GPUs, NVML opened and closed for it."""
+    from feedprof.record.gpu import open_gpu
+
+    gpu = open_gpu()
+    try:
+        return gpus_view(gpu)
+    finally:
+        gpu.close()

@@ -1,8 +1,12 @@
 """Plain-text summaries for terminals and ``print(prof.summary())``."""
 from __future__ import annotations
 
+from typing import Optional
+
 from feedprof.analyse.diagnose import verdict_words
+from feedprof.render.leftovers import format_leftovers
 from feedprof.store import Summary
+from feedprof.store_procs import Leftovers
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 __all__ = ["format_summary", "verdict_line", "fmt_bytes", "fmt_cores", "fmt_num", "fmt_pct", "fmt_rate",
@@ -16,7 +20,8 @@ def verdict_line(s: Summary) -> str:
     return f"{words}: the loop waits for data {fmt_pct(s.data_wait_fraction)} of the time"
 
 
-def format_summary(s: Summary, gpu_status: str = "") -> str:
+def format_summary(s: Summary, gpu_status: str = "", leftovers: Optional[Leftovers] = None) -> str:
+    """The summary's rows; ``leftovers`` (``Run.leftovers``) adds what the run left behind."""
     workers = "" if s.num_workers is None else f", {s.num_workers} worker{'s' if s.num_workers != 1 else ''}"
     lines = [f"feedprof: {s.loader or 'no loader'} ({s.framework or 'unknown framework'}{workers})"]
     row = lambda k, v: lines.append(f"  {k:<12} {v}")  # noqa: E731
@@ -50,4 +55,5 @@ def format_summary(s: Summary, gpu_status: str = "") -> str:
     for note in s.notes:
         if not note.startswith("GPU:"):
             row("note", note)
-    return "\n".join(lines)
+    left = format_leftovers(leftovers)
+    return "\n".join(lines + ([left] if left else []))

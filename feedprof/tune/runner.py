@@ -162,11 +162,6 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
 
     proc = None
     launched_s = process_clock_s()  # what started later and is still there after the trial is the trial's
-
-    def leftovers() -> Any:
-        server = opts.zygote.proc.pid if opts.zygote is not None and opts.capture_output else None
-        return check_run(trial_dir, proc.pid, state.known, opts.gpu, since_s=launched_s, fork_server_pid=server)
-
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
         proc, out = _launch(spec_path, log_path, env_extra, opts)
         state = _Watch(proc, origin, opts, events_path, on_child_event, on_poll)
@@ -185,7 +180,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
             if state is not None:
                 run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state,
                                 interrupted=True)
-                run = dataclasses.replace(run, leftovers=leftovers())
+                run = _with_leftovers(run, trial_dir, proc.pid, state.known, opts, launched_s)
             if out:
                 out.close()
         if not isinstance(exc, KeyboardInterrupt):
@@ -197,8 +192,16 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     if out:
         out.close()
     run = _assemble(script, argv, host, started_at, origin, result_path, log_path, samples, state)
-    # Whatever escaped the group (setsid, a double fork) is reported, not killed: it may be meant to outlive the run.
-    return dataclasses.replace(run, leftovers=leftovers())
+    return _with_leftovers(run, trial_dir, proc.pid, state.known, opts, launched_s)
+
+
+def _with_leftovers(run: Run, trial_dir: str, pid: int, known: List[psutil.Process], opts: TrialOptions,
+                    launched_s: float) -> Run:
+    """The run with what it left behind: whatever escaped the group (setsid, a
+    double fork) is reported, not killed; it may be meant to outlive the run."""
+    server = opts.zygote.proc.pid if opts.zygote is not None and opts.capture_output else None
+    return dataclasses.replace(run, leftovers=check_run(trial_dir, pid, known, opts.gpu, since_s=launched_s,
+                                                        fork_server_pid=server))
 
 
 class _Watch:
