@@ -118,6 +118,18 @@ def test_long_command_lines_fit_the_terminal(orphan):
     assert all(len(line) <= 80 for line in table.splitlines())
 
 
+def test_a_command_line_cannot_write_to_the_terminal():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "\x1b[2J\x1b]0;owned\x07"])
+    try:
+        view = gpus_view(open_gpu(nvml=fake_pynvml(["GPU-a"], compute={0: [(p.pid, GIB)]}), visible_devices=None))
+        assert "\x1b" in view.gpus[0].processes[0].process.command  # recorded as it is
+        text = format_gpus(view, width=200)
+        assert "\x1b" not in text and "\x07" not in text and "?[2J" in text
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_cli_names_the_orphan_and_its_dead_parent(orphan):
     pid, job = orphan
     env = {"PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tests", "fake_nvml"), os.environ.get("PYTHONPATH", "")]),

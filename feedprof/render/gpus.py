@@ -12,7 +12,10 @@ _ROW = "{mark}{pid:>7}  {user:<9.9} {mem:>10}  {kind:<4} {parent:<16.16}  {comma
 
 
 def cut(text: str, width: Optional[int]) -> str:
-    """``text`` in at most ``width`` columns (None: as it is)."""
+    """``text`` in at most ``width`` columns (None: any length), with control
+    characters shown as "?": a process's command line is anyone's to write,
+    escape sequences included."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
     if width is None or len(text) <= width:
         return text
     return text[:max(0, width - 1)] + "…"
@@ -85,7 +88,7 @@ def format_gpus(view: GpusView, width: Optional[int] = None) -> str:
             p = gp.process
             where = f"cuda:{g.cuda_index}" if g.cuda_index is not None else f"NVML {g.nvml_index}"
             held = "memory" if gp.gpu_mem_bytes is None else fmt_bytes(gp.gpu_mem_bytes)
-            why = f"  PID {p.pid} holds {held} on {where}: " + "; ".join(why_abandoned(p))
+            why = cut(f"  PID {p.pid} holds {held} on {where}: " + "; ".join(why_abandoned(p)), None)
             lines += textwrap.wrap(why, width - 1, subsequent_indent="    ") if width else [why]
             lines.append(f"    end it with: {end_command(p)}")
     return "\n".join(lines)
