@@ -55,25 +55,29 @@ def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOption
     report.html (and TensorBoard files to ``tensorboard``), print the
     recommendation on ``out`` (``show``). Raises TuneInterrupted / TuneError
     (with the partial result) after writing what was measured."""
-    from feedprof.render.progress import ConsoleProgress, format_recommendation
+    from feedprof.render.progress import ConsoleProgress, format_recommendation, terminal_width
 
     os.makedirs(out_dir, exist_ok=True)
-    tuner = Tuner(script, argv, out_dir, options, observer=ConsoleProgress(err) if progress else None,
-                  previous=previous, launch=launch)
+    observer = ConsoleProgress(err) if progress else None
+    tuner = Tuner(script, argv, out_dir, options, observer=observer, previous=previous, launch=launch)
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
         from feedprof.tune.signals import deferred_signals
 
         with deferred_signals():
+            if observer is not None:
+                observer.tune_done()  # the live line, if one was drawn
             _write_outputs(stop.result, out_dir, tensorboard, err)
         raise
     except TuneError as exc:
+        if observer is not None:
+            observer.tune_done()
         _write_outputs(exc.result, out_dir, tensorboard, err)
         raise
     _write_outputs(result, out_dir, tensorboard, err)
     if show:
-        print(format_recommendation(result.recommendation, result), file=out, flush=True)
+        print(format_recommendation(result.recommendation, result, width=terminal_width(out)), file=out, flush=True)
     return result
 
 

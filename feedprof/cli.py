@@ -1,4 +1,4 @@
-"""Command line: ``feedprof profile | tune | report``.
+"""Command line: ``feedprof profile | tune | report | gpus``.
 
 Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed;
 2 bad usage or input, one line on stderr and no traceback; 130 interrupted
@@ -197,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="where to write the page (default: report.html beside the JSON file)")
     r.set_defaults(func=cmd_report)
+
+    sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there", description="Every "
+                   "CUDA-visible GPU and its processes; those whose parent or job is gone are flagged with the "
+                   "command that ends them (feedprof never ends one).").set_defaults(func=cmd_gpus)
     return parser
 
 
@@ -220,7 +224,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     _err(f"feedprof: profiling {' '.join(launch.command) if launch else os.path.relpath(script)} {what}")
     run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
     report = _write_report(run, os.path.join(out_dir, "report.html"))
-    print(format_summary(run.summary, run.host))
+    print(format_summary(run.summary, run.host, leftovers=run.leftovers))
     if run.ranks:
         from feedprof.render.ranks import format_ranks
 
@@ -261,7 +265,7 @@ def _previous_tune(args: argparse.Namespace) -> Any:
 
 def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.app import run_tune
-    from feedprof.render.progress import format_recommendation
+    from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.render.words import say
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
 
@@ -287,7 +291,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         run_tune(script, script_args, out_dir, opts, progress=not args.quiet, previous=previous,
                  tensorboard=args.tensorboard, launch=launch)
     except TuneInterrupted as stop:
-        _err(format_recommendation(stop.result.recommendation, stop.result))
+        _err(format_recommendation(stop.result.recommendation, stop.result, width=terminal_width(sys.stderr)))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")
         return EXIT_INTERRUPTED
     except TuneError as exc:
@@ -350,6 +354,17 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
     if path is None:
         return EXIT_USAGE
     _err(f"feedprof: wrote {os.path.relpath(path)}")
+    return EXIT_OK
+
+
+def cmd_gpus(args: argparse.Namespace, script_args: List[str]) -> int:
+    from feedprof.record.gpu_procs import gpus_now
+    from feedprof.render.gpus import format_gpus
+    from feedprof.render.progress import terminal_width
+
+    if script_args:
+        raise UsageError("feedprof gpus takes no script arguments")
+    print(format_gpus(gpus_now(), width=terminal_width(sys.stdout)))
     return EXIT_OK
 
 

@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
 from feedprof.reasons import Reason, Verdict
+from feedprof.store_procs import Leftovers
 
 SCHEMA_RUN = "feedprof.run/2"
 SCHEMA_TUNE = "feedprof.tune/2"
@@ -269,6 +270,7 @@ class Run:
     ranks: Tuple["Run", ...] = ()  # a multi-process job: every rank's own run (this one is the whole job)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[Reason, ...] = ()
+    leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process, older files)
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)

@@ -8,6 +8,7 @@ and they talk to the trial controller only through contract.Controller.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, Dict, Tuple
 
@@ -35,6 +36,15 @@ def describe_config(framework: str, config: Dict[str, Any]) -> str:
     if module is None:
         return ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
     return module.describe_config(config)
+
+
+def code_site(frame: Any) -> str:
+    """Where a frame is, as people name it: "train.py:42", or "cell line 3"
+    in a notebook (whose cells are compiled under generated file names)."""
+    name = frame.f_code.co_filename
+    if name.startswith("<") or f"{os.sep}ipykernel_" in name:
+        return f"cell line {frame.f_lineno}"
+    return f"{os.path.basename(name)}:{frame.f_lineno}"
 
 
 def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:

@@ -174,3 +174,73 @@ def install(ctl: Any) -> None:
     DataLoader.__init__ = __init__
     DataLoader.__iter__ = __iter__
     DataLoader._feedprof_patched = True
+
+
+# NOTE [ In-process timing for the %%feedprof cell magic ]
+#
+#   %%feedprof cell ─► watching(prof): DataLoader.__iter__ patched while the cell runs
+#     for x in loader: ─► patched __iter__ ─► a StepRecorder per (line that iterates, dataset, batch size)
+#                                          ─► WatchedIterator(original iterator) ─► timed __next__
+#   the cell ends ─► the original __iter__ is put back; an import hook set for a cell that
+#                   imports torch itself goes inert
+#
+# Unlike install() (a trial child, its process to itself) this runs in the
+# user's own kernel, so it patches nothing but __iter__ and only for the cell.
+
+
+def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
+    from feedprof.frameworks import code_site
+    from feedprof.record.steps import Binding, WatchedIterator, learn_batch_size
+
+    DataLoader = module.DataLoader
+    orig_iter = DataLoader.__dict__["__iter__"]
+    recorders: Dict[tuple, Any] = {}
+    now = prof.clock.now_s
+
+    def __iter__(self: Any) -> Any:
+        t_start = now()
+        it = orig_iter(self)
+        site = code_site(sys._getframe(1))
+        info = describe(self)
+        key = (site, info.dataset, info.batch_size)
+        rec = recorders.get(key)
+        if rec is None:
+            info.site = site
+            rec = recorders[key] = prof.recorder("torch", name=site, info=info)
+            rec.binding = Binding(site=site)
+        rec.epoch_started(t_start)
+        after = learn_batch_size if rec.info.batch_size is None else None
+        return WatchedIterator(it, rec, after=after, now=now)
+
+    def undo() -> None:
+        if DataLoader.__dict__.get("__iter__") is __iter__:  # unless someone patched it after us
+            DataLoader.__iter__ = orig_iter
+
+    DataLoader.__iter__ = __iter__
+    active["undo"] = undo
+
+
+def watching(prof: Any) -> Any:
+    """A context manager: every torch DataLoader iterated in this process while
+    it is open is timed by ``prof`` (a :class:`feedprof.session.Profile`)."""
+    import contextlib
+
+    from feedprof.frameworks.hooks import when_imported
+
+    @contextlib.contextmanager
+    def _watching() -> Any:
+        active: Dict[str, Any] = {"on": True, "undo": None}
+
+        def patch(module: Any) -> None:
+            if active["on"] and active["undo"] is None:
+                _patch_iter(module, prof, active)
+
+        when_imported("torch.utils.data", patch)  # now, or when the cell imports torch
+        try:
+            yield prof
+        finally:
+            active["on"] = False
+            if active["undo"] is not None:
+                active["undo"]()
+
+    return _watching()

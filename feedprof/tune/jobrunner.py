@@ -29,6 +29,7 @@ import psutil
 from feedprof.analyse.diagnose import summarize
 from feedprof.reasons import Interrupted, RankFailed
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.leftovers import check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.session import now_iso
@@ -144,7 +145,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     origin = clock.now_s()
     spec_path = _write_job_spec(trial_dir, launch, opts, what, origin)
     env = job_env(trial_dir, spec_path, opts)
-    started_at, others = now_iso(), OtherLoad()
+    started_at, others, launched_s = now_iso(), OtherLoad(), process_clock_s()
     log_path = os.path.join(trial_dir, "output.log")
     out = open(log_path, "wb") if opts.capture_output else None
     proc, watch, sampler = None, None, None
@@ -163,19 +164,25 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
             raise
         with deferred_signals():
             run = _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock,
-                          interrupted=True)
+                          launched_s, interrupted=True)
         if not isinstance(exc, KeyboardInterrupt):
             raise
         raise TrialInterrupted(run, getattr(exc, "signum", 2)) from None
-    return _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock)
+    return _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock, launched_s)
+
+
+def opts_gpu(watch: Optional[_Watch]) -> bool:
+    return bool(watch.opts.gpu) if watch is not None else False
 
 
 def _finish(launch: Launch, host: HostInfo, started_at: str, origin: float, log_path: str, proc: Any,
             watch: Optional[_JobWatch], sampler: Optional[Sampler], out: Any, others: OtherLoad, clock: Clock,
-            interrupted: bool = False) -> Optional[Run]:
+            launched_s: float, interrupted: bool = False) -> Optional[Run]:
     """End the whole job together, stop sampling, and put the job's Run together."""
     job = {proc.pid} | {p.pid for p in (watch.known if watch else [])}
     kill_group(proc, watch.known if watch else [], clock)
+    left = check_run(os.path.dirname(log_path), proc.pid, watch.known if watch else [], opts_gpu(watch),
+                     since_s=launched_s)
     samples = sampler.stop() if sampler else Samples()
     rank_samples = watch.stop_samplers() if watch else {}
     if out:
@@ -184,7 +191,7 @@ def _finish(launch: Launch, host: HostInfo, started_at: str, origin: float, log_
         return None
     run = _assemble_job(launch, host, started_at, origin, log_path, samples, rank_samples, watch, clock,
                         interrupted)
-    return dataclasses.replace(run, other_processes=others.stop(job))
+    return dataclasses.replace(run, other_processes=others.stop(job), leftovers=left)
 
 
 def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _JobWatch, interrupted: bool) -> Run:

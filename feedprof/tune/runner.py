@@ -33,6 +33,7 @@ from feedprof.analyse.diagnose import summarize
 from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin, OutOfMemoryKilled, Reason,
                               SharedMemoryExhausted, TrialTimedOut)
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.leftovers import TRIAL_ENV, check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.session import now_iso
@@ -44,7 +45,6 @@ POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
 REAP_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to be gone
 KNOWN_REFRESH_S = 1.0  # how often descendants are listed, in case they leave the group
-TRIAL_ENV = "FEEDPROF_TRIAL_DIR"
 
 
 @dataclass
@@ -192,6 +192,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     started_at = now_iso()
     proc, out, watch, sampler = None, None, None, None
     others = OtherLoad()
+    launched_s = process_clock_s()  # what started later and is still there after the trial is the trial's
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
         proc, out = _launch(paths.spec, paths.log, env_extra, opts)
         watch = _Watch(proc, origin, opts, paths.events, on_poll, clock)
@@ -210,6 +211,8 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
             samples = sampler.stop() if sampler else None
             run = _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock,
                             interrupted=True) if watch is not None else None
+            if run is not None:
+                run = _with_leftovers(run, trial_dir, proc.pid, watch.known, opts, launched_s)
             if out:
                 out.close()
         if not isinstance(exc, KeyboardInterrupt):
@@ -221,7 +224,17 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     if out:
         out.close()
     run = _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock)
-    return dataclasses.replace(run, other_processes=others.stop(job))
+    run = dataclasses.replace(run, other_processes=others.stop(job))
+    return _with_leftovers(run, trial_dir, proc.pid, watch.known, opts, launched_s)
+
+
+def _with_leftovers(run: Run, trial_dir: str, pid: int, known: List[psutil.Process], opts: TrialOptions,
+                    launched_s: float) -> Run:
+    """The run with what it left behind: whatever escaped the group (setsid, a
+    double fork) is reported, not killed; it may be meant to outlive the run."""
+    server = opts.zygote.proc.pid if opts.zygote is not None and opts.capture_output else None
+    return dataclasses.replace(run, leftovers=check_run(trial_dir, pid, known, opts.gpu, since_s=launched_s,
+                                                        fork_server_pid=server))
 
 
 class _Watch:
