@@ -186,6 +186,7 @@ class RankInfo:
     local_world_size: int = 1
     launcher: str = ""  # torchrun | mpi | pmi | horovod | tf_config | slurm
     node: str = ""  # hostname
+    node_rank: Optional[int] = None  # which node of the job, where the launcher says (torchrun's GROUP_RANK)
     pid: Optional[int] = None
     device: str = ""  # where its batches go ("cuda:0", "cpu")
     gpu_uuid: str = ""  # that device's NVML UUID (matched to the job's GPU curves)

@@ -32,7 +32,7 @@ def merge_runs(runs: Sequence[Run]) -> Run:
     if len(set(seen)) != len(seen):
         raise MergeError(f"ranks {sorted({r for r in seen if seen.count(r) > 1})} appear in more than one run: "
                          "are these the nodes of one job?")
-    ranks.sort(key=lambda r: (r.rank.node, r.rank.rank))
+    ranks.sort(key=lambda r: (r.rank.node_rank if r.rank.node_rank is not None else -1, r.rank.node, r.rank.rank))
     first = runs[0]
     merged = dataclasses.replace(first, kind="profile", ranks=tuple(ranks),
                                  duration_s=max(r.duration_s for r in runs), notes=())

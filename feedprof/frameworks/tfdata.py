@@ -182,6 +182,9 @@ def install(ctl: Any) -> None:
     D.__iter__ = __iter__
     D._feedprof_patched = True
     install_keras_adapter(ctl)
+    from feedprof.frameworks import tfdistribute
+
+    tfdistribute.install(ctl)
 
 
 def _copy(p: Pipeline) -> Pipeline:

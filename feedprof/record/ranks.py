@@ -64,10 +64,14 @@ def _from_tf_config(env: Mapping[str, str]) -> Optional[RankInfo]:
 READERS: Tuple[Callable[[Mapping[str, str]], Optional[RankInfo]], ...] = (_from_variables, _from_tf_config)
 
 
+_NODE_RANK = ("GROUP_RANK", "OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID")
+
+
 def rank_from_env(env: Mapping[str, str]) -> Optional[RankInfo]:
     """This process's rank, if a launcher started it (None: a plain process)."""
     for read in READERS:
         info = read(env)
         if info is not None:
-            return RankInfo(**{**info.__dict__, "node": socket.gethostname()})
+            node_rank = next((_int(env, v) for v in _NODE_RANK if _int(env, v) is not None), None)
+            return RankInfo(**{**info.__dict__, "node": socket.gethostname(), "node_rank": node_rank})
     return None

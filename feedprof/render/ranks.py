@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from feedprof.render import plots
 from feedprof.render.words import say
-from feedprof.store import Run
+from feedprof.store import RankInfo, Run
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct
 
 
@@ -26,6 +26,12 @@ class RankRow:
     peak_pss_bytes: Optional[int]
 
 
+def _node(info: Optional[RankInfo]) -> str:
+    if info is None:
+        return ""
+    return info.node + (f" (node {info.node_rank})" if info.node_rank is not None else "")
+
+
 def rank_rows(run: Run) -> List[RankRow]:
     """One row per rank, grouped by node, in rank order."""
     rows = []
@@ -33,7 +39,7 @@ def rank_rows(run: Run) -> List[RankRow]:
         info, s = r.rank, r.summary
         rows.append(RankRow(
             rank=info.rank if info else i, local_rank=info.local_rank if info else i,
-            node=info.node if info else "", device=info.device if info else "", state=str(r.outcome.state),
+            node=_node(info), device=info.device if info else "", state=str(r.outcome.state),
             batches_per_s=s.batches_per_s if s else None, data_wait_fraction=s.data_wait_fraction if s else None,
             main_cpu_pct=s.main_cpu_pct if s else None, workers_cpu_pct=s.workers_cpu_pct if s else None,
             peak_pss_bytes=s.peak_tree_pss_bytes if s else None))

@@ -84,6 +84,7 @@ def _on_the_way_out(ctl: Controller) -> None:
 
     def excepthook(kind: Any, exc: BaseException, tb: Any) -> None:
         if not ctl.result_written and not isinstance(exc, KeyboardInterrupt):
+            ctl.emit("failed")  # when: the first rank to fail is the cause, the others' errors follow from it
             text = script_traceback(exc)
             ctl.write_result(TrialState.FAILED, ScriptFailed(error=f"{kind.__name__}: {exc}".strip(),
                                                              hint=failure_hint(exc)), tb=text, exit_code=1)

@@ -41,6 +41,7 @@ from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupte
                                   classify_end, kill_group)
 from feedprof.tune.signals import deferred_signals
 
+RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
 _RANK_FILE = re.compile(r"-(\d+)\.json(l?)$")
 
@@ -98,6 +99,7 @@ class _JobWatch(_Watch):
         self.done: set = set()
         self.expected: Optional[int] = None  # local ranks, as they report it
         self.rank_samplers: Dict[int, Sampler] = {}
+        self.failed_at: Dict[int, float] = {}  # rank -> when it failed (the first is the cause)
 
     def _poll_events(self) -> None:
         for path in sorted(glob.glob(os.path.join(self.trial_dir, "events-*.jsonl"))):
@@ -115,6 +117,10 @@ class _JobWatch(_Watch):
             self._sample_rank(rank, ev.get("pid"))
         elif kind == "first_batch":
             self.first_batch = True
+        elif kind == "failed":
+            self.failed_at.setdefault(rank, float(ev.get("t_s", 0.0)))
+            if self.window_done_at is None:  # the others would wait for it in a collective, for ever
+                self.window_done_at = self.clock.now_s() + RANK_FAILED_GRACE_S
         elif kind == "window_done":
             self.done.add(rank)
             if self.expected is not None and len(self.done) >= self.expected:
@@ -216,8 +222,8 @@ def _job_outcome(ranks: List[Run], proc: Any, watch: _JobWatch, interrupted: boo
     bad = [r for r in ranks if r.outcome.state != TrialState.OK]
     if watch.timed_out is not None:
         return Outcome(state=TrialState.TIMEOUT, cause=watch.timed_out, exit_code=proc.returncode)
-    if bad:  # the first rank that did not end well, with its own traceback
-        r = bad[0]
+    if bad:  # the first rank to fail, with its own traceback: the others' errors follow from it
+        r = min(bad, key=lambda r: watch.failed_at.get(r.rank.rank if r.rank else 0, float("inf")))
         return Outcome(state=r.outcome.state, cause=RankFailed(rank=r.rank.rank if r.rank else 0, cause=r.outcome.cause),
                        exit_code=proc.returncode, traceback=r.outcome.traceback)
     if not ranks:  # the launcher ended before any rank started (a bad command, no such script...)
