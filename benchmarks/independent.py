@@ -4,7 +4,7 @@ feedprof code at all (it is what feedprof's figures are checked against).
 
     python benchmarks/independent.py train.py --framework torch --config '{"num_workers": 8}' \\
         [--config '{"num_workers": 16}' ...] [--site train.py:54] [--reps 3] [--window-s 10] \\
-        [--batch-size 32] [--fit-steps 200] [-- script args]
+        [--batch-size 32] [--fit-steps 200] [--launch 'torchrun --nproc-per-node 2'] [-- script args]
 
 One line per repetition, then a JSON summary (medians and spreads per config).
 Several --config are measured interleaved (rotating order), so drift on a
@@ -22,7 +22,10 @@ window_s has passed: steps / wall time, epoch start-ups and validation
 included. --fit-steps times a whole fit call from outside instead (fit is
 stopped after that many steps; rate = steps / wall time of the call).
 
-Library: measure(), measure_interleaved(), time_fit().
+A multi-process job (--launch) runs to its end with the config forced in every
+rank; its rate is the slowest rank's over all that rank's windows.
+
+Library: measure(), measure_job(), measure_interleaved(), time_fit(), observe_command().
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import argparse
 import glob
 import json
 import os
+import shlex
 import shutil
 import signal
 import statistics
@@ -106,6 +110,33 @@ def run_child(script: str, spec: Dict[str, Any], args: Sequence[str] = (), timeo
 
 
 
+def _run_observed(cmd: Sequence[str], spec: Dict[str, Any], timeout_s: float,
+                  cwd: Optional[str]) -> Dict[str, Any]:
+    """Run a command to its end with every Python process it starts under the bootstrap:
+    the result each process left (the ones that delivered steps), and how it ended."""
+    out_dir = tempfile.mkdtemp(prefix="indep-observe-")
+    try:
+        try:
+            done = subprocess.run(list(cmd), env=child_env({**spec, "out_dir": out_dir}), cwd=cwd,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout_s)
+            rc: Optional[int] = done.returncode
+            out, err = done.stdout, done.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out, err = None, _text(e.stdout), _text(e.stderr)
+        procs = []
+        for path in sorted(glob.glob(os.path.join(out_dir, "result-*.json"))):
+            with open(path, encoding="utf-8") as fh:
+                procs.append(json.load(fh))
+        return {"processes": [p for p in procs if any(ld["steps"] for ld in p["loaders"])],
+                "returncode": rc, "stdout_tail": out[-TAIL_CHARS:], "stderr_tail": err[-TAIL_CHARS:]}
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _text(b: Any) -> str:
+    return b.decode("utf-8", "replace") if isinstance(b, bytes) else (b or "")
+
+
 def observe_command(cmd: Sequence[str], framework: Optional[str] = None, window_s: float = 5.0,
                     warmup_steps: Optional[int] = None, timeout_s: float = 600.0,
                     cwd: Optional[str] = None) -> Dict[str, Any]:
@@ -121,21 +152,45 @@ def observe_command(cmd: Sequence[str], framework: Optional[str] = None, window_
     executes (25 vs 12.3 steps/s, the latter counted by a layer in the model), so a
     fit callback in that process is not an independent count there. Torch loops are
     counted at the DataLoader iterator, which that does not affect."""
-    out_dir = tempfile.mkdtemp(prefix="indep-observe-")
-    try:
-        spec = {"framework": framework, "config": None, "window_s": window_s, "windows": 0, "stop": False,
-                "warmup_steps": warmup_steps, "out_dir": out_dir}
-        done = subprocess.run(list(cmd), env=child_env(spec), cwd=cwd, stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=timeout_s)
-        procs = []
-        for path in sorted(glob.glob(os.path.join(out_dir, "result-*.json"))):
-            with open(path, encoding="utf-8") as fh:
-                procs.append(json.load(fh))
-        return {"processes": [p for p in procs if any(ld["steps"] for ld in p["loaders"])],
-                "returncode": done.returncode, "stdout_tail": done.stdout[-TAIL_CHARS:],
-                "stderr_tail": done.stderr[-TAIL_CHARS:]}
-    finally:
-        shutil.rmtree(out_dir, ignore_errors=True)
+    spec = {"framework": framework, "config": None, "window_s": window_s, "windows": 0, "stop": False,
+            "warmup_steps": warmup_steps}
+    return _run_observed(cmd, spec, timeout_s, cwd)
+
+
+def measure_job(launch: Sequence[str], script: str, framework: str, config: Optional[Dict[str, Any]], *,
+                args: Sequence[str] = (), site: Optional[str] = None, window_s: float = 5.0,
+                warmup_steps: Optional[int] = None, warmup_min_steps: int = 30, timeout_s: Optional[float] = None,
+                cwd: Optional[str] = None, **_ignored: Any) -> Dict[str, Any]:
+    """One run of a multi-process job (``launch + [script] + args``, e.g. torchrun) with
+    config forced in every rank, run to its end (a rank stopped early would break the
+    others' collectives): each rank's rate over all its windows, and the job's rate,
+    which is the slowest rank's (ranks step together). The script must be finite and
+    long enough for a window after warm-up."""
+    spec = {"framework": framework, "config": config, "site": site, "window_s": window_s, "windows": 0,
+            "warmup_steps": warmup_steps, "warmup_min_steps": warmup_min_steps, "stop": False}
+    t0 = time.monotonic()
+    raw = _run_observed([*launch, script, *args], spec, timeout_s or 600.0, cwd)
+    ranks = []
+    for proc in raw["processes"]:
+        wins = proc["windows"]
+        steps, wall_s = sum(w["steps"] for w in wins), sum(w["wall_s"] for w in wins)
+        ranks.append({"pid": proc["pid"], "rate_per_s": steps / wall_s if wall_s > 0 else None,
+                      "windows": len(wins), "forced": any(ld["forced"] for ld in proc["loaders"])})
+    rates = [r["rate_per_s"] for r in ranks]
+    if raw["returncode"] is None:
+        state = "timeout"
+    elif raw["returncode"] != 0 or not ranks:
+        state = "failed"
+    elif config is not None and not all(r["forced"] for r in ranks):
+        state = "not forced"
+    else:
+        state = "ok" if all(rates) else "ended early"
+    rate = min(rates) if ranks and all(rates) else None
+    return {"state": state, "config": config, "rate_per_s": rate, "samples_per_s": None, "batch_size": None,
+            "ranks": ranks, "window_rates_per_s": rates, "windows": [], "fit_rate_per_s": None, "fit": None,
+            "returncode": raw["returncode"], "wall_s": time.monotonic() - t0, "load_avg_1m": os.getloadavg()[0],
+            "stdout_tail": raw["stdout_tail"], "stderr_tail": raw["stderr_tail"]}
+
 
 def _state(raw: Dict[str, Any], config: Any, windows: int, fit_steps: Optional[int]) -> str:
     res = raw["result"]
@@ -220,17 +275,19 @@ def spread(values: List[float]) -> Dict[str, Any]:
 
 def measure_interleaved(script: str, configs: Union[Dict[str, Any], Sequence[Any]], reps: int = 3, *,
                         framework: str, on_result: Optional[Callable[[int, str, Dict[str, Any]], None]] = None,
-                        **kwargs: Any) -> Dict[str, Any]:
+                        launch: Sequence[str] = (), **kwargs: Any) -> Dict[str, Any]:
     """Each config measured `reps` times, interleaved with the order rotated every
     repetition. Returns {"summary": {label: {config, rate (median/min/max/spread),
     samples_per_s, fit_rate, states}}, "runs": [...]}. configs: {label: config} or
-    a list (labelled by their JSON; a config given twice is an A/A pair)."""
+    a list (labelled by their JSON; a config given twice is an A/A pair). launch: a
+    multi-process job's launch command before the script (measure_job)."""
     labelled = _labelled(configs)
     labels, runs = list(labelled), []
     for rep in range(reps):
         k = rep % len(labels)
         for label in labels[k:] + labels[:k]:
-            r = measure(script, framework, labelled[label], **kwargs)
+            r = (measure_job(launch, script, framework, labelled[label], **kwargs) if launch
+                 else measure(script, framework, labelled[label], **kwargs))
             runs.append({"rep": rep, "label": label, **r})
             if on_result is not None:
                 on_result(rep, label, r)
@@ -259,6 +316,8 @@ def describe_run(rep: int, reps: int, label: str, r: Dict[str, Any]) -> str:
                      f"halves {_fmt(w['first_half_per_s'])}/{_fmt(w['second_half_per_s'])}; "
                      + (f"{w['epochs_started']} whole epochs" if w.get("whole_epochs")
                         else f"{w['epochs_started']} epoch starts"))
+    if r.get("ranks"):
+        parts.append("ranks " + ", ".join(_fmt(x["rate_per_s"]) for x in r["ranks"]) + " steps/s (the slowest is the job's)")
     parts.append(f"load {r['load_avg_1m']:.1f}")
     if len(r["windows"]) > 1:
         parts.append("windows " + ", ".join(f"{x:.1f}" for x in r["window_rates_per_s"]) + " steps/s")
@@ -288,6 +347,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, help="for samples/s where the harness cannot see it (fit)")
     ap.add_argument("--fit-steps", type=int, help="external timing: stop fit after N steps, time the call")
     ap.add_argument("--timeout-s", type=float)
+    ap.add_argument("--launch", default="", help="a multi-process job: its launch command before the script, "
+                    "e.g. 'torchrun --nproc-per-node 2' (every rank forced, the job run to its end)")
     ap.add_argument("--json", metavar="PATH", help="also write the full result here")
     args = ap.parse_args(argv)
     args.script_args = script_args
@@ -311,7 +372,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = measure_interleaved(args.script, args.configs, args.reps, framework=args.framework, on_result=show,
                               args=args.script_args, site=args.site, window_s=args.window_s,
                               windows=args.windows, warmup_steps=args.warmup_steps, batch_size=args.batch_size,
-                              fit_steps=args.fit_steps, timeout_s=args.timeout_s)
+                              fit_steps=args.fit_steps, timeout_s=args.timeout_s, launch=shlex.split(args.launch))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"command": sys.argv, **out}, fh, indent=1)
