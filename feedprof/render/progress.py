@@ -116,7 +116,7 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult) -> 
     lines = [f"Recommendation for {rec.loader_site or 'the training loader'} ({fw}):", f"  {headline(rec.verdict, fw)}"]
     lines += [f"  - {say(reason, fw)}" for reason in rec.reasons]
     lines.append("  Paste this:")
-    lines.append(f"    {rec.code}")
+    lines.extend(f"    {line}" for line in rec.code.splitlines() or [""])
     if result.notes:
         lines.append("  How the search went:")
         lines.extend(f"  - {say(note, fw)}" for note in result.notes)
