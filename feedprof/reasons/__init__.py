@@ -13,25 +13,29 @@ from feedprof.reasons.base import (
     Config, Reason, Text, Unknown, said_once)
 from feedprof.reasons.run import (
     EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml, GpuUnavailable, Interrupted,
-    KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OutOfMemoryKilled,
-    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited, ScriptFailed,
-    SharedMemoryExhausted, TrialTimedOut, WaitNotObservable, WindowNotReached)
+    KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup,
+    OutOfMemoryKilled, OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited,
+    ScriptFailed, SharedMemoryExhausted, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
+    WindowNotReached)
 from feedprof.reasons.tune import (
     BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed, CheaperWithinNoise,
     CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead,
-    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite, NotTheLoader,
-    PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured, ShortOfCeiling,
+    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite,
+    NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured,
+    SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling, ThreadsVersusProcesses, TrainerAdviceChecked,
     TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
 
 __all__ = [
     "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
-    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin", "NoLoaderIterated",
-    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget", "OverShmBudget",
-    "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
-    "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "BaselineFigures", "BaselineNotMeasured",
-    "BudgetCutShort", "BusyMachine", "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated",
-    "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead", "KeepScriptSettings",
-    "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader",
-    "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured",
-    "ShortOfCeiling", "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersLeaveCpuIdle",
+    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin",
+    "NoLoaderIterated", "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget",
+    "OverShmBudget", "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed",
+    "SharedMemoryExhausted", "TrainerSuggestedWorkers", "TrialTimedOut", "WaitNotObservable",
+    "WindowNotReached", "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine",
+    "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell",
+    "FlatRung", "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial",
+    "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
+    "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag",
+    "SetElsewhere", "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
+    "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersLeaveCpuIdle",
 ]
