@@ -39,6 +39,8 @@ class Call:
     settings: Tuple[Setting, ...]
     positional: Tuple[str, ...] = ()
     drop: Tuple[str, ...] = ()  # keywords that must go (prefetch_factor without workers)
+    parsers: Tuple[str, ...] = ()  # calls that build it from the command line instead, one flag per
+    #                                keyword (HfArgumentParser.parse_args_into_dataclasses)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback
     plan, tracer = _Plan(), Tracer()
     for call in calls:
         frames = [f for f in (resolve_site(site, script) for site in call.chain) if f is not None]
+        if frames and call.parsers and _call_at(frames[-1], call.names) is None \
+                and _call_at(frames[-1], call.parsers) is not None:
+            _parsed(call, frames[-1], plan, script, argv)
+            continue
         if not frames or _call_at(frames[-1], call.names) is None:
             site = call.chain[-1] if call.chain else ""
             plan.findings.append(SettingSourceUnknown(knob="", site=site, call=call.names[0]))
@@ -72,6 +78,20 @@ def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback
         if call.drop:
             plan.drops[key] = list(call.drop)
     return Paste("\n".join(_lines(plan, script, argv)), tuple(plan.findings))
+
+
+def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: Sequence[str]) -> None:
+    """Settings parsed from the command line: each keyword is its own flag."""
+    site = display(*frame, script)
+    for s in call.settings:
+        if s.default is not _ABSENT and s.default == s.value:
+            continue  # the default (a flag not given) already says it
+        flag = FromFlag(flag=f"--{s.keyword}", dest=s.keyword, path=frame[0], line=frame[1], default=None,
+                        action="store")
+        if _flag_now(flag, argv) != str(s.value):
+            plan.flags.append((flag, str(s.value)))
+            plan.findings.append(SetByFlag(knob=s.knob, flag=flag.flag, value=str(s.value), declared_at=site,
+                                           used_at=site))
 
 
 def _call_at(frame: Tuple[str, int], names: Sequence[str]) -> Any:

@@ -125,7 +125,9 @@ POSITIONAL = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "n
 
 
 LOADER_CALLS = ("DataLoader", "StatefulDataLoader")
-# transformers' Trainer builds its DataLoader from these TrainingArguments fields (and their defaults)
+# transformers' Trainer builds its DataLoader from these TrainingArguments fields (and their defaults;
+# prefetch_factor None is the DataLoader's 2 once there are workers)
+HF_PARSERS = ("parse_args_into_dataclasses",)  # HfArgumentParser: a flag per field (--dataloader_num_workers 8)
 TRAINING_ARGUMENTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory": ("dataloader_pin_memory", True),
                       "prefetch_factor": ("dataloader_prefetch_factor", None),
                       "persistent_workers": ("dataloader_persistent_workers", False)}
@@ -145,9 +147,10 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
     drop = () if n else ("prefetch_factor", "persistent_workers")
     settings_call = getattr(loader, "settings_call", "") if loader is not None else ""
     if settings_call:
-        settings = tuple(Setting(k, TRAINING_ARGUMENTS[k][0], cfg[k], TRAINING_ARGUMENTS[k][1]) for k in knobs)
+        default = lambda k: DEFAULT_PREFETCH_FACTOR if k == "prefetch_factor" else TRAINING_ARGUMENTS[k][1]  # noqa: E731
+        settings = tuple(Setting(k, TRAINING_ARGUMENTS[k][0], cfg[k], default(k)) for k in knobs)
         call = Call(chain=tuple(loader.config_sites), names=(settings_call,), settings=settings,
-                    drop=tuple(TRAINING_ARGUMENTS[k][0] for k in drop))
+                    drop=tuple(TRAINING_ARGUMENTS[k][0] for k in drop), parsers=HF_PARSERS)
     else:
         defaults = {"num_workers": 0, "pin_memory": False, "prefetch_factor": DEFAULT_PREFETCH_FACTOR,
                     "persistent_workers": False}

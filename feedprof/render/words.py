@@ -180,7 +180,7 @@ def _threads(x: r.ThreadsVersusProcesses, describe: Callable) -> str:
                f"{fmt_bytes(x.thread_rss_bytes)} with threads, about {fmt_bytes(diff / max(1, x.workers))} per "
                "worker process (RSS counts pages shared with the main process in each worker: an upper bound)")
     if x.threads_do_as_well:
-        return (f"With {x.workers} workers, threads do as well as processes ({rates}), without a process each"
+        return (f"With {x.workers} workers, threads do at least as well as processes ({rates}), without a process each"
                 f"{mem}: method=\"thread\" is the cheaper choice for loading that waits rather than computes.")
     ratio = x.process_batches_per_s / x.thread_batches_per_s if x.thread_batches_per_s else float("nan")
     return (f"With {x.workers} workers, processes are {ratio:.2f}× as fast as threads ({rates}): the map "
