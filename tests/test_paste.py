@@ -80,6 +80,8 @@ def test_an_argparse_flag_becomes_a_command_line(tmp_path, monkeypatch):
     assert (flag.knob, flag.flag, flag.value, flag.default) == ("num_workers", "--workers", "8", "0")
     assert flag.declared_at == "train.py:%d" % line_of(SCRIPT, 'add_argument("--workers"')
     assert "run with `--workers 8`" in say(flag)
+    # the flag feeds two more places: running with it changes them too, and the words say so
+    assert flag.also_used_at == tuple(f"train.py:{line_of(SCRIPT, f)}" for f in ("b = make_loader", "data = Data("))
 
 
 def test_a_parameter_is_followed_to_the_callers_argument(tmp_path):

@@ -62,6 +62,7 @@ class FromFlag:
     line: int
     default: Optional[str]  # as written in the script
     action: str  # store | store_true | store_false
+    uses: Tuple[int, ...] = ()  # other lines of the file that read it (``args.workers``)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ class Tracer:
                    frames: List[Frame], depth: int) -> Optional[Origin]:
         base, attr = expr.value, expr.attr
         if self._is_parsed_args(base, src, at, func, frames, depth):
-            return _flag(src, attr)
+            return _flag(src, attr, read=expr)
         if _is_self(base) or (isinstance(base, ast.Attribute) and base.attr == "hparams" and _is_self(base.value)):
             return self._from_self(attr, src, func, frames, depth)
         if isinstance(base, ast.Name):
@@ -306,8 +307,9 @@ def _assignment(name: str, src: _Source, func: Optional[ast.AST], before: ast.AS
     return None
 
 
-def _flag(src: _Source, dest: str) -> Optional[FromFlag]:
-    """The ``add_argument`` call in the file whose destination is ``dest``."""
+def _flag(src: _Source, dest: str, read: Optional[ast.AST] = None) -> Optional[FromFlag]:
+    """The ``add_argument`` call in the file whose destination is ``dest`` (``read``: the
+    expression that led here; the flag's other readers are listed)."""
     for node in ast.walk(src.tree):
         if not (isinstance(node, ast.Call) and _callee(node) == "add_argument"):
             continue
@@ -320,8 +322,10 @@ def _flag(src: _Source, dest: str) -> Optional[FromFlag]:
             continue
         action = kw["action"].value if isinstance(kw.get("action"), ast.Constant) else "store"
         default = ast.unparse(kw["default"]) if "default" in kw else None
+        uses = sorted({n.lineno for n in ast.walk(src.tree) if isinstance(n, ast.Attribute) and n.attr == dest
+                       and isinstance(n.value, ast.Name) and n is not read} - {getattr(read, "lineno", 0)})
         return FromFlag(flag=(longs or options)[0], dest=dest, path=src.path, line=node.lineno, default=default,
-                        action=str(action))
+                        action=str(action), uses=tuple(uses))
     return None
 
 

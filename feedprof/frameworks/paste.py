@@ -124,8 +124,10 @@ def _place(s: Setting, call: Call, frames: List[Tuple[str, int]], tracer: Tracer
         if value is not None and _flag_now(origin, argv) == value:
             return  # the script already runs with it
         plan.flags.append((origin, value))
+        also = tuple(display(origin.path, n, script) for n in origin.uses)
         plan.findings.append(SetByFlag(knob=s.knob, flag=origin.flag, value=value or "", default=origin.default,
-                                       declared_at=display(origin.path, origin.line, script), used_at=site))
+                                       declared_at=display(origin.path, origin.line, script), used_at=site,
+                                       also_used_at=also))
     else:  # not followed: the literal value at the loader's own call, and say so
         plan.edits.setdefault(here, {})[s.keyword] = s.value
         expression = origin.expression if isinstance(origin, NotFound) else ast.unparse(expr) if expr else ""

@@ -261,6 +261,7 @@ class SetByFlag(Reason):
     declared_at: str = ""  # the add_argument call, "train.py:12"
     default: Optional[str] = None  # the flag's default, as written in the script
     used_at: str = ""  # the call the flag's value reaches, "train.py:31"
+    also_used_at: Tuple[str, ...] = ()  # other lines that read it (another loader it sets too)
 
 
 @dataclass(frozen=True)

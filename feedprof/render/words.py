@@ -135,8 +135,10 @@ def _versus_autotune(x: r.VersusAutotune, describe: Callable) -> str:
 def _by_flag(x: r.SetByFlag, describe: Callable) -> str:
     run = f"{x.flag} {x.value}" if x.value else x.flag
     default = f", default {x.default}" if x.default is not None else ""
+    also = f"; it is read at {', '.join(x.also_used_at)} too, which the flag changes as well" \
+        if x.also_used_at else ""
     return (f"{x.knob} comes from the script's own flag {x.flag} (declared at {x.declared_at}{default}; "
-            f"used at {x.used_at}): run with `{run}`.")
+            f"used at {x.used_at}): run with `{run}`{also}.")
 
 
 def _unknown_source(x: r.SettingSourceUnknown, describe: Callable) -> str:
@@ -180,8 +182,9 @@ def _threads(x: r.ThreadsVersusProcesses, describe: Callable) -> str:
                f"{fmt_bytes(x.thread_rss_bytes)} with threads, about {fmt_bytes(diff / max(1, x.workers))} per "
                "worker process (RSS counts pages shared with the main process in each worker: an upper bound)")
     if x.threads_do_as_well:
-        return (f"With {x.workers} workers, threads do at least as well as processes ({rates}), without a process each"
-                f"{mem}: method=\"thread\" is the cheaper choice for loading that waits rather than computes.")
+        return (f"With {x.workers} workers, threads do at least as well as processes ({rates}), without a "
+                f"process each{mem}: method=\"thread\" is the cheaper choice for loading that waits rather than "
+                "computes.")
     ratio = x.process_batches_per_s / x.thread_batches_per_s if x.thread_batches_per_s else float("nan")
     return (f"With {x.workers} workers, processes are {ratio:.2f}× as fast as threads ({rates}): the map "
             f"function holds the GIL{mem}.")
