@@ -322,8 +322,9 @@ def _flag(src: _Source, dest: str, read: Optional[ast.AST] = None) -> Optional[F
             continue
         action = kw["action"].value if isinstance(kw.get("action"), ast.Constant) else "store"
         default = ast.unparse(kw["default"]) if "default" in kw else None
+        base = getattr(getattr(read, "value", None), "id", None)  # the namespace's name ("args")
         uses = sorted({n.lineno for n in ast.walk(src.tree) if isinstance(n, ast.Attribute) and n.attr == dest
-                       and isinstance(n.value, ast.Name) and n is not read} - {getattr(read, "lineno", 0)})
+                       and isinstance(n.value, ast.Name) and n.value.id == base} - {getattr(read, "lineno", 0)})
         return FromFlag(flag=(longs or options)[0], dest=dest, path=src.path, line=node.lineno, default=default,
                         action=str(action), uses=tuple(uses))
     return None
