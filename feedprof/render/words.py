@@ -150,21 +150,16 @@ def _unknown_source(x: r.SettingSourceUnknown, describe: Callable) -> str:
 
 
 def _advice(x: r.TrainerAdviceChecked, describe: Callable) -> str:
-    said = (f"{x.trainer.capitalize()} warned that the training loader has few workers and suggested "  # noqa
+    said = (f"{x.trainer.capitalize()} warned that the training loader has few workers and suggested "
             f"num_workers={x.suggested} (from the CPU count alone)")
     measured = ""
     if x.suggested_batches_per_s is not None and x.suggested != x.picked_workers:
-        measured = f"; num_workers={x.suggested} measured {fmt_rate(x.suggested_batches_per_s)}"
+        measured = f"; its num_workers={x.suggested} measured {fmt_rate(x.suggested_batches_per_s)}"
     if x.agrees:
         gain = f", {x.speedup:.1f}× the script's num_workers={x.script_workers}" if x.speedup else ""
-        count = ""
-        if x.picked_workers > x.suggested:
-            count = f"; more workers than Lightning's {x.suggested} pay off because they wait on I/O rather than compute"
-        elif x.picked_workers < x.suggested:
-            count = f"; fewer than Lightning's {x.suggested} do as well"
         return (f"{said}. feedprof's measurements agree that the loader is the bottleneck (the loop waits "
                 f"{fmt_pct(x.data_wait_fraction)} of the time): num_workers={x.picked_workers} runs at "
-                f"{fmt_rate(x.picked_batches_per_s)}{gain}{measured}{count}.")
+                f"{fmt_rate(x.picked_batches_per_s)}{gain}{measured}.")
     near = f", {fmt_pct(x.fraction_of_ceiling)} of the compute ceiling" if x.fraction_of_ceiling else ""
     return (f"{said}. feedprof's measurements do not bear it out: the loop waits for data "
             f"{fmt_pct(x.data_wait_fraction)} of the time and num_workers={x.picked_workers} runs at "
