@@ -18,8 +18,6 @@ from typing import Any
 from feedprof.reasons import TrainerSuggestedWorkers
 
 SUGGESTION = re.compile(r"does not have many workers.*num_workers=(\d+)", re.S)
-MODULES = ("lightning.pytorch.trainer.connectors.data_connector",
-           "pytorch_lightning.trainer.connectors.data_connector")
 
 
 def install(ctl: Any, module: Any) -> None:

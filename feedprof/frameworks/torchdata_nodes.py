@@ -10,7 +10,7 @@ NOTE [ torchdata.nodes instrumentation in a trial child ]
     script: loader = Loader(node)
               │ patched __init__ ─► ctl.plan ─► the pipeline under the root is walked:
               │                     its ParallelMappers, Prefetcher and Batcher ─► LoaderInfo
-    script: for batch in loader:
+    script: for batch in loader:             (or ``for batch in node:``, without a Loader)
               │ patched __iter__ ─► ctl.iterate: timed, or one batch replayed (ceiling)
 
 Like tf.data, which pipeline trains is known only when it is iterated, after
@@ -139,6 +139,26 @@ def _patch_loader(ctl: Any, nodes: Any) -> None:
 
     Loader.__init__ = __init__
     Loader.__iter__ = __iter__
+    _patch_node_iter(ctl, nodes)
+
+
+def _patch_node_iter(ctl: Any, nodes: Any) -> None:
+    """A pipeline the script iterates itself, without a Loader (``for batch in node``):
+    the node is the loader, known by the line that iterates it. torchdata's own
+    ``iter(source)`` calls (its prefetch threads) are left alone."""
+    orig_iter = nodes.BaseNode.__iter__
+
+    def __iter__(self: Any) -> Any:
+        caller = sys._getframe(1)
+        if not ctl.user_chain(caller):
+            return orig_iter(self)
+        handle = getattr(self, "_feedprof_handle", None)
+        if handle is None:
+            handle = ctl.created(ctl.plan(FRAMEWORK, caller), describe(self, nodes), self)
+            self._feedprof_handle = handle
+        return ctl.iterate(handle, lambda: orig_iter(self))
+
+    nodes.BaseNode.__iter__ = __iter__
 
 
 def pipeline(root: Any, base: type) -> List[Any]:
