@@ -115,3 +115,21 @@ def test_torchdata_nodes_threads_against_processes(tmp_path, no_leftovers):
     mapper = f"train.py:{line_of(NODES, 'tn.ParallelMapper(')}"
     assert rec["code"].startswith(f"node = tn.ParallelMapper(node, map_fn=fetch, num_workers={rec['config']['num_workers']}")
     assert rec["code"].splitlines()[0].endswith(f"# {mapper}")
+
+
+@pytest.mark.slow
+def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no_leftovers):
+    pytest.importorskip("torchdata")
+    text = NODES.replace("loader = tn.Loader(node)\n", "").replace(
+        "    for batch in loader:", "    node.reset()\n    for batch in node:")
+    script = write_script(tmp_path, "train.py", text)
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), "--window-batches", "30"], timeout=120,
+                        cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    rec = next(r for r in run["loaders"] if r["loader_id"] == run["window"]["loader_id"])
+    assert rec["framework"] == "torchdata.nodes" and rec["site"] == f"train.py:{line_of(text, 'for batch in node')}"
+    assert rec["config"] == {"num_workers": 1, "method": "process", "prefetch_factor": 2} and rec["batch_size"] == 4
+    assert rec["config_sites"] == [f"train.py:{line_of(text, 'tn.ParallelMapper(')}",
+                                   f"train.py:{line_of(text, 'tn.Prefetcher(')}"]
