@@ -152,6 +152,8 @@ class LoaderRecord:
     instances: int = 1  # loader objects this record spans (a script may rebuild it every epoch)
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime (see frameworks/)
     config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at `site` (tf.data: map calls)
+    settings_call: str = ""  # the call that holds the knobs when a library builds the loader ("TrainingArguments"):
+    #                           config_sites is then the user frames of that call, outermost first
     dataset: str = ""
     batch_size: Optional[int] = None
     batches_per_epoch: Optional[int] = None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from feedprof.analyse import noise, stats
+from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
 from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, FewerWorkersDoAsWell, KeepScriptSettings,
                               MeasuredRepeatedly, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict,
@@ -219,7 +220,8 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
                    workers_after=after)
 
 
-def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int]) -> List[Reason]:
+def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int],
+               trials: Sequence[Trial] = ()) -> List[Reason]:
     out: List[Reason] = []
     if f.baseline is not None and f.baseline_score:
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
@@ -243,6 +245,9 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
         out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))
+    advice = trainer_advice(f.baseline, measured_configs(trials), verdict)  # Lightning's warning, checked
+    if advice is not None:
+        out.append(advice)
     return out
 
 
@@ -274,7 +279,7 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap)))
+        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials)))
 
 
 def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:

@@ -14,7 +14,8 @@ from typing import Any, Dict, Tuple
 
 from feedprof.record.steps import LoaderInfo
 
-_MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata"}
+_MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata",
+            "torchdata.nodes": "torchdata_nodes"}
 
 
 def _module(framework: str) -> Any:

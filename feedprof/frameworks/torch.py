@@ -14,14 +14,31 @@ NOTE [ DataLoader instrumentation in a trial child ]
 
 The class is patched in place rather than replaced, so ``isinstance`` checks,
 subclasses and ``from torch.utils.data import DataLoader`` done before or after
-all keep working.
+all keep working. torchdata's ``StatefulDataLoader`` has its own ``__init__``
+and ``__iter__`` and is patched the same way when the script imports it.
+
+Trainers build and rebuild loaders in their own code:
+
+    Lightning:   train_dataloader() ─► DataLoader(ds, num_workers=0)       (the script's line: planned)
+                 distributed ─► _update_dataloader ─► type(dl)(*saved args)  (Lightning's code, same ds)
+    accelerate:  prepare(dl) ─► DataLoaderShard ─► DataLoader(ds, **attrs)   (accelerate's code, same ds)
+
+A loader built by library code on the same dataset object as a live loader is
+that loader rebuilt: it keeps the original's plan (its call chain, the knobs
+injected, the ceiling's replay) and the script's own settings, so the knobs
+are not dropped and the rebuilt loader is measured as the training loader.
+A library that builds the loader from its own settings object (transformers'
+``TrainingArguments``) names that object's construction with ``settings_from``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import os
 import sys
-from typing import Any, Dict, Optional
+import weakref
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from feedprof.record.steps import LoaderInfo
 
@@ -107,61 +124,108 @@ POSITIONAL = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "n
               "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator")
 
 
-def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
-    """The script's own DataLoader call at the loader's site with the knobs
-    changed; a generic call where the source cannot be read."""
-    from feedprof.frameworks.source import resolve_site, rewrite_statement
+LOADER_CALLS = ("DataLoader", "StatefulDataLoader")
+# transformers' Trainer builds its DataLoader from these TrainingArguments fields (and their defaults;
+# prefetch_factor None is the DataLoader's 2 once there are workers)
+HF_PARSERS = ("parse_args_into_dataclasses",)  # HfArgumentParser: a flag per field (--dataloader_num_workers 8)
+TRAINING_ARGUMENTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory": ("dataloader_pin_memory", True),
+                      "prefetch_factor": ("dataloader_prefetch_factor", None),
+                      "persistent_workers": ("dataloader_persistent_workers", False)}
+
+
+def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    """The script's own call (DataLoader, or the TrainingArguments a Trainer
+    builds it from) with the knobs set where each is set (frameworks/paste.py)."""
+    from feedprof.frameworks.paste import Call, Setting, paste
 
     cfg = effective(config)
-    knobs = {"num_workers": cfg["num_workers"]}
-    drop = []
-    if cfg.get("pin_memory"):
-        knobs["pin_memory"] = True
+    n = cfg["num_workers"]
+    # only what changes from the script's own settings (as the loader ran with them)
+    own = effective(getattr(loader, "config", None) or {}) if loader is not None else {}
+    knobs = [k for k in ["num_workers", "pin_memory"] + (["prefetch_factor", "persistent_workers"] if n else [])
+             if k == "num_workers" or own.get(k) != cfg[k]]
+    drop = () if n else ("prefetch_factor", "persistent_workers")
+    settings_call = getattr(loader, "settings_call", "") if loader is not None else ""
+    if settings_call:
+        default = lambda k: DEFAULT_PREFETCH_FACTOR if k == "prefetch_factor" else TRAINING_ARGUMENTS[k][1]  # noqa: E731
+        settings = tuple(Setting(k, TRAINING_ARGUMENTS[k][0], cfg[k], default(k)) for k in knobs)
+        call = Call(chain=tuple(loader.config_sites), names=(settings_call,), settings=settings,
+                    drop=tuple(TRAINING_ARGUMENTS[k][0] for k in drop), parsers=HF_PARSERS)
     else:
-        drop.append("pin_memory")
-    if cfg["num_workers"]:
-        knobs["prefetch_factor"] = cfg["prefetch_factor"]
-        if cfg.get("persistent_workers"):
-            knobs["persistent_workers"] = True
-        else:
-            drop.append("persistent_workers")
-    else:
-        drop += ["prefetch_factor", "persistent_workers"]
-    where = resolve_site(getattr(loader, "site", "") if loader is not None else "", script)
-    if where is not None:
-        found = rewrite_statement(*where, ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
-        if found:
-            return found[0]
-    return call_line(cfg, batch_size=getattr(loader, "batch_size", None))
+        defaults = {"num_workers": 0, "pin_memory": False, "prefetch_factor": DEFAULT_PREFETCH_FACTOR,
+                    "persistent_workers": False}
+        chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
+        call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop,
+                    settings=tuple(Setting(k, k, cfg[k], defaults[k]) for k in knobs))
+    fallback = call_line(cfg, batch_size=getattr(loader, "batch_size", None))
+    return paste([call], script, argv, fallback)
+
+
+_live_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders built so far (rebuilt ones find theirs)
+_settings: "contextvars.ContextVar[Optional[Tuple[str, Tuple[str, ...]]]]" = contextvars.ContextVar(
+    "feedprof_settings", default=None)
+
+
+@contextlib.contextmanager
+def settings_from(call: str, chain: Tuple[str, ...]) -> Iterator[None]:
+    """Loaders a library builds inside this block take their knobs from the
+    script's ``call`` (e.g. "TrainingArguments") built at ``chain``."""
+    token = _settings.set((call, tuple(chain)) if chain else None)
+    try:
+        yield
+    finally:
+        _settings.reset(token)
+
+
+def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
+    """The handle of the live loader this one rebuilds (see NOTE), or None."""
+    if dataset is None or ctl.user_chain(caller):  # the script's own code builds a new loader
+        return None
+    for loader in list(_live_loaders):
+        handle = getattr(loader, "_feedprof_handle", None)
+        if handle is not None and getattr(loader, "dataset", None) is dataset:
+            return handle
+    return None
 
 
 def install(ctl: Any) -> None:
     """Patch DataLoader so the trial controller ``ctl`` sees every loader."""
     from torch.utils.data import DataLoader
 
-    if getattr(DataLoader, "_feedprof_patched", False):
+    patch_loader_class(DataLoader, ctl)
+
+
+def install_stateful(ctl: Any) -> None:
+    """torchdata's StatefulDataLoader: the same knobs, its own __init__ and __iter__."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    patch_loader_class(StatefulDataLoader, ctl)
+
+
+def patch_loader_class(cls: type, ctl: Any) -> None:
+    if cls.__dict__.get("_feedprof_patched", False):  # (a subclass inherits the flag: read its own)
         return
-    orig_init = DataLoader.__init__
-    orig_iter = DataLoader.__iter__
+    orig_init = cls.__init__
+    orig_iter = cls.__iter__
     sig = inspect.signature(orig_init)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        caller = sys._getframe(1).f_code.co_filename
-        if f"{os.sep}keras{os.sep}" in caller:  # Keras's torch backend feeding a PyDataset: not the user's loader
+        caller = sys._getframe(1)
+        if f"{os.sep}keras{os.sep}" in caller.f_code.co_filename:  # Keras's torch backend feeding a PyDataset
             return orig_init(self, *args, **kwargs)
         try:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:  # let the DataLoader raise its own, familiar error
             return orig_init(self, *args, **kwargs)
         script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS}
-        plan = ctl.plan("torch", sys._getframe(1))
+        original = _rebuilt_from(ctl, bound.arguments.get("dataset"), caller)
+        plan = original.plan if original is not None else ctl.plan("torch", caller)
         if plan.inject:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
         orig_init(*bound.args, **bound.kwargs)
-        info = describe(self)
-        info.script_config = legalize(script_cfg)
-        self._feedprof_handle = ctl.created(plan, info, self)
+        self._feedprof_handle = ctl.created(plan, _info(self, ctl, caller, original, script_cfg), self)
+        _live_loaders.add(self)
 
     def __iter__(self: Any) -> Any:
         handle = getattr(self, "_feedprof_handle", None)
@@ -171,9 +235,23 @@ def install(ctl: Any) -> None:
 
     __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
     __init__.__signature__ = sig  # type: ignore[attr-defined]
-    DataLoader.__init__ = __init__
-    DataLoader.__iter__ = __iter__
-    DataLoader._feedprof_patched = True
+    cls.__init__ = __init__
+    cls.__iter__ = __iter__
+    cls._feedprof_patched = True
+
+
+def _info(loader: Any, ctl: Any, caller: Any, original: Any, script_cfg: Dict[str, Any]) -> LoaderInfo:
+    """What is known of a new loader: a rebuilt one keeps what the original knew."""
+    info = describe(loader)
+    if original is not None:
+        info.script_config = dict(original.info.script_config)
+        info.settings_call, info.config_sites = original.info.settings_call, original.info.config_sites
+        return info
+    info.script_config = legalize(script_cfg)
+    settings = _settings.get()
+    if settings is not None and not ctl.user_chain(caller):  # built by the library, from the script's settings
+        info.settings_call, info.config_sites = settings
+    return info
 
 
 # NOTE [ In-process timing for the %%feedprof cell magic ]

@@ -15,24 +15,26 @@ from feedprof.reasons.run import (
     EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml, GpuUnavailable, Interrupted,
     KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OutOfMemoryKilled,
     OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, RankFailed, SamplingStopped, ScriptExited, ScriptFailed,
-    SharedMemoryExhausted, Straggler, TrialTimedOut, WaitNotObservable, WindowNotReached)
+    SharedMemoryExhausted, Straggler, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable, WindowNotReached)
 from feedprof.reasons.tune import (
     AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
     JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite,
-    NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured,
-    ShortOfCeiling, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
+    NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured, SetByFlag,
+    SetElsewhere, SettingSourceUnknown, ShortOfCeiling, ThreadsVersusProcesses, TrainerAdviceChecked,
+    TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
 
 __all__ = [
     "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
     "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin", "NoLoaderIterated",
     "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget", "OverShmBudget",
     "PinMemoryNoEffect", "RankFailed", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
-    "Straggler", "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "AppliesToEveryRank", "BaselineFigures",
-    "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed", "CheaperWithinNoise",
-    "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung", "ForkServerFailed", "JumpedAhead",
-    "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached", "MeasuredRepeatedly", "NoLoaderAtSite",
-    "NotTheLoader", "PastCpuCount", "PersistentWorkersComputed", "PickFigures", "ReachedCeiling",
-    "RivalsRemeasured", "ShortOfCeiling", "TuneInterruptedEarly", "Verdict", "VersusAutotune",
-    "WorkersLeaveCpuIdle",
+    "Straggler", "TrainerSuggestedWorkers", "TrialTimedOut", "WaitNotObservable", "WindowNotReached",
+    "AppliesToEveryRank", "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine",
+    "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
+    "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
+    "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount", "PersistentWorkersComputed",
+    "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere", "SettingSourceUnknown",
+    "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked", "TuneInterruptedEarly", "Verdict",
+    "VersusAutotune", "WorkersLeaveCpuIdle",
 ]

@@ -76,6 +76,18 @@ class NotInstrumented(Reason):
 
 
 @dataclass(frozen=True)
+class TrainerSuggestedWorkers(Reason):
+    """The trainer warned that the training loader has few workers and suggested
+    ``suggested`` (Lightning: from the CPU count alone, nothing measured)."""
+
+    code: ClassVar[str] = "trainer_suggested_workers"
+    trainer: str = ""
+    loader: str = ""  # the trainer's name for it, "train_dataloader"
+    num_workers: int = 0
+    suggested: int = 0
+
+
+@dataclass(frozen=True)
 class NoSuperInit(Reason):
     """A PyDataset subclass that skips super().__init__(**kwargs): Keras ignores its knobs."""
 

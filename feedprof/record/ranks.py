@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Callable, List, Mapping, Optional, Tuple
+import sys
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from feedprof.store import RankInfo
 
@@ -75,3 +76,17 @@ def rank_from_env(env: Mapping[str, str]) -> Optional[RankInfo]:
             node_rank = next((_int(env, v) for v in _NODE_RANK if _int(env, v) is not None), None)
             return RankInfo(**{**info.__dict__, "node": socket.gethostname(), "node_rank": node_rank})
     return None
+
+
+def cuda_device() -> Dict[str, str]:
+    """The CUDA device this rank trains on, if it uses one (never initialises CUDA itself)."""
+    from feedprof.session import cuda_in_use
+
+    if not cuda_in_use():
+        return {"device": "cpu"}
+    torch = sys.modules["torch"]
+    try:
+        index = torch.cuda.current_device()
+        return {"device": f"cuda:{index}", "gpu_uuid": str(torch.cuda.get_device_properties(index).uuid)}
+    except (RuntimeError, AttributeError):
+        return {"device": "cuda"}

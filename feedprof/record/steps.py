@@ -54,6 +54,7 @@ class LoaderInfo:
     batches_per_epoch: Optional[int] = None
     site: str = ""  # where users know it is built, if not the innermost user frame (Keras)
     config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at the site (tf.data: map calls)
+    settings_call: str = ""  # a library builds the loader from this call's knobs ("TrainingArguments")
     in_flight: int = 0  # batches the loader holds ready or in the making (queue, prefetch)
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime
     gap_is_teardown: bool = False  # the time between epochs is the loader's (Keras stops its workers there)
@@ -190,6 +191,7 @@ class StepRecorder:
             instances=where.instances,
             wait_observable=info.wait_observable,
             config_sites=tuple(info.config_sites),
+            settings_call=info.settings_call,
             dataset=info.dataset,
             batch_size=info.batch_size,
             batches_per_epoch=info.batches_per_epoch,

@@ -200,4 +200,5 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult, wid
     if not result.complete and result.stop_reason:
         tail.append(f"  Note: {say(result.stop_reason, fw)}")
     tail += left
-    return "\n".join(wrap(lines) + [f"    {rec.code}"] + wrap(tail))
+    code = [f"    {line}" for line in rec.code.splitlines() or [""]]
+    return "\n".join(wrap(lines) + code + wrap(tail))

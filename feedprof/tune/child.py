@@ -4,7 +4,7 @@ loaders instrumented, measure the training loader's window, then end it.
 NOTE [ Trial child ]
 
     python -m feedprof.tune.child spec.json
-      ├─ post-import hooks: torch.utils.data ─► frameworks.torch.install(ctl)
+      ├─ post-import hooks: torch.utils.data ─► frameworks.torch.install(ctl)  (frameworks/install.py)
       ├─ sys.argv = [script, *args]; sys.path[0] = script's dir; run as __main__
       │     each loader: ctl.plan (inject? by call site) ─► ctl.created ─► ctl.iterate
       │     (the adapters' side of this is frameworks/contract.py)
@@ -36,8 +36,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from feedprof.analyse import stats
 from feedprof.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, Plan
-from feedprof.reasons import NotInstrumented, Reason, ScriptExited, ScriptFailed, WindowNotReached
+from feedprof.frameworks.install import install_adapters
+from feedprof.reasons import Reason, ScriptExited, ScriptFailed, WindowNotReached
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
 from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
 from feedprof.tune.protocol import Mode, TrialSpec, site_matches
@@ -105,9 +107,10 @@ class Controller:
         self._events.write(json.dumps({"event": event, "t_s": self.now() - self.spec.origin_s, **fields}) + "\n")
         self._events.flush()
 
-    def user_chain(self, caller: FrameType) -> Tuple[str, ...]:
-        """The script's frames, if the adapter's caller is the script's own code."""
-        return user_call_chain(self.script_dir, caller, direct=True)
+    def user_chain(self, caller: FrameType, direct: bool = True) -> Tuple[str, ...]:
+        """The script's frames, if the adapter's caller is the script's own code
+        (``direct=False``: or further out, for a library call the script made)."""
+        return user_call_chain(self.script_dir, caller, direct=direct)
 
     def injection(self, framework: str) -> Optional[Dict[str, Any]]:
         """Knobs to inject into every part of a pipeline built by the script's own
@@ -314,7 +317,7 @@ class Controller:
         from feedprof.session import cuda_in_use
 
         if self.rank is not None:
-            self.rank = dataclasses.replace(self.rank, **_device())
+            self.rank = dataclasses.replace(self.rank, **cuda_device())
         run = Run(kind="trial", script=self.spec.script, argv=tuple(self.spec.argv),
                   loaders=tuple(r.snapshot() for r in self.recorders),
                   window=self.window or Window(end=WindowEnd.NO_LOADER),
@@ -325,53 +328,15 @@ class Controller:
         self.result_written = True
 
 
-def _device() -> Dict[str, str]:
-    """The CUDA device this rank trains on, if it uses one (never initialises CUDA itself)."""
-    from feedprof.session import cuda_in_use
-
-    if not cuda_in_use():
-        return {"device": "cpu"}
-    torch = sys.modules["torch"]
-    try:
-        index = torch.cuda.current_device()
-        return {"device": f"cuda:{index}", "gpu_uuid": str(torch.cuda.get_device_properties(index).uuid)}
-    except (RuntimeError, AttributeError):
-        return {"device": "cuda"}
-
-
-def _install(adapter: str, ctl: Controller) -> None:
-    """Instrument a framework the script just imported (a failure to do so is a
-    note, never an error in the user's script)."""
-    import importlib
-
-    try:
-        importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
-        if adapter in ("keras", "tf_keras") and "tensorflow" in sys.modules:
-            from feedprof.frameworks import tfdata
-
-            tfdata.install_keras_adapter(ctl)
-    except (ImportError, AttributeError) as exc:  # a framework version we do not know
-        ctl.note(NotInstrumented(adapter=adapter, error=f"{type(exc).__name__}: {exc}"))
-
-
-HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax")
-
-
-def install_hooks(ctl: Controller) -> None:
-    from feedprof.frameworks import hooks
-    from feedprof.frameworks import torch as torch_fw
-
-    hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
-    hooks.when_imported("tensorflow", lambda _m: _install("tfdata", ctl))
-    hooks.when_imported("keras", lambda _m: _install("keras", ctl))
-    hooks.when_imported("tf_keras", lambda _m: _install("tf_keras", ctl))
+HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax", "lightning",
+                 "pytorch_lightning", "transformers.trainer")
 
 
 def run_script(spec: TrialSpec) -> ChildExit:
     """Run the script under the controller; how the child process ends."""
     ctl = Controller(spec)
     ctl.emit("started", pid=os.getpid())
-    install_hooks(ctl)
+    install_adapters(ctl)
     script = os.path.abspath(spec.script)
     sys.argv = [spec.script, *spec.argv]
     sys.path[0] = os.path.dirname(script)

@@ -27,7 +27,8 @@ from typing import Any, List, Optional
 from feedprof.reasons import ScriptExited, ScriptFailed
 from feedprof.record.ranks import rank_from_env
 from feedprof.store import RankInfo, TrialState
-from feedprof.tune.child import Controller, install_hooks
+from feedprof.frameworks.install import install_adapters
+from feedprof.tune.child import Controller
 from feedprof.tune.protocol import TrialSpec
 from feedprof.tune.userframes import failure_hint, script_traceback
 
@@ -62,7 +63,7 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     ctl = Controller(spec, rank=info)
     ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
              world_size=info.world_size, local_world_size=info.local_world_size)
-    install_hooks(ctl)
+    install_adapters(ctl)
     _on_the_way_out(ctl)
     return ctl
 

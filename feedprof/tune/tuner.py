@@ -177,10 +177,11 @@ class Tuner:
             sp = self.space
             rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap)
             if rec is not None:
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config),
-                                          code=sp.code(rec.config, self.loader, self.script),
+                paste = sp.paste(rec.config, self.loader, self.script, self.argv)
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), code=paste.code,
                                           loader_site=self.loader.site if self.loader else "",
-                                          reasons=rec.reasons + tuple(sp.notes()) + self._per_rank_reason(rec))
+                                          reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
+                                          + self._per_rank_reason(rec))
         return TuneResult(
             script=self.script, argv=tuple(self.argv), framework=self.space.framework if self.space else "",
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,

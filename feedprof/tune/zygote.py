@@ -36,7 +36,8 @@ from feedprof.record.leftovers import FORK_SERVER_ENV
 # again before every fork). torch._dynamo is pulled in by the first use of any
 # torch optimizer and costs over a second on its own; tensorflow costs ~4 s.
 # Not keras: scripts pick its backend (KERAS_BACKEND) before importing it.
-FORK_SAFE = ("torch", "torch._dynamo", "tensorflow")
+# Lightning (~4 s) and transformers' Trainer (~3 s) start no thread on import either.
+FORK_SAFE = ("torch", "torch._dynamo", "tensorflow", "lightning", "pytorch_lightning", "transformers.trainer")
 
 
 class ZygoteError(RuntimeError):
