@@ -11,13 +11,33 @@ Public API::
     feedprof.load("run.json")               # a saved run (or a tune's results.json)
     result = feedprof.tune("train.py", budget_s=60)  # sweep the loader settings of an unmodified script
     print(feedprof.text(result))            # the recommendation in words
+
+In Jupyter, records show as rich HTML once any of these has been called (or
+after ``%load_ext feedprof``, which also gives the ``%%feedprof`` cell magic).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["profile", "tune", "load", "report", "text", "to_tensorboard", "__version__"]
+__all__ = ["profile", "tune", "load", "report", "text", "to_tensorboard", "load_ipython_extension", "__version__"]
+
+
+def _rich_output_in_notebooks() -> None:
+    if "IPython" in sys.modules:  # only a running IPython shell can want it; never import IPython here
+        from feedprof.notebook import register_if_in_ipython
+
+        register_if_in_ipython()
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext feedprof``: rich output for feedprof's records, and the
+    ``%%feedprof`` cell magic (``%%feedprof --out run.json``) that profiles the
+    loop in a cell: every torch DataLoader it iterates is timed."""
+    from feedprof.notebook import load_ipython_extension as _load
+
+    _load(ipython)
 
 
 def profile(enabled: bool = True, **kwargs: Any) -> Any:
@@ -29,6 +49,7 @@ def profile(enabled: bool = True, **kwargs: Any) -> Any:
     """
     from feedprof.session import profile as _profile
 
+    _rich_output_in_notebooks()
     return _profile(enabled=enabled, **kwargs)
 
 
@@ -37,6 +58,7 @@ def load(path: str) -> Any:
     (a :class:`~feedprof.store.TuneResult`)."""
     from feedprof.store import load as _load
 
+    _rich_output_in_notebooks()
     return _load(path)
 
 
@@ -56,6 +78,7 @@ def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: b
     from feedprof.app import run_tune
     from feedprof.tune.tuner import TuneOptions
 
+    _rich_output_in_notebooks()
     opts = dataclasses.replace(TuneOptions(), **options)
     return run_tune(script, list(argv), out_dir, opts, progress=progress, show=progress, out=sys.stderr)
 

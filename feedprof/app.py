@@ -13,6 +13,7 @@ import sys
 from typing import IO, Any, List, Optional, Sequence
 
 from feedprof.store import Run, TuneResult, save
+from feedprof.tune.launch import Launch
 from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
 
 
@@ -49,42 +50,49 @@ def _write_outputs(result: TuneResult, out_dir: str, tensorboard: Optional[str],
 
 def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool = True,
              show: bool = True, previous: Optional[TuneResult] = None, tensorboard: Optional[str] = None,
-             out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> TuneResult:
+             out: IO[str] = sys.stdout, err: IO[str] = sys.stderr, launch: Optional[Launch] = None) -> TuneResult:
     """Tune, show progress on ``err`` (``progress``), write results.json,
     report.html (and TensorBoard files to ``tensorboard``), print the
     recommendation on ``out`` (``show``). Raises TuneInterrupted / TuneError
     (with the partial result) after writing what was measured."""
-    from feedprof.render.progress import ConsoleProgress, format_recommendation
+    from feedprof.render.progress import ConsoleProgress, format_recommendation, terminal_width
 
     os.makedirs(out_dir, exist_ok=True)
-    tuner = Tuner(script, argv, out_dir, options, observer=ConsoleProgress(err) if progress else None,
-                  previous=previous)
+    observer = ConsoleProgress(err) if progress else None
+    tuner = Tuner(script, argv, out_dir, options, observer=observer, previous=previous, launch=launch)
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
         from feedprof.tune.signals import deferred_signals
 
         with deferred_signals():
+            if observer is not None:
+                observer.tune_done()  # the live line, if one was drawn
             _write_outputs(stop.result, out_dir, tensorboard, err)
         raise
     except TuneError as exc:
+        if observer is not None:
+            observer.tune_done()
         _write_outputs(exc.result, out_dir, tensorboard, err)
         raise
     _write_outputs(result, out_dir, tensorboard, err)
     if show:
-        print(format_recommendation(result.recommendation, result), file=out, flush=True)
+        print(format_recommendation(result.recommendation, result, width=terminal_width(out)), file=out, flush=True)
     return result
 
 
-def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True) -> "tuple[Run, bool]":
-    """One observed run of the script's own settings: (run, interrupted).
-    Writes run.json and report.html."""
+def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True,
+                launch: Optional[Launch] = None) -> "tuple[Run, bool]":
+    """One observed run of the script's own settings (or of a multi-process
+    job, every rank): (run, interrupted). Writes run.json."""
     from feedprof.record.host import machine_info
+    from feedprof.tune.jobrunner import run_job
     from feedprof.tune.runner import TrialInterrupted, run_trial
 
     host = machine_info(gpu=gpu)
+    trial_dir = os.path.join(out_dir, "trial")
     try:
-        run = run_trial(script, argv, os.path.join(out_dir, "trial"), host, opts)
+        run = run_job(launch, trial_dir, host, opts) if launch else run_trial(script, argv, trial_dir, host, opts)
         interrupted = False
     except TrialInterrupted as stop:
         if stop.run is None:  # stopped as the script was starting: nothing measured

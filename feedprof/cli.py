@@ -1,4 +1,4 @@
-"""Command line: ``feedprof profile | tune | report``.
+"""Command line: ``feedprof profile | tune | report | gpus``.
 
 Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed;
 2 bad usage or input, one line on stderr and no traceback; 130 interrupted
@@ -156,8 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("profile", help="one observed run of a script, no sweep",
                        description="Run SCRIPT once, unmodified, and say whether its training loop "
-                       "waits for data. Script arguments go after --.")
-    p.add_argument("script", help="the training script (.py)")
+                       "waits for data. Script arguments go after --. A multi-process job: leave out SCRIPT "
+                       "and give its launch command after -- (feedprof profile -- torchrun --nproc-per-node 2 "
+                       "train.py): every rank is profiled.")
+    p.add_argument("script", nargs="?", help="the training script (.py); or none, and a launch command after --")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--full", action="store_true", help="run the script to completion instead of a window")
     p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
@@ -169,8 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("tune", help="sweep the loader settings, recommend the best",
                        description="Run SCRIPT unmodified with different loader settings injected, "
                        "within a time budget, and recommend the config that keeps the accelerator fed. "
-                       "Script arguments go after --.")
-    t.add_argument("script", nargs="?", help="the training script (.py); optional with --resume")
+                       "Script arguments go after --. A multi-process job: leave out SCRIPT and give its launch "
+                       "command after -- (feedprof tune -- torchrun --nproc-per-node 2 train.py): every rank "
+                       "gets the same knobs, and the recommendation is per rank.")
+    t.add_argument("script", nargs="?", help="the training script (.py); or none, and a launch command after --; "
+                   "optional with --resume")
     t.add_argument("--out", default=None, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
@@ -198,10 +203,15 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="render a saved run.json or results.json as HTML",
                        description="Render the HTML report of a saved feedprof run (run.json) or tune "
                        "(results.json): one self-contained page, no network needed to view it.")
-    r.add_argument("results", metavar="RESULTS_OR_RUN.json")
+    r.add_argument("results", metavar="RESULTS_OR_RUN.json", nargs="+",
+                   help="one results.json or run.json; or the run.json of every node of a multi-node job, merged")
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="where to write the page (default: report.html beside the JSON file)")
     r.set_defaults(func=cmd_report)
+
+    sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there", description="Every "
+                   "CUDA-visible GPU and its processes; those whose parent or job is gone are flagged with the "
+                   "command that ends them (feedprof never ends one).").set_defaults(func=cmd_gpus)
     return parser
 
 
@@ -214,7 +224,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.render.words import LOOKED_FOR, say
     from feedprof.tune.runner import TrialOptions
 
-    script = check_script(args.script)
+    script, script_args, launch = _what_to_run(args.script, script_args, "profile")
     out_dir = check_out_dir(args.out)
     check_tensorboard(args.tensorboard)
     opts = TrialOptions(window_batches=args.window_batches, window_seconds=args.window_seconds,
@@ -222,10 +232,14 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
                         loader_timeout_s=None if args.full else args.loader_timeout,
                         interval_s=args.interval, gpu=not args.no_gpu, capture_output=False)
     what = "to completion" if args.full else f"for up to {args.window_batches} steady-state batches"
-    _err(f"feedprof: profiling {os.path.relpath(script)} {what}")
-    run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu)
+    _err(f"feedprof: profiling {' '.join(launch.command) if launch else os.path.relpath(script)} {what}")
+    run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
     report = _write_report(run, os.path.join(out_dir, "report.html"))
-    print(format_summary(run.summary, run.host))
+    print(format_summary(run.summary, run.host, leftovers=run.leftovers))
+    if run.ranks:
+        from feedprof.render.ranks import format_ranks
+
+        print(format_ranks(run))
     _err(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'run.json'))}" +
          (f" and {os.path.relpath(report)}" if report else ""))
     write_tensorboard(run, args.tensorboard)
@@ -262,17 +276,17 @@ def _previous_tune(args: argparse.Namespace) -> Any:
 
 def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.app import baseline_output, run_tune
-    from feedprof.render.progress import format_recommendation
+    from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.render.words import say
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
 
     previous = _previous_tune(args) if args.resume is not None else None
-    if previous is not None:
+    if previous is not None and previous.launch:
+        args.script, script_args = None, list(previous.launch)
+    elif previous is not None:
         args.script = previous.script
         script_args = script_args or list(previous.argv)
-    if args.script is None:
-        raise UsageError("feedprof tune: the training script is required (or --resume DIR)")
-    script = check_script(args.script)
+    script, script_args, launch = _what_to_run(args.script, script_args, "tune")
     out_dir = check_out_dir(args.resume or args.out or DEFAULT_OUT)
     check_tensorboard(args.tensorboard)
     if args.loader is not None and not _looks_like_site(args.loader):
@@ -287,9 +301,9 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
               f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
     try:
         run_tune(script, script_args, out_dir, opts, progress=not args.quiet, previous=previous,
-                 tensorboard=args.tensorboard)
+                 tensorboard=args.tensorboard, launch=launch)
     except TuneInterrupted as stop:
-        _err(format_recommendation(stop.result.recommendation, stop.result))
+        _err(format_recommendation(stop.result.recommendation, stop.result, width=terminal_width(sys.stderr)))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")
         return EXIT_INTERRUPTED
     except TuneError as exc:
@@ -299,6 +313,23 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         return exc.exit_code
     _err(f"feedprof: wrote {written}")
     return EXIT_OK
+
+
+def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Any]:
+    """(script, its arguments, a Launch or None): a script and its arguments, or a
+    multi-process job's launch command after -- (no script)."""
+    if script is not None:
+        return check_script(script), script_args, None
+    if not script_args:
+        raise UsageError(f"feedprof {command}: the training script is required, or a launch command after -- "
+                         f"(feedprof {command} -- torchrun --nproc-per-node 2 train.py)")
+    from feedprof.tune.launch import LaunchError, parse_launch
+
+    try:
+        launch = parse_launch(script_args)
+    except LaunchError as exc:
+        raise UsageError(f"feedprof {command} -- {' '.join(script_args)}: {exc}") from None
+    return launch.script or "", [], launch
 
 
 def _looks_like_site(text: str) -> bool:
@@ -312,10 +343,13 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
     if script_args:
         raise UsageError("feedprof report takes no script arguments")
     try:
-        obj = load(args.results)
+        objs = [load(path) for path in args.results]
     except StoreError as exc:
         raise UsageError(str(exc)) from None
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.results)), "report.html")
+    obj = objs[0] if len(objs) == 1 else _merged(objs, args.results)
+    if len(objs) > 1 and args.output is None:
+        raise UsageError("feedprof report: several runs are merged into one page: say where with -o FILE")
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.results[0])), "report.html")
     out_dir = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(out_dir):
         raise UsageError(f"-o {output}: no such directory {out_dir}")
@@ -324,6 +358,31 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
         return EXIT_USAGE
     _err(f"feedprof: wrote {os.path.relpath(path)}")
     return EXIT_OK
+
+
+def cmd_gpus(args: argparse.Namespace, script_args: List[str]) -> int:
+    from feedprof.record.gpu_procs import gpus_now
+    from feedprof.render.gpus import format_gpus
+    from feedprof.render.progress import terminal_width
+
+    if script_args:
+        raise UsageError("feedprof gpus takes no script arguments")
+    print(format_gpus(gpus_now(), width=terminal_width(sys.stdout)))
+    return EXIT_OK
+
+
+def _merged(objs: List[Any], paths: List[str]) -> Any:
+    """The run.json of every node of one job, as one job."""
+    from feedprof.analyse.merge import MergeError, merge_runs
+    from feedprof.store import Run
+
+    not_runs = [p for o, p in zip(objs, paths) if not isinstance(o, Run)]
+    if not_runs:
+        raise UsageError(f"feedprof report: only run.json files (feedprof profile) are merged, not {not_runs[0]}")
+    try:
+        return merge_runs(objs)
+    except MergeError as exc:
+        raise UsageError(f"feedprof report: {exc}") from None
 
 
 def _write_report(obj: Any, path: str) -> Optional[str]:

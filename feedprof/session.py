@@ -94,15 +94,13 @@ class Profile:
         """Wrap a loader (any iterable of batches): every batch it yields is timed."""
         if self._origin_s is None:
             self.start()
-        from feedprof.frameworks import describe_loader
+        from feedprof.frameworks import code_site, describe_loader
 
         framework, info = describe_loader(iterable)
         if batch_size is not None:
             info.batch_size = batch_size
-        caller = sys._getframe(1)
-        site = f"{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
         rec = self.recorder(framework, name=name, info=info)
-        rec.binding = Binding(site=site)
+        rec.binding = Binding(site=code_site(sys._getframe(1)))
         return Watched(iterable, rec, now=self.clock.now_s)
 
     def recorder(self, framework: str, name: str = "", info: Optional[LoaderInfo] = None) -> StepRecorder:
@@ -162,6 +160,13 @@ class Profile:
 
         write_run(self.run, logdir)
         return logdir
+
+    def _repr_html_(self) -> Optional[str]:  # Jupyter: the profile as its report (render/fragments.py)
+        if self._origin_s is None:
+            return None
+        from feedprof.render.fragments import run_html
+
+        return run_html(self.run)
 
 
 class NullProfile:

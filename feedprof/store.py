@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
 from feedprof.reasons import Reason, Verdict
+from feedprof.store_procs import Leftovers
 
 SCHEMA_RUN = "feedprof.run/2"
 SCHEMA_TUNE = "feedprof.tune/2"
@@ -161,6 +162,8 @@ class LoaderRecord:
     instances: int = 1  # loader objects this record spans (a script may rebuild it every epoch)
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime (see frameworks/)
     config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at `site` (tf.data: map calls)
+    settings_call: str = ""  # the call that holds the knobs when a library builds the loader ("TrainingArguments"):
+    #                           config_sites is then the user frames of that call, outermost first
     dataset: str = ""
     batch_size: Optional[int] = None
     batches_per_epoch: Optional[int] = None
@@ -186,6 +189,22 @@ class Window:
     t_start_s: Optional[float] = None
     t_end_s: Optional[float] = None
     end: WindowEnd = WindowEnd.NONE
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Which process of a multi-process job a run is (from its launcher's environment)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    launcher: str = ""  # torchrun | mpi | pmi | horovod | tf_config | slurm
+    node: str = ""  # hostname
+    node_rank: Optional[int] = None  # which node of the job, where the launcher says (torchrun's GROUP_RANK)
+    pid: Optional[int] = None
+    device: str = ""  # where its batches go ("cuda:0", "cpu")
+    gpu_uuid: str = ""  # that device's NVML UUID (matched to the job's GPU curves)
 
 
 @dataclass(frozen=True)
@@ -266,8 +285,11 @@ class Run:
     cuda_used: Optional[bool] = None  # did the script initialise CUDA
     modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
     other_processes: Tuple[OtherProcess, ...] = ()  # the busiest processes outside the job (record/others.py)
+    rank: Optional[RankInfo] = None  # a rank of a multi-process job: which one
+    ranks: Tuple["Run", ...] = ()  # a multi-process job: every rank's own run (this one is the whole job)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[Reason, ...] = ()
+    leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process, older files)
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)
@@ -344,6 +366,7 @@ class TuneResult:
     recommendation: Optional[Recommendation] = None
     trials: Tuple[Trial, ...] = ()
     notes: Tuple[Reason, ...] = ()
+    launch: Tuple[str, ...] = ()  # the launch command of a multi-process job (feedprof tune -- LAUNCH...)
 
 
 # ------------------------------------------------------------------ files

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import types
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 
 class FakeClock:
@@ -43,11 +43,16 @@ def _nvml_errors():
 
 
 def fake_pynvml(uuids: List[str], names: Optional[List[str]] = None, init_error: Optional[int] = None,
-                util: Optional[Dict[int, float]] = None):
+                util: Optional[Dict[int, float]] = None,
+                compute: Optional[Dict[int, List[Tuple[int, Optional[int]]]]] = None,
+                graphics: Optional[Dict[int, List[Tuple[int, Optional[int]]]]] = None):
     """A module with pynvml's API for len(uuids) GPUs in NVML (PCI) order.
 
     ``lost`` (a set of NVML indices) makes every query of those devices raise
-    NVMLError_GpuIsLost, as a GPU that fell off the bus does.
+    NVMLError_GpuIsLost, as a GPU that fell off the bus does. ``compute`` and
+    ``graphics`` map an NVML index to the (pid, usedGpuMemory) pairs its
+    per-process queries list (``nv.compute`` / ``nv.graphics`` can be changed
+    later); usedGpuMemory None is NVML's "not available".
     """
     nv = types.SimpleNamespace()
     errors = _nvml_errors()  # the same classes the file-based fake (fake_nvml/pynvml.py) raises
@@ -91,4 +96,15 @@ def fake_pynvml(uuids: List[str], names: Optional[List[str]] = None, init_error:
     nv.nvmlDeviceGetClockInfo = lambda h, kind: 1000 + check(h)
     nv.nvmlDeviceGetPcieThroughput = lambda h, kind: 100 * (check(h) + 1) + kind
     nv.nvmlDeviceGetPowerUsage = lambda h: 250000 + check(h)
+    nv.compute = dict(compute or {})
+    nv.graphics = dict(graphics or {})
+
+    def listed(table):
+        return lambda h: [types.SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF,
+                                                computeInstanceId=0xFFFFFFFF)
+                          for pid, used in table.get(check(h), [])]
+
+    nv.nvmlDeviceGetComputeRunningProcesses = listed(nv.compute)
+    nv.nvmlDeviceGetGraphicsRunningProcesses = listed(nv.graphics)
+    nv.nvmlSystemGetDriverVersion = lambda: "555.42.06"
     return nv

@@ -91,6 +91,75 @@ model.compile(optimizer="sgd", loss="mse")
 model.fit(dataset, epochs=20, verbose=0)
 '''
 
+TFDATA_FIT_STEP_LOG = '''
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+if sys.argv[3] == "tf_keras":
+    import tf_keras as keras
+else:
+    import keras
+
+
+def decode(i):
+    time.sleep(0.006)  # a remote read per element; sleeping releases the GIL
+    return np.full((8,), float(i), dtype=np.float32)
+
+
+def load(i):
+    x = tf.numpy_function(decode, [i], tf.float32)
+    x.set_shape((8,))
+    return x, x[:1]
+
+
+class StepLog(keras.callbacks.Callback):
+    """The script's own step clock: no feedprof code, the machine-wide perf_counter."""
+
+    def on_train_begin(self, logs=None):
+        self.fh = open(sys.argv[1], "w")
+
+    def on_train_batch_end(self, batch, logs=None):  # batch: the last step this call ends
+        self.fh.write(f"{time.perf_counter()} {batch}\\n")
+        self.fh.flush()
+
+
+dataset = tf.data.Dataset.range(4096).shuffle(256)
+dataset = dataset.map(load, num_parallel_calls=2).batch(16).prefetch(1).repeat()
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse", steps_per_execution=int(sys.argv[2]))
+model.fit(dataset, epochs=3, steps_per_epoch=256, verbose=0, callbacks=[StepLog()])
+'''
+
+TFDATA_FIT_EACH_EPOCH = '''
+import time
+
+import numpy as np
+import tensorflow as tf
+import keras
+
+
+def decode(i):
+    time.sleep(0.003)
+    return np.full((8,), float(i), dtype=np.float32)
+
+
+def load(i):
+    x = tf.numpy_function(decode, [i], tf.float32)
+    x.set_shape((8,))
+    return x, x[:1]
+
+
+train = tf.data.Dataset.range(480).map(load, num_parallel_calls=2).batch(16).prefetch(1)
+val = tf.data.Dataset.range(64).map(load).batch(16)
+model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse")
+for epoch in range(10):  # one fit per epoch, each with its validation
+    model.fit(train, validation_data=val, epochs=1, verbose=0)
+'''
+
 TF_KERAS_SEQUENCE = '''
 import sys
 import time

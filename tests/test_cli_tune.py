@@ -39,7 +39,11 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers):
     for t in res["trials"]:
         assert {"config", "state", "batches_per_s", "data_wait_fraction", "main_cpu_pct", "workers_cpu_pct",
                 "gpu_util_pct", "peak_rss_bytes"} <= set(t)
-    assert "num_workers=" in rec["code"] and rec["code"].startswith("train = DataLoader(Samples(")
+    # num_workers=args.workers: the script's own --workers flag is the advice
+    n = rec["config"]["num_workers"]
+    assert f"run with `--workers {n}`" in proc.stdout and rec["code"].endswith(f"train.py --workers {n}")
+    if len(rec["code"].splitlines()) > 1:  # other knobs are set in the script's own statement
+        assert rec["code"].startswith("train = DataLoader(Samples(") and "num_workers=args.workers" in rec["code"]
     assert "Recommendation" in proc.stdout and "Paste this" in proc.stdout
 
 

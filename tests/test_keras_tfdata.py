@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from tests.conftest import run_feedprof, write_script
-from tests.scripts_keras import CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_LOOP, pydataset
+from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_FIT_EACH_EPOCH, TFDATA_FIT_STEP_LOG,
+                                 TFDATA_LOOP, pydataset)
 
 pytest.importorskip("tensorflow")
 pytest.importorskip("keras")
@@ -79,6 +80,46 @@ def test_fit_on_a_tfdata_pipeline_is_profiled(tmp_path, no_leftovers):
     assert s["data_wait_fraction"] is None  # pulled inside the compiled train function
     assert {"code": "wait_not_observable", "framework": "tf.data"} in s["notes"]
     assert "data wait is not observable here" in proc.stdout
+
+
+def rate_over_window(log_lines, window_s):
+    """Steps per second from "time last_step" lines (the step count restarts at 0
+    every epoch), over the last ``window_s`` seconds of the log."""
+    t_s, last = zip(*((float(t), int(n)) for t, n in (line.split() for line in log_lines)))
+    first = min(range(len(t_s)), key=lambda i: abs(t_s[i] - (t_s[-1] - window_s)))
+    steps = sum(n - prev if n > prev else n + 1 for prev, n in zip(last[first:], last[first + 1:]))
+    return steps / (t_s[-1] - t_s[first])
+
+
+@pytest.mark.parametrize("keras_flavour,steps_per_execution", [("keras", 1), ("keras", 4), ("tf_keras", 1)])
+def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, keras_flavour, steps_per_execution, no_leftovers):
+    pytest.importorskip(keras_flavour)
+    # The script logs its own on_train_batch_end times. feedprof ends the window (and the
+    # script) from its own callback, which fit runs after the script's: the script's last
+    # logged step is the window's last step, so the two can be compared over the same span.
+    script = write_script(tmp_path, "train.py", TFDATA_FIT_STEP_LOG)
+    log = tmp_path / "steps.log"
+    proc, run = profile(tmp_path, script, "--window-batches", "80", "--", str(log), str(steps_per_execution),
+                        keras_flavour)
+    assert proc.returncode == 0, proc.stderr
+    s, w = run["summary"], run["window"]
+    assert s["framework"] == "tf.data" and s["batches_measured"] == 80
+    lines = log.read_text().splitlines()
+    script_rate = rate_over_window(lines, w["t_end_s"] - w["t_start_s"])
+    assert s["batches_per_s"] == pytest.approx(script_rate, rel=0.10), (s["batches_per_s"], script_rate)
+    assert len(lines) * steps_per_execution > 80  # warm-up and the first batch come before the window
+    assert s["batch_size"] == 16  # the last batch may be short: the size is the one the script asked
+    loader = next(r for r in run["loaders"] if r["loader_id"] == w["loader_id"])
+    assert loader["script_config"]["num_parallel_calls"] == 2  # seen through .repeat()
+
+
+def test_validation_pipeline_is_not_timed_by_the_next_fit(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", TFDATA_FIT_EACH_EPOCH)
+    proc, run = profile(tmp_path, script, "--window-batches", "60")
+    assert proc.returncode == 0, proc.stderr
+    timed = [(loader["config_sites"], loader["batches"]) for loader in run["loaders"] if loader["batches"]]
+    assert len(timed) == 1 and timed[0][0] == ["train.py:19"], timed  # the training pipeline only
+    assert run["summary"]["batches_measured"] == 60
 
 
 def test_tf_keras_epoch_end_stall_is_counted(tmp_path, no_leftovers):

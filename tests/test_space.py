@@ -1,8 +1,9 @@
 """The search spaces: legal configs, costs, secondary knobs and what is judged."""
 from feedprof.reasons import EpochEndStall, PinMemoryNoEffect, VersusAutotune
-from feedprof.store import Role, Trial, TrialState
+from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.space import TorchSpace, make_space
 from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace
+from feedprof.tune.strategy import LadderStrategy
 
 
 def ok(config, rate, **fields):
@@ -72,3 +73,47 @@ def test_tfdata_never_recommends_below_autotune():
     faster = ok(sp.legalize({"num_parallel_calls": 16, "private_threadpool_size": 16}), 400.0)
     config, judged = sp.finalize(faster, 0.03, [faster, auto])
     assert config["num_parallel_calls"] == 16 and judged[0].switched is False
+
+
+TF_BASELINE = {"num_parallel_calls": 2, "prefetch": 1}
+
+
+def tf_trial(index, role, config, rate, main_cpu_pct, system_cpu_pct=100.0, phase=Phase.SEARCH):
+    return Trial(index=index, role=role, config=config, state=TrialState.OK, batches_per_s=rate, phase=phase,
+                 batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
+                 main_cpu_pct=main_cpu_pct, system_cpu_pct=system_cpu_pct)
+
+
+def test_cpu_bound_is_the_jobs_own_cpu_not_the_machines():
+    space = TfDataSpace(TF_BASELINE, cpu_cap=2, max_primary=32, cuda_used=False)
+    cfg = space.with_primary(TF_BASELINE, 4)
+    # another job fills the machine while the pipeline's threads sleep on reads
+    assert space.cpu_bound(tf_trial(1, "search", cfg, 9.4, main_cpu_pct=26.0)) is False
+    assert space.cpu_bound(tf_trial(1, "search", cfg, 9.4, main_cpu_pct=195.0)) is True
+    assert space.cpu_bound(tf_trial(1, "search", cfg, 9.4, main_cpu_pct=None)) is None
+
+
+def test_sleep_bound_map_on_a_busy_machine_climbs_past_the_cpu_count():
+    # 10 ms of read per element, 16 per batch; the training process uses ~0.07 cores
+    # per thread, and another job keeps the machine's CPUs at 100 % throughout.
+    space = TfDataSpace(TF_BASELINE, cpu_cap=2, max_primary=32, cuda_used=False)
+    strat = LadderStrategy(space)
+    trials = []
+
+    def measure(role, config, phase):
+        n = space.primary_of(config)
+        rate = 1000.0 if role == "ceiling" else 2.6 * n
+        t = tf_trial(len(trials), role, space.legalize(config), rate, main_cpu_pct=7.0 * n, phase=phase)
+        trials.append(t)
+        strat.tell(t)
+
+    measure(Role.BASELINE, TF_BASELINE, Phase.BASELINE)
+    while len(trials) < 30:
+        prop = strat.ask()
+        if prop is None:
+            break
+        measure(prop.role, prop.config, prop.phase)
+    assert prop is None  # the search ended by itself
+    tried = [space.primary_of(t.config) for t in trials if t.role == "search"]
+    assert max(tried) >= 16, tried
+    assert not any(n.code == "cpus_saturated" for n in strat.notes), strat.notes

@@ -51,6 +51,19 @@ def test_warmup_steps_are_excluded_and_counted():
     assert sum(snap.steps.n_steps) == 6  # 10 - first - 3 warm-up
 
 
+def test_several_steps_timed_as_one_delivery():
+    # fit with steps_per_execution=4: one callback every 4 steps of 25 ms
+    rec = StepRecorder(0, warmup_batches=2)
+    rec.epoch_started(0.0)
+    for k in range(1, 11):
+        rec.batch(k * 0.1, k * 0.1, n_steps=4)
+    snap = rec.snapshot()
+    assert rec.deliveries == 10 and snap.batches == 40
+    assert snap.warmup_batches == 2  # the first timed delivery covers all of the warm-up
+    assert sum(snap.steps.n_steps) == 32 and sum(snap.steps.wall_s) == pytest.approx(0.8)
+    assert snap.epochs.n_batches == (40,)
+
+
 def test_long_runs_keep_fixed_memory_and_exact_totals():
     rec = StepRecorder(0, warmup_batches=0, step_capacity=64)
     feed(rec, 0.001, 0.003, 100_001)

@@ -2,11 +2,13 @@
 wait, input-bound class, and the host/GPU picture over the same window."""
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+import dataclasses
+from typing import List, Optional, Sequence, Tuple
 
 from feedprof.analyse import stats
 from feedprof.analyse.hazards import run_hazards
-from feedprof.reasons import FewSteadyBatches, NoLoaderIterated, OnlyWarmup, Reason, WaitNotObservable, said_once
+from feedprof.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
+                              WaitNotObservable, said_once)
 from feedprof.store import LoaderRecord, Run, Samples, StepLog, Summary
 
 # The TensorFlow Profiler's input-pipeline thresholds.
@@ -92,6 +94,8 @@ def effective_rate(batches_per_s: Optional[float], batches_per_epoch: Optional[i
 
 
 def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
+    if run.ranks:
+        return summarize_job(run)
     rec = training_loader(run)
     notes: List[Reason] = list(run.notes) + list(run.samples.notes)
     if rec is None:
@@ -187,3 +191,48 @@ def _host_means(run: Run, rec: LoaderRecord) -> dict:
         peak_worker_fds=peaks.worker_fds,
         fd_limit=s.fd_limit,
     )
+
+
+# ------------------------------------------------------ multi-process jobs
+
+STRAGGLER_MIN_WAIT = 0.2  # a rank that waits at least this much of its time,
+STRAGGLER_LEAD = 0.15  # and this much more than the other ranks' median, is named
+
+
+def straggler(summaries: Sequence[Tuple[int, Summary]]) -> Optional[Straggler]:
+    """The rank that waits for data much longer than the others, if one does."""
+    waits = [(rank, s.data_wait_fraction) for rank, s in summaries if s.data_wait_fraction is not None]
+    if len(waits) < 2:
+        return None
+    rank, top = max(waits, key=lambda rw: rw[1])
+    others = stats.median([w for r, w in waits if r != rank])
+    if top >= STRAGGLER_MIN_WAIT and top - others >= STRAGGLER_LEAD:
+        return Straggler(rank=rank, wait_fraction=top, others_wait_fraction=others)
+    return None
+
+
+def summarize_job(run: Run) -> Summary:
+    """The job: as fast as its slowest rank (training is synchronous), as starved
+    as its most starved one; CPU per rank (the mean), memory and GPUs of the whole job."""
+    per_rank = [(r.rank.rank if r.rank else i, r.summary or summarize(r)) for i, r in enumerate(run.ranks)]
+    measured = [s for _, s in per_rank if s.batches_per_s]
+    # the ranks' own samplers leave the GPUs to the job's: their GPU notes are not the job's
+    notes: List[Reason] = said_once(list(run.samples.notes) + [n for _, s in per_rank for n in s.notes
+                                                               if not isinstance(n, GpuUnavailable)])
+    if not measured:
+        return Summary(notes=tuple(notes or [NoLoaderIterated()]))
+    slowest = min(measured, key=lambda s: s.effective_batches_per_s or s.batches_per_s)
+    lag = straggler(per_rank)
+    waits = [s.data_wait_fraction for s in measured if s.data_wait_fraction is not None]
+    batch = sum(s.batch_size or 0 for s in measured)
+    mean = lambda name: stats.mean([getattr(s, name) for s in measured])  # noqa: E731
+    machine = _host_means(run, training_loader(run)) if training_loader(run) is not None else {}
+    return dataclasses.replace(
+        slowest, samples_per_s=slowest.batches_per_s * batch if batch else None,
+        data_wait_fraction=max(waits) if waits else None, input_bound=classify(max(waits) if waits else None),
+        main_cpu_pct=mean("main_cpu_pct"), workers_cpu_pct=mean("workers_cpu_pct"),
+        workers_runq_pct=mean("workers_runq_pct"),
+        **{k: machine[k] for k in ("system_cpu_pct", "other_cpu_cores", "gpu_util_pct", "peak_tree_rss_bytes",
+                                   "peak_tree_pss_bytes", "peak_shm_used_bytes") if k in machine},
+        peak_worker_pss_bytes=max((s.peak_worker_pss_bytes or 0 for s in measured), default=None) or None,
+        notes=tuple(notes + ([lag] if lag else [])))

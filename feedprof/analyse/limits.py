@@ -109,6 +109,16 @@ def usable(trials: Sequence[Trial], cap: Optional[WorkersCapped], workers_of: Wo
             and tuple(sorted(t.config.items())) not in unsafe]
 
 
+def survivable(baseline: Trial) -> bool:
+    """The script's own workers were killed (RAM, /dev/shm) or ran out of open
+    files, in a loader that was found: the tune goes on with fewer workers
+    (capped here) instead of ending with the baseline."""
+    rec = _loader(baseline)
+    hazard = baseline.state == TrialState.KILLED or (
+        baseline.state == TrialState.FAILED and isinstance(baseline.cause, TooManyOpenFiles))
+    return hazard and rec is not None and (workers_of(rec.config) or 0) > 0
+
+
 # ---------------------------------------------------------- memory growth
 
 

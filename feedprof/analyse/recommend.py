@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from feedprof.analyse import noise, stats
+from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
@@ -234,7 +235,8 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
                    baseline_config=dict(f.baseline.config) if failed else {})
 
 
-def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int]) -> List[Reason]:
+def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int],
+               trials: Sequence[Trial] = ()) -> List[Reason]:
     out: List[Reason] = []
     if f.baseline is not None and f.baseline_score:
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
@@ -261,6 +263,9 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
         out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))
+    advice = trainer_advice(f.baseline, measured_configs(usable(trials, f.cap, space.workers)), verdict)  # checked
+    if advice is not None:
+        out.append(advice)
     return out
 
 
@@ -293,7 +298,7 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap) + warnings))
+        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials) + warnings))
 
 
 def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:

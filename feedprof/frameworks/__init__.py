@@ -8,12 +8,14 @@ and they talk to the trial controller only through contract.Controller.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, Dict, Tuple
 
 from feedprof.record.steps import LoaderInfo
 
-_MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata"}
+_MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata",
+            "torchdata.nodes": "torchdata_nodes"}
 
 
 def _module(framework: str) -> Any:
@@ -37,6 +39,15 @@ def describe_config(framework: str, config: Dict[str, Any]) -> str:
     return module.describe_config(config)
 
 
+def code_site(frame: Any) -> str:
+    """Where a frame is, as people name it: "train.py:42", or "cell line 3"
+    in a notebook (whose cells are compiled under generated file names)."""
+    name = frame.f_code.co_filename
+    if name.startswith("<") or f"{os.sep}ipykernel_" in name:
+        return f"cell line {frame.f_lineno}"
+    return f"{os.path.basename(name)}:{frame.f_lineno}"
+
+
 def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:
     """(framework, what is known) of a loader handed to ``prof.watch``; an
     unknown iterable gets what can be read."""
@@ -51,32 +62,3 @@ def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:
     except TypeError:
         pass
     return "iterable", info
-
-
-HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax")
-
-
-def _install(adapter: str, ctl: Any) -> None:
-    """Instrument a framework the script just imported (a failure to do so is a
-    note, never an error in the user's script)."""
-    from feedprof.reasons import NotInstrumented
-
-    try:
-        importlib.import_module(f"feedprof.frameworks.{adapter}").install(ctl)
-        if adapter == "keras" and "tensorflow" in sys.modules:
-            from feedprof.frameworks import tfdata
-
-            tfdata.install_keras_adapter(ctl)
-    except (ImportError, AttributeError) as exc:  # a framework version we do not know
-        ctl.note(NotInstrumented(adapter=adapter, error=f"{type(exc).__name__}: {exc}"))
-
-
-def install_adapters(ctl: Any) -> None:
-    """In a trial child: each adapter is installed when the script imports its framework."""
-    from feedprof.frameworks import hooks
-    from feedprof.frameworks import torch as torch_fw
-
-    hooks.when_imported("torch.utils.data", lambda _m: torch_fw.install(ctl))
-    hooks.when_imported("tensorflow", lambda _m: _install("tfdata", ctl))
-    hooks.when_imported("keras", lambda _m: _install("keras", ctl))
-    hooks.when_imported("tf_keras", lambda _m: _install("tf_keras", ctl))

@@ -61,8 +61,9 @@ class Controller(Protocol):
                 replay: Optional[bool] = None) -> Iterator:
         """An epoch starts: the iterator to hand the script (timed, or replaying)."""
 
-    def user_chain(self, caller: FrameType) -> Tuple[str, ...]:
-        """The script's frames, if ``caller`` is the script's own code (else ())."""
+    def user_chain(self, caller: FrameType, direct: bool = True) -> Tuple[str, ...]:
+        """The script's frames, if ``caller`` is the script's own code (else ());
+        ``direct=False``: the script's frames further out too (a library call made by the script)."""
 
     def injection(self, framework: str) -> Optional[Dict[str, Any]]:
         """Knobs for every part of a pipeline the script builds (tf.data)."""

@@ -206,17 +206,28 @@ def make_end_window(ctl: Any, base: type) -> Any:
     """
 
     class EndWindow(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            # Made as fit is called: pipelines registered before are not this fit's training
+            # data (the last fit's validation, an evaluate or predict call): never timed.
+            ctl.claim_callback_handles()
+
         def on_train_begin(self, logs: Any = None) -> None:
             self.handles = ctl.claim_callback_handles()
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.last_step = -1
             for handle in getattr(self, "handles", ()):
                 ctl.epoch_begins(handle)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            # ``batch`` is the last step this call ends: with steps_per_execution=N
+            # fit runs N steps per call (Keras 3 and tf_keras alike)
             now = ctl.now()
+            n_steps = max(1, batch - getattr(self, "last_step", -1))
+            self.last_step = batch
             for handle in getattr(self, "handles", ()):
-                ctl.timed_step(handle, now)
+                ctl.timed_step(handle, now, n_steps)
             ctl.check_stop()
 
     return EndWindow

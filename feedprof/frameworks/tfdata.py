@@ -11,10 +11,13 @@ NOTE [ tf.data instrumentation in a trial child ]
     script: for x, y in ds: step(x, y)       ─ patched __iter__: options (private threadpool),
                                                  a prefetch if the pipeline has none, the
                                                  ceiling's replay; each next() timed (data wait)
-        or: model.fit(ds)                    ─ Keras TFDatasetAdapter: the same transformations;
-                                                 steps timed from the fit callback (the batch is
-                                                 pulled inside the compiled train function, so
-                                                 data wait is not observable there)
+        or: model.fit(ds)                    ─ the fit's dataset adapter (Keras 3, tf_keras): the
+                                                 same transformations; steps timed from the fit
+                                                 callback only (the batch is pulled inside the
+                                                 compiled train function, so data wait is not
+                                                 observable there), and fit is handed TensorFlow's
+                                                 own iterator: given anything else, Keras pulls in
+                                                 Python and each step would be counted twice
 
 Knobs: ``num_parallel_calls`` (an int, or "AUTOTUNE"), ``prefetch`` (buffer,
 int or "AUTOTUNE"), ``deterministic``, ``private_threadpool_size``. The
@@ -34,6 +37,10 @@ from feedprof.record.steps import LoaderInfo
 KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 AUTOTUNE = "AUTOTUNE"
 PARALLEL = ("map", "interleave", "batch")
+# Transformations that set neither parallelism nor prefetch: a pipeline stays the
+# script's through them (``ds.map(f).cache().batch(32).repeat()``, ``fit(ds.take(200))``).
+CARRIED = ("repeat", "take", "skip", "shuffle", "cache", "filter", "unbatch", "padded_batch", "rebatch",
+           "shard", "apply", "with_options", "ignore_errors", "take_while", "enumerate")
 
 
 def to_tf(value: Any) -> Any:
@@ -83,8 +90,10 @@ class Pipeline:
     deterministic: Optional[bool] = None
     prefetch: Any = None
     has_prefetch: bool = False
+    batch_size: Optional[int] = None  # as the script asked (fit's callback never sees a batch)
     handle: Any = None
     runtime: Any = None  # the dataset actually iterated (options, prefetch, replay applied)
+    fed_to_fit: bool = False  # timed by the fit callback: iterating it must not time it again
 
     def script_config(self) -> Dict[str, Any]:
         return legalize({"num_parallel_calls": self.num_parallel_calls, "prefetch": self.prefetch,
@@ -154,32 +163,63 @@ def install(ctl: Any) -> None:
 
     for name in PARALLEL + ("prefetch",):
         setattr(D, name, transformation(name))
+    for name in CARRIED:
+        if hasattr(D, name):
+            setattr(D, name, _carry_tag(ctl, getattr(D, name)))
 
     orig_iter = originals["__iter__"]
 
     def __iter__(self: Any) -> Any:
         p = getattr(self, "_feedprof_pipeline", None)
-        if p is None or not _eager():
+        if p is None or p.fed_to_fit or not _eager():
+            # fit's steps are timed by its callback. Keras pulls inside its compiled train
+            # function only from a tf.data.Iterator; a WatchedIterator would make it pull in
+            # Python and every step would be counted twice (once here, once by the callback).
             return orig_iter(self)
         handle = _register(ctl, self, p, sys._getframe(1))
         return ctl.iterate(handle, lambda: orig_iter(p.runtime), replay=False)
 
     D.__iter__ = __iter__
     D._feedprof_patched = True
-    if "keras" in sys.modules:
-        install_keras_adapter(ctl)
+    install_keras_adapter(ctl)
+    from feedprof.frameworks import tfdistribute
+
+    tfdistribute.install(ctl)
+
+
+def _copy(p: Pipeline) -> Pipeline:
+    """What a derived dataset inherits (its handle and runtime are its own)."""
+    return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
+                    prefetch=p.prefetch, has_prefetch=p.has_prefetch, batch_size=p.batch_size)
+
+
+def _carry_tag(ctl: Any, orig: Any) -> Any:
+    def carried(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, *args, **kwargs)
+        p = getattr(self, "_feedprof_pipeline", None)
+        # only from the script's own code: Keras's and feedprof's derived datasets stay untagged
+        if p is not None and getattr(out, "_feedprof_pipeline", None) is None and ctl.user_chain(sys._getframe(1)):
+            try:
+                out._feedprof_pipeline = _copy(p)
+            except AttributeError:
+                pass
+        return out
+
+    carried.__wrapped__ = orig  # type: ignore[attr-defined]
+    return carried
 
 
 def _parent_pipeline(ds: Any) -> Pipeline:
     p = getattr(ds, "_feedprof_pipeline", None)
-    return Pipeline(sites=p.sites, num_parallel_calls=p.num_parallel_calls, deterministic=p.deterministic,
-                    prefetch=p.prefetch, has_prefetch=p.has_prefetch) if p else Pipeline()
+    return _copy(p) if p else Pipeline()
 
 
 def _tag_and_inject(name: str, args: Dict[str, Any], p: Pipeline, site: str,
                     inject: Optional[Dict[str, Any]]) -> None:
     """Record what the script asked of one transformation; set the injected knobs in ``args``."""
     inject = inject or {}
+    if name == "batch":
+        p.batch_size = _static_int(args.get("batch_size"))
     if name in ("map", "interleave"):
         p.sites = (p.sites + (site,))[-4:]
         p.num_parallel_calls = from_tf(args.get("num_parallel_calls"))
@@ -228,7 +268,7 @@ def _register(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
             runtime = runtime.take(n)
     p.runtime = runtime
     p.handle = ctl.created(plan, LoaderInfo(config=config, script_config=script_cfg, dataset="tf.data.Dataset",
-                                            batches_per_epoch=n, batch_size=_batch_size(ds),
+                                            batches_per_epoch=n, batch_size=_batch_size(ds) or p.batch_size,
                                             config_sites=tuple(p.sites)), ds)
     return p.handle
 
@@ -239,6 +279,13 @@ def _cardinality(ds: Any) -> Optional[int]:
     except (TypeError, ValueError, AttributeError):
         return None
     return n if n > 0 else None  # -1 infinite, -2 unknown
+
+
+def _static_int(value: Any) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):  # a symbolic tensor
+        return None
 
 
 def _batch_size(ds: Any) -> Optional[int]:
@@ -252,24 +299,38 @@ def _batch_size(ds: Any) -> Optional[int]:
     return int(dim) if dim is not None else None
 
 
+# Where fit wraps a tf.data.Dataset, per Keras flavour: (package, module, class).
+FIT_ADAPTERS = (("keras", "keras.src.trainers.data_adapters.tf_dataset_adapter", "TFDatasetAdapter"),
+                ("tf_keras", "tf_keras.src.engine.data_adapter", "DatasetAdapter"))
+
+
 def install_keras_adapter(ctl: Any) -> None:
-    """model.fit(ds) on a tagged pipeline: same settings, steps timed by the fit callback."""
-    try:
-        from keras.src.trainers.data_adapters import tf_dataset_adapter as tda
-    except ImportError:
-        return
-    Adapter = tda.TFDatasetAdapter
-    if getattr(Adapter, "_feedprof_patched", False):
-        return
-    orig_init = Adapter.__init__
+    """model.fit(ds) on a tagged pipeline, for each Keras flavour already imported
+    (never importing one): same settings, steps timed by the fit callback."""
+    import importlib
+
+    for package, module, name in FIT_ADAPTERS:
+        if package not in sys.modules:
+            continue
+        try:
+            adapter = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):  # a version we do not know: its fit is not measured
+            continue
+        if not adapter.__dict__.get("_feedprof_patched", False):
+            _patch_fit_adapter(ctl, adapter)
+
+
+def _patch_fit_adapter(ctl: Any, adapter: type) -> None:
+    orig_init = adapter.__init__
 
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         p = getattr(dataset, "_feedprof_pipeline", None)
         if p is not None:
             handle = _register(ctl, dataset, p, sys._getframe(1))
             ctl.timed_by_callback(handle)
+            p.fed_to_fit = True
             dataset = p.runtime
         orig_init(self, dataset, *args, **kwargs)
 
-    Adapter.__init__ = __init__
-    Adapter._feedprof_patched = True
+    adapter.__init__ = __init__
+    adapter._feedprof_patched = True

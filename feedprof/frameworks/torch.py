@@ -14,18 +14,32 @@ NOTE [ DataLoader instrumentation in a trial child ]
 
 The class is patched in place rather than replaced, so ``isinstance`` checks,
 subclasses and ``from torch.utils.data import DataLoader`` done before or after
-all keep working.
+all keep working. torchdata's ``StatefulDataLoader`` has its own ``__init__``
+and ``__iter__`` and is patched the same way when the script imports it.
+
+Trainers build and rebuild loaders in their own code:
+
+    Lightning:   train_dataloader() ─► DataLoader(ds, num_workers=0)       (the script's line: planned)
+                 distributed ─► _update_dataloader ─► type(dl)(*saved args)  (Lightning's code, same ds)
+    accelerate:  prepare(dl) ─► DataLoaderShard ─► DataLoader(ds, **attrs)   (accelerate's code, same ds)
+
+A loader built by library code on the same dataset object as a live loader is
+that loader rebuilt: it keeps the original's plan (its call chain, the knobs
+injected, the ceiling's replay) and the script's own settings, so the knobs
+are not dropped and the rebuilt loader is measured as the training loader.
+A library that builds the loader from its own settings object (transformers'
+``TrainingArguments``) names that object's construction with ``settings_from``.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
-import mmap
-import multiprocessing
 import os
-import struct
 import sys
-from typing import Any, Callable, Dict, Optional
+import weakref
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from feedprof.record.steps import LoaderInfo
 
@@ -52,56 +66,6 @@ def describe(loader: Any) -> LoaderInfo:
                       dataset=type(loader.dataset).__name__,
                       batch_size=batch_size if isinstance(batch_size, int) else None,
                       batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset))
-
-
-class WorkerInfoCalls:
-    """Which datasets' workers called ``get_worker_info()`` themselves: an
-    IterableDataset that never does yields the same records in every worker.
-
-    Forked workers inherit the patched function and this table, which lives
-    in shared anonymous memory (one slot per dataset and worker), so the trial
-    process reads what its workers wrote. Calls from PyTorch's own code (its
-    collate asks in every worker) do not count. Under spawn or forkserver the
-    workers run unpatched code: not observable."""
-
-    SLOTS = 1024
-
-    def __init__(self) -> None:
-        self._table = mmap.mmap(-1, 8 * self.SLOTS)
-
-    def wrap(self, original: Callable[[], Any], torch_dir: str) -> Callable[[], Any]:
-        def get_worker_info() -> Any:
-            info = original()
-            if info is not None and not sys._getframe(1).f_code.co_filename.startswith(torch_dir):
-                key = id(info.dataset)  # a forked worker's copy lives where the loader's dataset does
-                struct.pack_into("Q", self._table, 8 * ((key // 16 + info.id) % self.SLOTS), key)
-            return info
-
-        get_worker_info.__wrapped__ = original  # type: ignore[attr-defined]
-        return get_worker_info
-
-    def asked(self, key: int, num_workers: int, context: Any) -> Optional[bool]:
-        """Did the workers of the dataset ``id() == key`` ask (None: no workers, or
-        not forked)? Called when the trial's record is written, after they ran."""
-        if not num_workers:
-            return None
-        method = context.get_start_method() if context is not None else multiprocessing.get_start_method(True)
-        if method not in (None, "fork"):  # None: the default context, fork on Linux
-            return None
-        return any(struct.unpack_from("Q", self._table, 8 * ((key // 16 + i) % self.SLOTS))[0] == key
-                   for i in range(min(num_workers, self.SLOTS)))
-
-
-def _watch_worker_info(ctl_calls: WorkerInfoCalls) -> None:
-    """Patch ``get_worker_info`` where scripts and libraries look it up."""
-    import torch
-    import torch.utils.data as tud
-    from torch.utils.data import dataloader
-
-    torch_dir = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-    patched = ctl_calls.wrap(tud.get_worker_info, torch_dir)
-    tud.get_worker_info = patched
-    dataloader.get_worker_info = patched
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -163,66 +127,120 @@ POSITIONAL = ("dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "n
               "pin_memory", "drop_last", "timeout", "worker_init_fn", "multiprocessing_context", "generator")
 
 
-def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
-    """The script's own DataLoader call at the loader's site with the knobs
-    changed; a generic call where the source cannot be read."""
-    from feedprof.frameworks.source import resolve_site, rewrite_statement
+LOADER_CALLS = ("DataLoader", "StatefulDataLoader")
+# transformers' Trainer builds its DataLoader from these TrainingArguments fields (and their defaults;
+# prefetch_factor None is the DataLoader's 2 once there are workers)
+HF_PARSERS = ("parse_args_into_dataclasses",)  # HfArgumentParser: a flag per field (--dataloader_num_workers 8)
+TRAINING_ARGUMENTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory": ("dataloader_pin_memory", True),
+                      "prefetch_factor": ("dataloader_prefetch_factor", None),
+                      "persistent_workers": ("dataloader_persistent_workers", False)}
+
+
+def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    """The script's own call (DataLoader, or the TrainingArguments a Trainer
+    builds it from) with the knobs set where each is set (frameworks/paste.py)."""
+    from feedprof.frameworks.paste import Call, Setting, paste
 
     cfg = effective(config)
-    knobs = {"num_workers": cfg["num_workers"]}
-    drop = []
-    if cfg.get("pin_memory"):
-        knobs["pin_memory"] = True
+    n = cfg["num_workers"]
+    # only what changes from the script's own settings (as the loader ran with them)
+    own = effective(getattr(loader, "config", None) or {}) if loader is not None else {}
+    knobs = [k for k in ["num_workers", "pin_memory"] + (["prefetch_factor", "persistent_workers"] if n else [])
+             if k == "num_workers" or own.get(k) != cfg[k]]
+    drop = () if n else ("prefetch_factor", "persistent_workers")
+    settings_call = getattr(loader, "settings_call", "") if loader is not None else ""
+    if settings_call:
+        default = lambda k: DEFAULT_PREFETCH_FACTOR if k == "prefetch_factor" else TRAINING_ARGUMENTS[k][1]  # noqa: E731
+        settings = tuple(Setting(k, TRAINING_ARGUMENTS[k][0], cfg[k], default(k)) for k in knobs)
+        call = Call(chain=tuple(loader.config_sites), names=(settings_call,), settings=settings,
+                    drop=tuple(TRAINING_ARGUMENTS[k][0] for k in drop), parsers=HF_PARSERS)
     else:
-        drop.append("pin_memory")
-    if cfg["num_workers"]:
-        knobs["prefetch_factor"] = cfg["prefetch_factor"]
-        if cfg.get("persistent_workers"):
-            knobs["persistent_workers"] = True
-        else:
-            drop.append("persistent_workers")
-    else:
-        drop += ["prefetch_factor", "persistent_workers"]
-    where = resolve_site(getattr(loader, "site", "") if loader is not None else "", script)
-    if where is not None:
-        found = rewrite_statement(*where, ("DataLoader",), knobs, drop=drop, positional=POSITIONAL)
-        if found:
-            return found[0]
-    return call_line(cfg, batch_size=getattr(loader, "batch_size", None))
+        defaults = {"num_workers": 0, "pin_memory": False, "prefetch_factor": DEFAULT_PREFETCH_FACTOR,
+                    "persistent_workers": False}
+        chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
+        call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop,
+                    settings=tuple(Setting(k, k, cfg[k], defaults[k]) for k in knobs))
+    fallback = call_line(cfg, batch_size=getattr(loader, "batch_size", None))
+    return paste([call], script, argv, fallback)
+
+
+_live_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders built so far (rebuilt ones find theirs)
+_settings: "contextvars.ContextVar[Optional[Tuple[str, Tuple[str, ...]]]]" = contextvars.ContextVar(
+    "feedprof_settings", default=None)
+
+
+@contextlib.contextmanager
+def settings_from(call: str, chain: Tuple[str, ...]) -> Iterator[None]:
+    """Loaders a library builds inside this block take their knobs from the
+    script's ``call`` (e.g. "TrainingArguments") built at ``chain``."""
+    token = _settings.set((call, tuple(chain)) if chain else None)
+    try:
+        yield
+    finally:
+        _settings.reset(token)
+
+
+def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
+    """The handle of the live loader this one rebuilds (see NOTE), or None."""
+    if dataset is None or ctl.user_chain(caller):  # the script's own code builds a new loader
+        return None
+    for loader in list(_live_loaders):
+        handle = getattr(loader, "_feedprof_handle", None)
+        if handle is not None and getattr(loader, "dataset", None) is dataset:
+            return handle
+    return None
 
 
 def install(ctl: Any) -> None:
     """Patch DataLoader so the trial controller ``ctl`` sees every loader."""
+    global _worker_info
     from torch.utils.data import DataLoader
 
-    if getattr(DataLoader, "_feedprof_patched", False):
+    from feedprof.frameworks.worker_info import WorkerInfoCalls
+
+    if _worker_info is None:
+        _worker_info = WorkerInfoCalls().install()
+    patch_loader_class(DataLoader, ctl)
+
+
+_worker_info: Any = None  # which datasets' workers ask get_worker_info() (a trial child's)
+
+
+def install_stateful(ctl: Any) -> None:
+    """torchdata's StatefulDataLoader: the same knobs, its own __init__ and __iter__."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    patch_loader_class(StatefulDataLoader, ctl)
+
+
+def patch_loader_class(cls: type, ctl: Any) -> None:
+    if cls.__dict__.get("_feedprof_patched", False):  # (a subclass inherits the flag: read its own)
         return
-    orig_init = DataLoader.__init__
-    orig_iter = DataLoader.__iter__
+    orig_init = cls.__init__
+    orig_iter = cls.__iter__
     sig = inspect.signature(orig_init)
-    calls = WorkerInfoCalls()
-    _watch_worker_info(calls)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        caller = sys._getframe(1).f_code.co_filename
-        if f"{os.sep}keras{os.sep}" in caller:  # Keras's torch backend feeding a PyDataset: not the user's loader
+        caller = sys._getframe(1)
+        if f"{os.sep}keras{os.sep}" in caller.f_code.co_filename:  # Keras's torch backend feeding a PyDataset
             return orig_init(self, *args, **kwargs)
         try:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:  # let the DataLoader raise its own, familiar error
             return orig_init(self, *args, **kwargs)
         script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS}
-        plan = ctl.plan("torch", sys._getframe(1))
+        original = _rebuilt_from(ctl, bound.arguments.get("dataset"), caller)
+        plan = original.plan if original is not None else ctl.plan("torch", caller)
         if plan.inject:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
         orig_init(*bound.args, **bound.kwargs)
-        info = describe(self)
-        info.script_config = legalize(script_cfg)
-        if info.iterable:  # the loader is not kept alive for it: scripts rebuild loaders every epoch
-            info.worker_info_asked = functools.partial(calls.asked, id(self.dataset), self.num_workers,
+        info = _info(self, ctl, caller, original, script_cfg)
+        if info.iterable and _worker_info is not None:  # (the loader is not kept alive for it)
+            info.worker_info_asked = functools.partial(_worker_info.asked, id(self.dataset), self.num_workers,
                                                        self.multiprocessing_context)
         self._feedprof_handle = ctl.created(plan, info, self)
+        _live_loaders.add(self)
 
     def __iter__(self: Any) -> Any:
         handle = getattr(self, "_feedprof_handle", None)
@@ -232,6 +250,90 @@ def install(ctl: Any) -> None:
 
     __init__.__wrapped__ = orig_init  # type: ignore[attr-defined]
     __init__.__signature__ = sig  # type: ignore[attr-defined]
-    DataLoader.__init__ = __init__
+    cls.__init__ = __init__
+    cls.__iter__ = __iter__
+    cls._feedprof_patched = True
+
+
+def _info(loader: Any, ctl: Any, caller: Any, original: Any, script_cfg: Dict[str, Any]) -> LoaderInfo:
+    """What is known of a new loader: a rebuilt one keeps what the original knew."""
+    info = describe(loader)
+    if original is not None:
+        info.script_config = dict(original.info.script_config)
+        info.settings_call, info.config_sites = original.info.settings_call, original.info.config_sites
+        return info
+    info.script_config = legalize(script_cfg)
+    settings = _settings.get()
+    if settings is not None and not ctl.user_chain(caller):  # built by the library, from the script's settings
+        info.settings_call, info.config_sites = settings
+    return info
+
+
+# NOTE [ In-process timing for the %%feedprof cell magic ]
+#
+#   %%feedprof cell ─► watching(prof): DataLoader.__iter__ patched while the cell runs
+#     for x in loader: ─► patched __iter__ ─► a StepRecorder per (line that iterates, dataset, batch size)
+#                                          ─► WatchedIterator(original iterator) ─► timed __next__
+#   the cell ends ─► the original __iter__ is put back; an import hook set for a cell that
+#                   imports torch itself goes inert
+#
+# Unlike install() (a trial child, its process to itself) this runs in the
+# user's own kernel, so it patches nothing but __iter__ and only for the cell.
+
+
+def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
+    from feedprof.frameworks import code_site
+    from feedprof.record.steps import Binding, WatchedIterator, learn_batch_size
+
+    DataLoader = module.DataLoader
+    orig_iter = DataLoader.__dict__["__iter__"]
+    recorders: Dict[tuple, Any] = {}
+    now = prof.clock.now_s
+
+    def __iter__(self: Any) -> Any:
+        t_start = now()
+        it = orig_iter(self)
+        site = code_site(sys._getframe(1))
+        info = describe(self)
+        key = (site, info.dataset, info.batch_size)
+        rec = recorders.get(key)
+        if rec is None:
+            info.site = site
+            rec = recorders[key] = prof.recorder("torch", name=site, info=info)
+            rec.binding = Binding(site=site)
+        rec.epoch_started(t_start)
+        after = learn_batch_size if rec.info.batch_size is None else None
+        return WatchedIterator(it, rec, after=after, now=now)
+
+    def undo() -> None:
+        if DataLoader.__dict__.get("__iter__") is __iter__:  # unless someone patched it after us
+            DataLoader.__iter__ = orig_iter
+
     DataLoader.__iter__ = __iter__
-    DataLoader._feedprof_patched = True
+    active["undo"] = undo
+
+
+def watching(prof: Any) -> Any:
+    """A context manager: every torch DataLoader iterated in this process while
+    it is open is timed by ``prof`` (a :class:`feedprof.session.Profile`)."""
+    import contextlib
+
+    from feedprof.frameworks.hooks import when_imported
+
+    @contextlib.contextmanager
+    def _watching() -> Any:
+        active: Dict[str, Any] = {"on": True, "undo": None}
+
+        def patch(module: Any) -> None:
+            if active["on"] and active["undo"] is None:
+                _patch_iter(module, prof, active)
+
+        when_imported("torch.utils.data", patch)  # now, or when the cell imports torch
+        try:
+            yield prof
+        finally:
+            active["on"] = False
+            if active["undo"] is not None:
+                active["undo"]()
+
+    return _watching()

@@ -15,15 +15,16 @@ from feedprof.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
     NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
-    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, SamplingStopped, ScriptExited, ScriptFailed,
-    SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut, WaitNotObservable, WindowNotReached,
-    WorkerInfoNeverAsked)
+    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, RankFailed, SamplingStopped, ScriptExited, ScriptFailed,
+    SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
+    WindowNotReached, WorkerInfoNeverAsked)
 from feedprof.reasons.tune import (
-    BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed, CheaperWithinNoise,
-    CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed, JumpedAhead,
-    KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, MemoryGrowthProjected,
-    NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling,
-    RivalsRemeasured, ShortOfCeiling, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
+    AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
+    CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
+    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly,
+    MemoryGrowthProjected, NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures,
+    ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
+    ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
 
 __all__ = [
@@ -31,12 +32,14 @@ __all__ = [
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
     "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
-    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "SamplingStopped", "ScriptExited", "ScriptFailed",
-    "SharedMemoryExhausted", "TooManyOpenFiles", "TrialTimedOut", "WaitNotObservable", "WindowNotReached",
-    "WorkerInfoNeverAsked", "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine",
-    "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
+    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "RankFailed", "SamplingStopped", "ScriptExited",
+    "ScriptFailed", "SharedMemoryExhausted", "Straggler", "TooManyOpenFiles", "TrainerSuggestedWorkers",
+    "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",
+    "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",
+    "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
     "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
     "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
-    "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "ShortOfCeiling",
+    "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
+    "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
 ]

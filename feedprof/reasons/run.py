@@ -76,6 +76,18 @@ class NotInstrumented(Reason):
 
 
 @dataclass(frozen=True)
+class TrainerSuggestedWorkers(Reason):
+    """The trainer warned that the training loader has few workers and suggested
+    ``suggested`` (Lightning: from the CPU count alone, nothing measured)."""
+
+    code: ClassVar[str] = "trainer_suggested_workers"
+    trainer: str = ""
+    loader: str = ""  # the trainer's name for it, "train_dataloader"
+    num_workers: int = 0
+    suggested: int = 0
+
+
+@dataclass(frozen=True)
 class NoSuperInit(Reason):
     """A PyDataset subclass that skips super().__init__(**kwargs): Keras ignores its knobs."""
 
@@ -203,6 +215,26 @@ class OverShmBudget(Reason):
     code: ClassVar[str] = "over_shm_budget"
     need_bytes: int = 0
     free_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class RankFailed(Reason):
+    """One rank of a multi-process job did not end well (its own traceback is the trial's)."""
+
+    code: ClassVar[str] = "rank_failed"
+    rank: int = 0
+    cause: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class Straggler(Reason):
+    """One rank waits for data much longer than the others: it sets the job's pace,
+    and the others wait for it inside the all-reduce (communication, not data wait)."""
+
+    code: ClassVar[str] = "straggler"
+    rank: int = 0
+    wait_fraction: float = 0.0
+    others_wait_fraction: float = 0.0
 
 
 @dataclass(frozen=True)

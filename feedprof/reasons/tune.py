@@ -252,6 +252,102 @@ class VersusAutotune(Reason):
 
 
 @dataclass(frozen=True)
+class AppliesToEveryRank(Reason):
+    """A multi-process job's knobs are per rank: every rank builds its own loader."""
+
+    code: ClassVar[str] = "applies_to_every_rank"
+    local_ranks: int = 1
+    world_size: int = 1
+    workers_per_rank: Optional[int] = None
+    cpus: int = 0
+    cpu_cap: int = 0
+
+
+# ------------------------------------------------- where the setting lives
+
+
+@dataclass(frozen=True)
+class SetByFlag(Reason):
+    """``knob`` comes from the script's own command-line flag: run with
+    ``flag value`` (``value`` "" for a switch that takes none)."""
+
+    code: ClassVar[str] = "set_by_flag"
+    knob: str = ""
+    flag: str = ""
+    value: str = ""
+    declared_at: str = ""  # the add_argument call, "train.py:12"
+    default: Optional[str] = None  # the flag's default, as written in the script
+    used_at: str = ""  # the call the flag's value reaches, "train.py:31"
+    also_used_at: Tuple[str, ...] = ()  # other lines that read it (another loader it sets too)
+
+
+@dataclass(frozen=True)
+class SetElsewhere(Reason):
+    """``knob`` is set at ``site`` (``call``'s ``keyword``), not where the loader is built."""
+
+    code: ClassVar[str] = "set_elsewhere"
+    knob: str = ""
+    keyword: str = ""
+    call: str = ""  # "TrainingArguments", "make_loader", "WORKERS = ..."
+    site: str = ""
+    loader_site: str = ""
+
+
+@dataclass(frozen=True)
+class SettingSourceUnknown(Reason):
+    """feedprof could not follow ``expression`` (at ``site``) to where ``knob``
+    is set; ``expression`` "": the call itself was not found there."""
+
+    code: ClassVar[str] = "setting_source_unknown"
+    knob: str = ""
+    expression: str = ""
+    site: str = ""
+    call: str = ""
+
+
+# ------------------------------------------------ trainers and torchdata
+
+
+@dataclass(frozen=True)
+class TrainerAdviceChecked(Reason):
+    """A trainer's own advice on workers (Lightning's warning, from the CPU
+    count alone) against what the tune measured."""
+
+    code: ClassVar[str] = "trainer_advice_checked"
+    trainer: str = ""
+    suggested: int = 0
+    script_workers: int = 0
+    picked_workers: int = 0
+    agrees: bool = False  # the loader is the bottleneck and more workers pay off
+    input_bound: str = "unknown"
+    data_wait_fraction: Optional[float] = None
+    speedup: Optional[float] = None
+    fraction_of_ceiling: Optional[float] = None
+    suggested_batches_per_s: Optional[float] = None  # measured with that many workers, if it was
+    picked_batches_per_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class ThreadsVersusProcesses(Reason):
+    """The same worker count measured with threads and with processes
+    (torchdata.nodes ParallelMapper ``method``). Memory is the peak RSS of the
+    process tree, read at every sample (PSS is read too rarely to catch many
+    short-lived workers); RSS counts pages a worker process shares with the
+    main process once per process, so the difference is an upper bound."""
+
+    code: ClassVar[str] = "threads_versus_processes"
+    workers: int = 0
+    thread_batches_per_s: float = 0.0
+    process_batches_per_s: float = 0.0
+    thread_rss_bytes: Optional[int] = None
+    process_rss_bytes: Optional[int] = None
+    threads_do_as_well: bool = False
+
+
+# ---------------------------------------------------- what more workers break
+
+
+@dataclass(frozen=True)
 class WorkersCapped(Reason):
     """No more than ``max_workers`` are recommended or tried: ``config`` ended
     ``state`` because of ``because`` (duplicated data, a kill, a hazard)."""

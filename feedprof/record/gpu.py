@@ -33,6 +33,21 @@ class GpuReading:
     power_w: Optional[float]
 
 
+@dataclass(frozen=True)
+class GpuProcessReading:
+    """One process NVML says has a context on a device."""
+
+    pid: int
+    used_bytes: Optional[int]  # None: NVML does not say (no privileges under MIG, Windows WDDM)
+    kind: str  # "C" compute, "G" graphics, "C+G" both (nvidia-smi's letters)
+
+
+# Newest first: pynvml's unversioned names call the latest NVML entry point,
+# which an older driver lacks (NVMLError_FunctionNotFound).
+_PROCESS_QUERIES = (("C", ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")),
+                    ("G", ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2")))
+
+
 class NullGpu:
     """No GPU data, and why: a status code plus NVML's own words, if any."""
 
@@ -43,6 +58,12 @@ class NullGpu:
 
     def read(self) -> Tuple[GpuReading, ...]:
         return ()
+
+    def processes(self) -> Tuple[Optional[Tuple[GpuProcessReading, ...]], ...]:
+        return ()
+
+    def driver_version(self) -> Optional[str]:
+        return None
 
     def close(self) -> None:
         pass
@@ -117,6 +138,39 @@ class NvmlGpu:
                 power_w=None if power_mw is None else power_mw / 1000.0,
             ))
         return tuple(out)
+
+    def processes(self) -> Tuple[Optional[Tuple[GpuProcessReading, ...]], ...]:
+        """Per device (CUDA order): the processes on it, or None where NVML would not say."""
+        return tuple(self._processes_on(h) for h in self._handles)
+
+    def _processes_on(self, handle: Any) -> Optional[Tuple[GpuProcessReading, ...]]:
+        found: dict = {}  # pid -> [used_bytes, kinds]
+        answered = False
+        for kind, names in _PROCESS_QUERIES:
+            listed = None
+            for name in names:
+                fn = getattr(self._nvml, name, None)
+                listed = None if fn is None else self._q(fn, handle)
+                if listed is not None:
+                    break
+            if listed is None:
+                continue
+            answered = True
+            for p in listed:
+                used = getattr(p, "usedGpuMemory", None)
+                entry = found.setdefault(int(p.pid), [None, ""])
+                if used is not None:  # listed twice (C+G): the same context, not twice the memory
+                    entry[0] = max(int(used), entry[0] or 0)
+                entry[1] = kind if not entry[1] else f"{entry[1]}+{kind}"
+        if not answered:
+            return None
+        return tuple(GpuProcessReading(pid=pid, used_bytes=used, kind=kinds)
+                     for pid, (used, kinds) in sorted(found.items()))
+
+    def driver_version(self) -> Optional[str]:
+        version = self._q(self._nvml.nvmlSystemGetDriverVersion) \
+            if hasattr(self._nvml, "nvmlSystemGetDriverVersion") else None
+        return version.decode() if isinstance(version, bytes) else version
 
     def close(self) -> None:
         self._q(self._nvml.nvmlShutdown)

@@ -307,11 +307,17 @@ def usable_cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:
     return max(1, n)
 
 
-def local_world_size() -> int:
-    """Processes sharing this machine's CPUs under torchrun / Slurm-style launchers."""
-    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+def local_world_size(env: Optional[Dict[str, str]] = None) -> int:
+    """Processes of one job sharing this machine's CPUs (torchrun, MPI, Slurm...): 1 for a plain process."""
+    from feedprof.record.ranks import rank_from_env
+
+    env = os.environ if env is None else env
+    info = rank_from_env(env)
+    if info is not None:
+        return info.local_world_size
+    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):  # set without a rank (a job's parent shell)
         try:
-            return max(1, int(os.environ[var]))
+            return max(1, int(env[var]))
         except (KeyError, ValueError):
             continue
     return 1

@@ -55,6 +55,7 @@ class LoaderInfo:
     batches_per_epoch: Optional[int] = None
     site: str = ""  # where users know it is built, if not the innermost user frame (Keras)
     config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at the site (tf.data: map calls)
+    settings_call: str = ""  # a library builds the loader from this call's knobs ("TrainingArguments")
     in_flight: int = 0  # batches the loader holds ready or in the making (queue, prefetch)
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime
     gap_is_teardown: bool = False  # the time between epochs is the loader's (Keras stops its workers there)
@@ -100,6 +101,7 @@ class StepRecorder:
         self.info = info or LoaderInfo()
         self.binding = binding or Binding(site=self.info.site)
         self.batches = 0
+        self.deliveries = 0  # calls of batch(): one can carry several steps (Keras steps_per_execution)
         self.warmup_left = warmup_batches
         self.warmup_s = 0.0
         self.steady_batches = 0
@@ -131,28 +133,32 @@ class StepRecorder:
         self._t_prev = None
         self.epochs_started += 1
 
-    def batch(self, t_req_s: float, t_got_s: float) -> None:
-        self.batches += 1
+    def batch(self, t_req_s: float, t_got_s: float, n_steps: int = 1) -> None:
+        """``n_steps`` > 1: several steps ran since the last delivery, timed as one
+        (a fit callback under steps_per_execution); the first of an epoch counts
+        as start-up with them."""
+        self.batches += n_steps
+        self.deliveries += 1
         self.t_last = t_got_s
         prev = self._t_prev
         self._t_prev = t_got_s
         if prev is None:  # first batch of an epoch: start-up, not a step
             t_iter = self._t_iter if self._t_iter is not None else t_req_s
-            self._epoch = [t_iter, 1, t_got_s - t_iter, 1, 0.0]
+            self._epoch = [t_iter, 1, t_got_s - t_iter, n_steps, 0.0]
             return
-        self._epoch[3] += 1
+        self._epoch[3] += n_steps
         wall = t_got_s - prev
         if self.warmup_left > 0:
-            self.warmup_left -= 1
+            self.warmup_left = max(0, self.warmup_left - n_steps)
             self.warmup_s += wall
             return
         if self.t_steady_start is None:
             self.t_steady_start = prev
         wait = t_got_s - t_req_s
-        self.steady_batches += 1
+        self.steady_batches += n_steps
         self.steady_wall_s += wall
         self.steady_wait_s += wait
-        self._steps.append((t_got_s, 1, wait, wall))
+        self._steps.append((t_got_s, n_steps, wait, wall))
 
     def epoch_teardown(self, seconds: float) -> None:
         """Time spent ending the epoch on the loader's side (stopping its workers):
@@ -202,6 +208,7 @@ class StepRecorder:
             instances=where.instances,
             wait_observable=info.wait_observable,
             config_sites=tuple(info.config_sites),
+            settings_call=info.settings_call,
             dataset=info.dataset,
             batch_size=info.batch_size,
             batches_per_epoch=info.batches_per_epoch,

@@ -15,10 +15,12 @@ from feedprof.analyse.diagnose import training_loader, wait_fraction
 from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
+from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
 from feedprof.render.progress import config_cell
+from feedprof.render.ranks import ranks_html
 from feedprof.render.text import verdict_words
 from feedprof.render.words import config_words, gpu_status, headline, say
-from feedprof.store import GpuStatus, HostInfo, Run, StoreError, Trial, TrialState, TuneResult
+from feedprof.store import GpuStatus, HostInfo, Run, StoreError, Summary, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 
@@ -153,12 +155,12 @@ def _state(state: str, reason: str = "") -> str:
     return f"<span class=\"state-{esc(state)}\">{esc(text)}</span>"
 
 
-def _no_gpu(host: HostInfo) -> str:
+def no_gpu(host: HostInfo) -> str:
     """Why there is no GPU column ("" when there is one)."""
     return "" if host.gpus or host.gpu_status == GpuStatus.OK else gpu_status(host.gpu_status, host.gpu_status_detail)
 
 
-def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> List[str]:
+def curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> List[str]:
     curves = [plots.curves_data(label, run) for label, run in labelled_runs if run.samples.t_s]
     if not curves:
         return ["<p class=\"note\">No utilisation samples were recorded.</p>"]
@@ -169,6 +171,19 @@ def _curves_section(labelled_runs: Sequence[Tuple[str, Run]], gpu_note: str) -> 
             + (f" No GPU column: {esc(gpu_note)}." if gpu_note else "") + "</p>"]
 
 
+def leftovers_section(obj: Any) -> List[str]:
+    """A warning box for what the run (or any trial) left behind; nothing when clean."""
+    found = labelled_leftovers(obj)
+    if not found:
+        return []
+    items = "".join(f"<li>{'' if isinstance(obj, Run) else esc(label) + ': '}{esc(what)} — end it with "
+                    f"<code>{esc(how)}</code></li>" for label, lo in found for what, how in leftover_items(lo))
+    return [f"<div class=\"verdict highly\"><p class=\"headline\">Left behind after the run ended</p>"
+            f"<ul class=\"reasons\">{items}</ul><p class=\"note\">feedprof ends a run's process group and every "
+            f"process it saw in it; these escaped (<code>setsid</code>, a double fork) and are still there. feedprof "
+            f"never ends them itself; <code>feedprof gpus</code> shows what is on each GPU.</p></div>"]
+
+
 # ------------------------------------------------------------------- tune
 
 
@@ -176,33 +191,41 @@ def _trial_label(t: Trial) -> str:
     return f"#{t.index} {t.role}"
 
 
-def render_tune(result: TuneResult) -> str:
+def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
+    """The recommendation box: verdict, figures, reasons and the paste-ready line."""
     rec = result.recommendation
+    if rec is None:
+        return (f"<div class=\"verdict highly\"><p class=\"headline\">No recommendation</p>"
+                f"<p>{esc(say(result.stop_reason, result.framework) or 'no trial succeeded')}</p></div>")
+    fw = rec.framework
+    cards = [_card("recommended", rec.config_text or config_words(rec.config, fw)),
+             _card("speedup over the script's settings", f"{rec.speedup:.2f}×" if rec.speedup else "n/a"),
+             _card("throughput", fmt_rate(rec.batches_per_s) +
+                   (f" · {fmt_rate(rec.samples_per_s, 'samples/s')}" if rec.samples_per_s else "")),
+             _card("of the compute ceiling", fmt_pct(rec.fraction_of_ceiling)),
+             _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
+                   f"({fmt_pct(rec.input_bound_fraction)})")]
+    reasons = "".join(f"<li>{esc(say(r, fw))}</li>" for r in rec.reasons)
+    code = _code_block(rec.code) if copy_button else f"<pre>{esc(rec.code)}</pre>"
+    return (f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(headline(rec.verdict, fw))}</p>"
+            f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
+            f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>{code}</div>")
+
+
+def render_tune(result: TuneResult) -> str:
     extra = [("Training loader", f"<code>{esc(result.loader_site or 'not found')}</code> "
               f"({esc(result.framework or 'unknown framework')})"),
              ("Tune", esc(f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
                           f"(budget {fmt_seconds(result.budget_s)})" +
                           ("" if result.complete else f" — stopped early: {say(result.stop_reason, result.framework)}")))]
     body = _title("tune", result.script, result.argv)
-    if rec is None:
-        body.append(f"<div class=\"verdict highly\"><p class=\"headline\">No recommendation</p>"
-                    f"<p>{esc(say(result.stop_reason) or 'no trial succeeded')}</p></div>")
-    else:
-        fw = rec.framework
-        cards = [_card("recommended", rec.config_text or config_words(rec.config, fw)),
-                 _card("speedup over the script's settings", f"{rec.speedup:.2f}×" if rec.speedup else "n/a"),
-                 _card("throughput", fmt_rate(rec.batches_per_s) +
-                       (f" · {fmt_rate(rec.samples_per_s, 'samples/s')}" if rec.samples_per_s else "")),
-                 _card("of the compute ceiling", fmt_pct(rec.fraction_of_ceiling)),
-                 _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
-                       f"({fmt_pct(rec.input_bound_fraction)})")]
-        reasons = "".join(f"<li>{esc(say(r, fw))}</li>" for r in rec.reasons)
-        body.append(f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">"
-                    f"{esc(headline(rec.verdict, fw))}</p>"
-                    f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
-                    f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>"
-                    f"{_code_block(rec.code)}</div>")
+    body.append(tune_verdict(result))
+    body += leftovers_section(result)
     body += _details(result.script, result.argv, result.started_at, result.host, extra)
+    rec = result.recommendation
+    picked = next((t for t in result.trials if rec is not None and t.index == rec.trial_index), None)
+    if picked is not None and picked.run is not None and picked.run.ranks:
+        body += ranks_html(picked.run)
     chart = plots.throughput_data(result)
     if chart.bars:
         body.append("<h2>Throughput of every config tried</h2>")
@@ -212,10 +235,10 @@ def render_tune(result: TuneResult) -> str:
                     "the script's own settings. Dashed: the compute ceiling (one cached batch replayed), "
                     "dotted: the baseline.</p>")
     body.append("<h2>Utilisation over time, every trial</h2>")
-    body += _curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
-                            _no_gpu(result.host))
+    body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
+                            no_gpu(result.host))
     body.append("<h2>All trials</h2>")
-    body.append(_trials_table(result))
+    body.append(trials_table(result))
     if result.notes:
         body.append("<h2>How the search went</h2><ul class=\"reasons\">" +
                     "".join(f"<li>{esc(say(n, result.framework))}</li>" for n in result.notes) + "</ul>")
@@ -226,7 +249,7 @@ def render_tune(result: TuneResult) -> str:
     return _page(f"feedprof tune — {os.path.basename(result.script)}", body)
 
 
-def _trials_table(result: TuneResult) -> str:
+def trials_table(result: TuneResult) -> str:
     rec = result.recommendation
     picked = rec.trial_index if rec else None
     base = next((score(t) for t in result.trials if t.role == "baseline"), None)
@@ -257,41 +280,47 @@ def _trials_table(result: TuneResult) -> str:
 # -------------------------------------------------------------------- run
 
 
+def summary_verdict(s: Optional[Summary]) -> str:
+    """The verdict box of one run: is the loop waiting for data, and the figures behind it."""
+    if s is None or s.batches_per_s is None:
+        return ("<div class=\"verdict\"><p class=\"headline\">Nothing measured in steady state</p>"
+                + "".join(f"<p>{esc(say(n))}</p>" for n in (s.notes if s else ())) + "</div>")
+    cards = [_card("data wait", fmt_pct(s.data_wait_fraction)),
+             _card("throughput", fmt_rate(s.batches_per_s) +
+                   (f" · {fmt_rate(s.samples_per_s, 'samples/s')}" if s.samples_per_s else "")),
+             _card("first batch", fmt_seconds(s.time_to_first_batch_s)),
+             _card("workers", "n/a" if s.num_workers is None else str(s.num_workers)),
+             _card("CPU main / workers", f"{fmt_cores(s.main_cpu_pct)} / {fmt_cores(s.workers_cpu_pct)}"),
+             _card("GPU utilisation", ", ".join(fmt_pct(None if u is None else u / 100) for u in s.gpu_util_pct)
+                   or "no GPU data"),
+             _card("peak memory (tree)", fmt_bytes(s.peak_tree_pss_bytes or s.peak_tree_rss_bytes))]
+    notes = "".join(f"<li>{esc(say(n))}</li>" for n in s.notes)
+    return (f"<div class=\"verdict {esc(s.input_bound)}\"><p class=\"headline\">"
+            f"{esc(verdict_words(s.input_bound).capitalize())}: the loop waits for data "
+            f"{esc(fmt_pct(s.data_wait_fraction))} of the time</p><div class=\"cards\">{''.join(cards)}</div>"
+            f"<p>Training loader: <code>{esc(s.loader)}</code> ({esc(s.framework)}); "
+            f"{s.batches_measured} steady-state batches over {esc(fmt_seconds(s.measured_s))}."
+            f" Run <code>feedprof tune</code> on the script to find the settings that feed it best.</p>"
+            + (f"<ul class=\"reasons\">{notes}</ul>" if notes else "") + "</div>")
+
+
 WINDOW_END = {"batches": "the window's batches were measured", "seconds": "the window's seconds were measured",
               "script_ended": "the script ended first", "full_run": "the whole run",
               "no_loader": "no loader was iterated", "no_result": "the trial wrote no result"}
 
 
 def render_run(run: Run) -> str:
-    s = run.summary
     body = _title("profile", run.script, run.argv)
-    if s is None or s.batches_per_s is None:
-        body.append("<div class=\"verdict\"><p class=\"headline\">Nothing measured in steady state</p>"
-                    + "".join(f"<p>{esc(say(n))}</p>" for n in (s.notes if s else ())) + "</div>")
-    else:
-        cards = [_card("data wait", fmt_pct(s.data_wait_fraction)),
-                 _card("throughput", fmt_rate(s.batches_per_s) +
-                       (f" · {fmt_rate(s.samples_per_s, 'samples/s')}" if s.samples_per_s else "")),
-                 _card("first batch", fmt_seconds(s.time_to_first_batch_s)),
-                 _card("workers", "n/a" if s.num_workers is None else str(s.num_workers)),
-                 _card("CPU main / workers", f"{fmt_cores(s.main_cpu_pct)} / {fmt_cores(s.workers_cpu_pct)}"),
-                 _card("GPU utilisation", ", ".join(fmt_pct(None if u is None else u / 100) for u in s.gpu_util_pct)
-                       or "no GPU data"),
-                 _card("peak memory (tree)", fmt_bytes(s.peak_tree_pss_bytes or s.peak_tree_rss_bytes))]
-        notes = "".join(f"<li>{esc(say(n))}</li>" for n in s.notes)
-        body.append(f"<div class=\"verdict {esc(s.input_bound)}\"><p class=\"headline\">"
-                    f"{esc(verdict_words(s.input_bound).capitalize())}: the loop waits for data "
-                    f"{esc(fmt_pct(s.data_wait_fraction))} of the time</p><div class=\"cards\">{''.join(cards)}</div>"
-                    f"<p>Training loader: <code>{esc(s.loader)}</code> ({esc(s.framework)}); "
-                    f"{s.batches_measured} steady-state batches over {esc(fmt_seconds(s.measured_s))}."
-                    f" Run <code>feedprof tune</code> on the script to find the settings that feed it best.</p>"
-                    + (f"<ul class=\"reasons\">{notes}</ul>" if notes else "") + "</div>")
+    body.append(summary_verdict(run.summary))
+    body += leftovers_section(run)
     body += _details(run.script, run.argv, run.started_at, run.host,
                      [("Outcome", _state(run.outcome.state, say(run.outcome.cause))),
                       ("Window", esc(f"{WINDOW_END.get(run.window.end, 'n/a')}; run lasted "
-                                     f"{fmt_seconds(run.duration_s)}"))])
+                                     f"{fmt_seconds(run.duration_s)}")),
+                      ("Afterwards", esc(afterwards_words(run.leftovers)))])
+    body += ranks_html(run)
     body.append("<h2>Utilisation over time</h2>")
-    body += _curves_section([("run", run)], _no_gpu(run.host))
+    body += curves_section([("run", run)], no_gpu(run.host))
     body.append("<h2>Loaders seen</h2>")
     body.append(_loaders_table(run))
     if run.outcome.traceback:

@@ -33,7 +33,7 @@ from typing import Any, Iterator, List, NamedTuple, Optional
 
 from feedprof.analyse import stats
 from feedprof.analyse.diagnose import training_loader
-from feedprof.store import LoaderRecord, Run, Samples, Trial, TuneResult
+from feedprof.store import LoaderRecord, Run, Samples, Trial, TuneResult, Window
 
 MIB = 1024 * 1024
 TUNE_RUN = "tune"  # the sub-run of a tune's own figures
@@ -71,10 +71,12 @@ def step_scalars(rec: LoaderRecord) -> Iterator[Scalar]:
         yield Scalar("step/step_time_ms", step, t, 1000.0 * wall / n)
 
 
-def chunk_scalars(rec: LoaderRecord) -> Iterator[Scalar]:
-    """Throughput of each chunk of the window (the chunks the summary's median is taken over)."""
+def chunk_scalars(rec: LoaderRecord, window: Optional[Window] = None) -> Iterator[Scalar]:
+    """Throughput of each chunk of the measured window (the chunks the summary's
+    median is taken over: warm-up and settling before the window are left out)."""
     steps = list(global_steps(rec))  # bounded: a loader keeps at most STEP_CAPACITY records
-    for index, rate in stats.chunks(rec.steps):
+    bounds = (window.t_start_s, window.t_end_s) if window and window.loader_id == rec.loader_id else (None, None)
+    for index, rate in stats.chunks(rec.steps, stats.DEFAULT_CHUNKS, *bounds):
         step, t = steps[index], rec.steps.t_end_s[index]
         yield Scalar("throughput/batches_per_s", step, t, rate)
         if rec.batch_size:
@@ -121,7 +123,7 @@ def run_scalars(run: Run) -> Iterator[Scalar]:
     rec = training_loader(run)
     if rec is not None:
         yield from step_scalars(rec)
-        yield from chunk_scalars(rec)
+        yield from chunk_scalars(rec, run.window)
     yield from sample_scalars(run.samples)
 
 

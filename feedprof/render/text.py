@@ -1,12 +1,13 @@
 """Plain-text summaries for terminals and ``print(prof.summary())``."""
 from __future__ import annotations
 
-from typing import Optional
-from typing import Any
+from typing import Any, Optional
 
 from feedprof.reasons import GpuUnavailable, Reason
+from feedprof.render.leftovers import format_leftovers
 from feedprof.render.words import gpu_status, say
 from feedprof.store import HostInfo, Run, Summary, TuneResult
+from feedprof.store_procs import Leftovers
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 VERDICT_WORDS = {"highly": "highly input-bound", "moderately": "moderately input-bound",
@@ -34,7 +35,8 @@ def gpu_line(s: Summary, host: Optional[HostInfo] = None) -> str:
     return gpu_status(host.gpu_status, host.gpu_status_detail) if host is not None else "not sampled"
 
 
-def format_summary(s: Summary, host: Optional[HostInfo] = None) -> str:
+def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optional[Leftovers] = None) -> str:
+    """The summary's rows; ``leftovers`` (``Run.leftovers``) adds what the run left behind."""
     workers = "" if s.num_workers is None else f", {s.num_workers} worker{'s' if s.num_workers != 1 else ''}"
     lines = [f"feedprof: {s.loader or 'no loader'} ({s.framework or 'unknown framework'}{workers})"]
     row = lambda k, v: lines.append(f"  {k:<12} {v}")  # noqa: E731
@@ -68,7 +70,8 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None) -> str:
     for note in s.notes:
         if not isinstance(note, GpuUnavailable):
             row("note", say(note))
-    return "\n".join(lines)
+    left = format_leftovers(leftovers)
+    return "\n".join(lines + ([left] if left else []))
 
 
 def words_for(obj: Any) -> str:
@@ -78,7 +81,10 @@ def words_for(obj: Any) -> str:
 
         return format_recommendation(obj.recommendation, obj)
     if isinstance(obj, Run):
-        return format_summary(obj.summary or Summary(), obj.host)
+        from feedprof.render.ranks import format_ranks
+
+        return "\n".join(filter(None, [format_summary(obj.summary or Summary(), obj.host, obj.leftovers),
+                                        format_ranks(obj)]))
     if isinstance(obj, Summary):
         return format_summary(obj)
     if isinstance(obj, Reason):

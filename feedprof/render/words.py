@@ -136,6 +136,59 @@ def _versus_autotune(x: r.VersusAutotune, describe: Callable) -> str:
             f"({ratio:.2f}×), peak RSS {fmt_bytes(x.static_rss_bytes)} vs {fmt_bytes(x.autotune_rss_bytes)}")
 
 
+def _by_flag(x: r.SetByFlag, describe: Callable) -> str:
+    run = f"{x.flag} {x.value}" if x.value else x.flag
+    default = f", default {x.default}" if x.default is not None else ""
+    also = f"; it is read at {', '.join(x.also_used_at)} too, which the flag changes as well" \
+        if x.also_used_at else ""
+    return (f"{x.knob} comes from the script's own flag {x.flag} (declared at {x.declared_at}{default}; "
+            f"used at {x.used_at}): run with `{run}`{also}.")
+
+
+def _unknown_source(x: r.SettingSourceUnknown, describe: Callable) -> str:
+    if not x.expression:
+        return (f"feedprof could not find the {x.call}(...) call at {x.site} (the loader is built inside a "
+                f"library): set these keywords where its settings are made.")
+    return (f"feedprof cannot tell where {x.knob} gets its value ({x.expression} at {x.site}): the line below "
+            f"sets it in the {x.call}(...) call itself; change it where {x.expression} is set instead, if you prefer.")
+
+
+def _advice(x: r.TrainerAdviceChecked, describe: Callable) -> str:
+    said = (f"{x.trainer.capitalize()} warned that the training loader has few workers and suggested "
+            f"num_workers={x.suggested} (from the CPU count alone)")
+    measured = ""
+    if x.suggested_batches_per_s is not None and x.suggested != x.picked_workers:
+        measured = f"; its num_workers={x.suggested} measured {fmt_rate(x.suggested_batches_per_s)}"
+    if x.agrees:
+        gain = f", {x.speedup:.1f}× the script's num_workers={x.script_workers}" if x.speedup else ""
+        return (f"{said}. feedprof's measurements agree that the loader is the bottleneck (the loop waits "
+                f"{fmt_pct(x.data_wait_fraction)} of the time): num_workers={x.picked_workers} runs at "
+                f"{fmt_rate(x.picked_batches_per_s)}{gain}{measured}.")
+    near = f", {fmt_pct(x.fraction_of_ceiling)} of the compute ceiling" if x.fraction_of_ceiling else ""
+    return (f"{said}. feedprof's measurements do not bear it out: the loop waits for data "
+            f"{fmt_pct(x.data_wait_fraction)} of the time and num_workers={x.picked_workers} runs at "
+            f"{fmt_rate(x.picked_batches_per_s)}{near}{measured}, so more workers would cost memory for nothing "
+            f"(the warning can be silenced with warnings.filterwarnings).")
+
+
+def _threads(x: r.ThreadsVersusProcesses, describe: Callable) -> str:
+    rates = f"{fmt_rate(x.thread_batches_per_s)} vs {fmt_rate(x.process_batches_per_s)}"
+    known = x.thread_rss_bytes is not None and x.process_rss_bytes is not None
+    diff = x.process_rss_bytes - x.thread_rss_bytes if known else None  # type: ignore[operator]
+    mem = ""
+    if diff is not None and diff > 0:
+        mem = (f"; the processes' tree peaked at {fmt_bytes(x.process_rss_bytes)} RSS against "
+               f"{fmt_bytes(x.thread_rss_bytes)} with threads, about {fmt_bytes(diff / max(1, x.workers))} per "
+               "worker process (RSS counts pages shared with the main process in each worker: an upper bound)")
+    if x.threads_do_as_well:
+        return (f"With {x.workers} workers, threads do at least as well as processes ({rates}), without a "
+                f"process each{mem}: method=\"thread\" is the cheaper choice for loading that waits rather than "
+                "computes.")
+    ratio = x.process_batches_per_s / x.thread_batches_per_s if x.thread_batches_per_s else float("nan")
+    return (f"With {x.workers} workers, processes are {ratio:.2f}× as fast as threads ({rates}): the map "
+            f"function holds the GIL{mem}.")
+
+
 def _flat(x: r.FlatRung, describe: Callable) -> str:
     if x.forgiven:
         return (f"{x.knob}={x.n} gained less than {fmt_pct(x.min_gain)}, but the loop still waited and the "
@@ -185,6 +238,11 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.ScriptFailed: _script_failed,
     r.ScriptExited: lambda x, d: f"the script called sys.exit({x.exit_code!r})",
     r.Interrupted: lambda x, d: "interrupted",
+    r.RankFailed: lambda x, d: f"rank {x.rank}: {say(x.cause) or 'ended without its window'}",
+    r.Straggler: lambda x, d: (
+        f"rank {x.rank} is a straggler: it waits for data {fmt_pct(x.wait_fraction)} of the time, the other ranks "
+        f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "
+        "wait), so the job runs at its pace: look at what is different about that rank's data or node"),
     r.OverMemoryBudget: lambda x, d: (f"predicted to need {fmt_bytes(x.need_bytes)} of memory "
                                       f"({fmt_bytes(x.per_worker_bytes)} per worker), more than the "
                                       f"{fmt_bytes(x.free_bytes)} free"),
@@ -239,6 +297,22 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         f"{fmt_pct(x.gain)} of a {x.epoch_s:.0f} s epoch (computed from the measured start-up, not trialled: "
         "epochs this long are too slow to measure twice)"),
     r.VersusAutotune: _versus_autotune,
+    r.AppliesToEveryRank: lambda x, d: (
+        f"The settings are per rank: each of the {x.local_ranks} rank(s) on this machine (of {x.world_size} in all) "
+        "builds its own loader with this line"
+        + (f", so the machine runs {x.local_ranks} × {x.workers_per_rank} = {x.local_ranks * x.workers_per_rank} "
+           "workers" if x.workers_per_rank else "")
+        + f"; a rank's CPU budget is {x.cpus} CPU(s) over {x.local_ranks} rank(s), less its own process "
+          f"({x.cpu_cap} worker(s) when loading is CPU-bound)."),
+    r.SetByFlag: _by_flag,
+    r.SetElsewhere: lambda x, d: (f"{x.knob} is set at {x.site} ({x.call}, {x.keyword}), not where the loader is "
+                                  f"built ({x.loader_site}): change it there."),
+    r.SettingSourceUnknown: _unknown_source,
+    r.TrainerSuggestedWorkers: lambda x, d: (
+        f"{x.trainer.capitalize()} warned that {x.loader} has few workers ({x.num_workers}) and suggested "
+        f"num_workers={x.suggested}, from the CPU count alone; feedprof tune measures whether more workers pay off"),
+    r.TrainerAdviceChecked: _advice,
+    r.ThreadsVersusProcesses: _threads,
 }
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -35,7 +35,7 @@ from feedprof.analyse.limits import growth_need
 from feedprof.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
                               Reason, SharedMemoryExhausted, TooManyOpenFiles)
 from feedprof.record.host import memory_limit_bytes, shm_total_bytes, shm_used_bytes
-from feedprof.store import Trial, TrialState
+from feedprof.store import Run, Trial, TrialState
 
 HEADROOM = 0.8  # never plan to use more than this share of what is free
 SAFETY = 1.3  # predictions are scaled up by this much
@@ -46,9 +46,10 @@ FD_HEADROOM = 0.8  # never plan past this share of RLIMIT_NOFILE (samples miss t
 class MemoryBudget:
     ram_bytes: Optional[int]
     shm_bytes: Optional[int]
-    main_bytes: Optional[int] = None
+    main_bytes: Optional[int] = None  # one training process (one rank)
     per_worker_bytes: Optional[int] = None
     shm_per_batch_bytes: Optional[int] = None
+    ranks: int = 1  # training processes on this machine, each with its own workers (a multi-process job)
     growth_per_batch_bytes: Optional[float] = None  # a worker's private memory, per batch it makes
     epoch_batches: Optional[int] = None
     full_copy_bytes: Optional[int] = None  # the most a worker can copy: the main process's memory
@@ -70,7 +71,15 @@ class MemoryBudget:
         run = trial.run
         if trial.state != TrialState.OK or run is None:
             return
-        peaks = run.samples.peaks
+        for rank_run in run.ranks or (run,):  # a job: what one rank and its workers take
+            self._learn_ram(rank_run.samples.peaks, workers)
+            self._learn_fds(rank_run, workers, in_flight)
+            if workers > 0:
+                self._learn_growth(rank_run, workers, trial.batches_per_s)
+        if workers > 0:  # /dev/shm is the machine's: every rank's batches in flight share it
+            self._learn_shm(run.samples, in_flight * max(1, len(run.ranks)))
+
+    def _learn_ram(self, peaks: Any, workers: int) -> None:
         tree = peaks.tree_pss_bytes or peaks.tree_rss_bytes
         if workers == 0 and tree:
             self.main_bytes = max(self.main_bytes or 0, tree)
@@ -80,19 +89,21 @@ class MemoryBudget:
                 self.per_worker_bytes = max(self.per_worker_bytes or 0, worker)
             if tree and worker and self.main_bytes is None:
                 self.main_bytes = max(0, tree - workers * worker)
-            shm = [b for b in run.samples.shm_used_bytes if b is not None]
-            if shm and peaks.shm_used_bytes is not None:
-                per_batch = max(0, peaks.shm_used_bytes - shm[0]) // max(1, in_flight)
-                self.shm_per_batch_bytes = max(self.shm_per_batch_bytes or 0, per_batch)
-            self._learn_growth(trial, workers)
-        self.fd_limit = run.samples.fd_limit or self.fd_limit
-        self.main_fds.append((workers + in_flight, peaks.main_fds))
-        if workers:
-            self.worker_fds.append((workers, peaks.worker_fds))
 
-    def _learn_growth(self, trial: Trial, workers: int) -> None:
-        run = trial.run
-        grows = memory_growth(run, workers, trial.batches_per_s)
+    def _learn_shm(self, samples: Any, in_flight: int) -> None:
+        shm = [b for b in samples.shm_used_bytes if b is not None]
+        if shm and samples.peaks.shm_used_bytes is not None:
+            per_batch = max(0, samples.peaks.shm_used_bytes - shm[0]) // max(1, in_flight)
+            self.shm_per_batch_bytes = max(self.shm_per_batch_bytes or 0, per_batch)
+
+    def _learn_fds(self, run: Run, workers: int, in_flight: int) -> None:
+        self.fd_limit = run.samples.fd_limit or self.fd_limit
+        self.main_fds.append((workers + in_flight, run.samples.peaks.main_fds))
+        if workers:
+            self.worker_fds.append((workers, run.samples.peaks.worker_fds))
+
+    def _learn_growth(self, run: Run, workers: int, batches_per_s: Optional[float]) -> None:
+        grows = memory_growth(run, workers, batches_per_s)
         rec = training_loader(run)
         if grows is None or not grows.growth_per_batch_bytes or rec is None or not rec.batches_per_epoch:
             return
@@ -104,15 +115,15 @@ class MemoryBudget:
     def predict(self, workers: int, in_flight: int) -> Dict[str, Optional[int]]:
         ram = grown = grown_worker = None
         if self.per_worker_bytes is not None:
-            ram = int(SAFETY * ((self.main_bytes or 0) + workers * self.per_worker_bytes))
+            ram = int(SAFETY * self.ranks * ((self.main_bytes or 0) + workers * self.per_worker_bytes))
             if self.growth_per_batch_bytes and self.epoch_batches and workers:
                 total, grown_worker = growth_need(self.main_bytes or 0, self.per_worker_bytes,
                                                   self.growth_per_batch_bytes, self.epoch_batches, workers,
                                                   self.full_copy_bytes)
-                grown = int(SAFETY * total)
+                grown = int(SAFETY * self.ranks * total)
         shm = None
         if self.shm_per_batch_bytes is not None:
-            shm = int(SAFETY * max(1, in_flight) * self.shm_per_batch_bytes)
+            shm = int(SAFETY * self.ranks * max(1, in_flight) * self.shm_per_batch_bytes)
         main_fds, worker_fds = _fit(self.main_fds, workers + in_flight), _fit(self.worker_fds, workers)
         return {"ram_bytes": ram, "grown_bytes": grown, "grown_worker_bytes": grown_worker, "shm_bytes": shm,
                 "main_fds": main_fds, "worker_fds": worker_fds}

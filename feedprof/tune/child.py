@@ -4,7 +4,7 @@ loaders instrumented, measure the training loader's window, then end it.
 NOTE [ Trial child ]
 
     python -m feedprof.tune.child spec.json
-      ├─ post-import hooks: torch.utils.data ─► frameworks.torch.install(ctl)
+      ├─ post-import hooks: torch.utils.data ─► frameworks.torch.install(ctl)  (frameworks/install.py)
       ├─ sys.argv = [script, *args]; sys.path[0] = script's dir; run as __main__
       │     each loader: ctl.plan (inject? by call site) ─► ctl.created ─► ctl.iterate
       │     (the adapters' side of this is frameworks/contract.py)
@@ -23,6 +23,7 @@ process group once the child is done, so nothing outlives a trial.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import runpy
 import sys
@@ -34,14 +35,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.analyse import stats
 from feedprof.codec import dumps, write_text_atomic
-from feedprof.frameworks import HEAVY_MODULES, install_adapters
 from feedprof.frameworks.contract import LoaderHandle, Plan
 from feedprof.analyse.diagnose import workers_of
+from feedprof.frameworks.install import install_adapters
 from feedprof.reasons import Reason, ScriptExited, WindowNotReached
 from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, Run, TrialState, Window, WindowEnd
+from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
 from feedprof.tune.protocol import Mode, TrialSpec, site_matches
 from feedprof.tune.replay import ReplayCache, ReplayIterator
 from feedprof.tune.failures import failure_cause
@@ -78,8 +80,13 @@ class Controller:
     """The trial's side of frameworks/contract.Controller: decides what each
     loader gets, times the training loader, and ends the script once measured."""
 
-    def __init__(self, spec: TrialSpec, clock: Clock = MONOTONIC):
+    def __init__(self, spec: TrialSpec, clock: Clock = MONOTONIC, rank: Optional[RankInfo] = None):
         self.spec = spec
+        # A rank of a multi-process job (hosted.py) is never ended alone: the others
+        # would hang in a collective. It writes its window and trains on; the
+        # parent ends the whole job once every rank has its window.
+        self.rank = rank
+        self.hosted = rank is not None
         self.now = clock.now_s
         self.script_dir = os.path.dirname(os.path.abspath(spec.script))
         self.recorders: List[StepRecorder] = []
@@ -90,6 +97,7 @@ class Controller:
         self.stop_requested = False  # window measured off the main thread: stop at the next safe point
         self._callback_handles: List[LoaderHandle] = []
         self._settle_moves = 0
+        self.result_written = False
         self.notes: List[Reason] = []
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
@@ -102,9 +110,10 @@ class Controller:
         self._events.write(json.dumps({"event": event, "t_s": self.now() - self.spec.origin_s, **fields}) + "\n")
         self._events.flush()
 
-    def user_chain(self, caller: FrameType) -> Tuple[str, ...]:
-        """The script's frames, if the adapter's caller is the script's own code."""
-        return user_call_chain(self.script_dir, caller, direct=True)
+    def user_chain(self, caller: FrameType, direct: bool = True) -> Tuple[str, ...]:
+        """The script's frames, if the adapter's caller is the script's own code
+        (``direct=False``: or further out, for a library call the script made)."""
+        return user_call_chain(self.script_dir, caller, direct=direct)
 
     def injection(self, framework: str) -> Optional[Dict[str, Any]]:
         """Knobs to inject into every part of a pipeline built by the script's own
@@ -132,7 +141,7 @@ class Controller:
     def check_stop(self) -> None:
         """A safe point on the main thread (a Keras callback): end the script if the
         window was measured elsewhere."""
-        if self.stop_requested and threading.current_thread() is threading.main_thread():
+        if self.stop_requested and not self.hosted and threading.current_thread() is threading.main_thread():
             raise StopTrial
 
     # -- called by framework adapters ------------------------------------
@@ -212,7 +221,7 @@ class Controller:
         rec: StepRecorder = it.recorder
         if rec.digests_wanted:
             rec.fingerprint(batch)
-        if rec.batches == 1:
+        if rec.deliveries == 1:
             if rec.info.batch_size is None:
                 rec.info.batch_size = infer_batch_size(batch)
             self.emit("first_batch", loader_id=rec.loader_id)
@@ -228,6 +237,8 @@ class Controller:
             self.window = self._window_of(rec, end)
             self.write_result(TrialState.OK)
             self.emit("window_done", loader_id=rec.loader_id)
+        if self.hosted:
+            return
         if threading.current_thread() is threading.main_thread():
             raise StopTrial
         # Off the main thread (a tf.data generator): raising here would come back as a
@@ -277,15 +288,16 @@ class Controller:
             handle.rec = self._bind(handle)
         handle.rec.epoch_started(self.now())
 
-    def timed_step(self, handle: LoaderHandle, t_end_s: float) -> None:
-        """A step whose batch is pulled where Python cannot see it (inside a
-        compiled train function), timed by its end: its wall time is the gap
-        from the previous step's end; its data wait is not observable."""
+    def timed_step(self, handle: LoaderHandle, t_end_s: float, n_steps: int = 1) -> None:
+        """Steps whose batches are pulled where Python cannot see them (inside a
+        compiled train function), timed by their end: their wall time is the gap
+        from the previous end (``n_steps`` of them under steps_per_execution);
+        their data wait is not observable."""
         if handle.rec is None:
             self.epoch_begins(handle)
         rec = handle.rec
         rec.info.wait_observable = False
-        rec.batch(t_end_s, t_end_s)
+        rec.batch(t_end_s, t_end_s, n_steps)
         self.after_batch(_StepView(rec), None)
 
     # -- results ------------------------------------------------------------
@@ -311,13 +323,20 @@ class Controller:
                                                        window_batches=self.spec.window_batches))
         from feedprof.session import cuda_in_use
 
+        if self.rank is not None:
+            self.rank = dataclasses.replace(self.rank, **cuda_device())
         run = Run(kind="trial", script=self.spec.script, argv=tuple(self.spec.argv),
                   loaders=tuple(r.snapshot() for r in self.recorders),
                   window=self.window or Window(end=WindowEnd.NO_LOADER),
                   outcome=Outcome(state=state, cause=cause, exit_code=exit_code, traceback=tb),
                   cuda_used=cuda_in_use(), notes=tuple(self.notes),
-                  modules=tuple(m for m in HEAVY_MODULES if m in sys.modules))
+                  modules=tuple(m for m in HEAVY_MODULES if m in sys.modules), rank=self.rank)
         write_text_atomic(self.spec.result_path, dumps(run))
+        self.result_written = True
+
+
+HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax", "lightning",
+                 "pytorch_lightning", "transformers.trainer")
 
 
 def run_script(spec: TrialSpec) -> ChildExit:

@@ -34,6 +34,7 @@ from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, NoBat
                               SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
 from feedprof.record.host import memory_limit_bytes
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.leftovers import TRIAL_ENV, check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.session import now_iso
@@ -46,7 +47,6 @@ POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
 REAP_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to be gone
 KNOWN_REFRESH_S = 1.0  # how often descendants are listed, in case they leave the group
-TRIAL_ENV = "FEEDPROF_TRIAL_DIR"
 # Sampling a trial runs in this process, not the script's: one worker's
 # USS may be read every ~0.5 s even where a reading takes 15 ms (a worker
 # with a big dataset), so that memory growth shows within a 2 s window.
@@ -198,6 +198,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     started_at = now_iso()
     proc, out, watch, sampler = None, None, None, None
     others = OtherLoad()
+    launched_s = process_clock_s()  # what started later and is still there after the trial is the trial's
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
         proc, out = _launch(paths.spec, paths.log, env_extra, opts)
         watch = _Watch(proc, origin, opts, paths.events, on_poll, clock)
@@ -216,6 +217,8 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
             samples = sampler.stop() if sampler else None
             run = _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock,
                             interrupted=True) if watch is not None else None
+            if run is not None:
+                run = _with_leftovers(run, trial_dir, proc.pid, watch.known, opts, launched_s)
             if out:
                 out.close()
         if not isinstance(exc, KeyboardInterrupt):
@@ -227,11 +230,24 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     if out:
         out.close()
     run = _assemble(script, argv, host, started_at, origin, paths, samples, watch, clock)
-    return dataclasses.replace(run, other_processes=others.stop(job))
+    run = dataclasses.replace(run, other_processes=others.stop(job))
+    return _with_leftovers(run, trial_dir, proc.pid, watch.known, opts, launched_s)
+
+
+def _with_leftovers(run: Run, trial_dir: str, pid: int, known: List[psutil.Process], opts: TrialOptions,
+                    launched_s: float) -> Run:
+    """The run with what it left behind: whatever escaped the group (setsid, a
+    double fork) is reported, not killed; it may be meant to outlive the run."""
+    server = opts.zygote.proc.pid if opts.zygote is not None and opts.capture_output else None
+    return dataclasses.replace(run, leftovers=check_run(trial_dir, pid, known, opts.gpu, since_s=launched_s,
+                                                        fork_server_pid=server))
 
 
 class _Watch:
-    """Polls the child: its events, its exit, and the trial's time limits."""
+    """Polls the child: its events, its exit, and the trial's time limits.
+    (jobrunner.py's watch of a multi-process job builds on it.)"""
+
+    exit_grace_s = EXIT_GRACE_S
 
     def __init__(self, proc: Any, origin: float, opts: TrialOptions, events_path: str,
                  on_poll: Optional[Callable[[], None]], clock: Clock):
@@ -264,7 +280,7 @@ class _Watch:
 
     def _limit_reached(self, now: float) -> bool:
         opts, elapsed = self.opts, now - self.origin
-        if self.window_done_at is not None and now - self.window_done_at > EXIT_GRACE_S:
+        if self.window_done_at is not None and now - self.window_done_at >= self.exit_grace_s:
             return True  # measured; the script is ignoring StopTrial or slow to unwind
         if not self.first_batch and opts.loader_timeout_s is not None and elapsed > opts.loader_timeout_s:
             self.timed_out = NoBatchWithin(limit_s=opts.loader_timeout_s)

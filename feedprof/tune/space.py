@@ -116,6 +116,13 @@ class Space:
         """A paste-ready line that sets ``config``."""
         return self.describe(config)
 
+    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+        """What to paste (and run) to set ``config``, and where each setting
+        lives (frameworks/paste.Paste: the code and its findings)."""
+        from feedprof.frameworks.paste import Paste
+
+        return Paste(self.code(config, loader, script))
+
     # -- shared -----------------------------------------------------------
 
     def key(self, config: Config) -> tuple:
@@ -197,9 +204,12 @@ class TorchSpace(Space):
         return cfg, []
 
     def code(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.torch import code_line
+        return self.paste(config, loader, script).code
 
-        return code_line(self.legalize(config), loader, script)
+    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+        from feedprof.frameworks.torch import paste_for
+
+        return paste_for(self.legalize(config), loader, script, argv)
 
     def notes(self) -> List[Reason]:
         return [] if self.cuda_used else [PinMemoryNoEffect()]
@@ -241,8 +251,10 @@ def persistent_estimate(trial: Trial) -> Optional[PersistentEstimate]:
 def make_space(framework: str, baseline: Config, cpu_cap: int, max_primary: int,
                cuda_used: Optional[bool]) -> Space:
     from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace  # they build on this module
+    from feedprof.tune.space_torchdata import NodesSpace
 
-    spaces = {"torch": TorchSpace, "keras": KerasSpace, "tf.keras": TfKerasSpace, "tf.data": TfDataSpace}
+    spaces = {"torch": TorchSpace, "keras": KerasSpace, "tf.keras": TfKerasSpace, "tf.data": TfDataSpace,
+              "torchdata.nodes": NodesSpace}
     try:
         cls = spaces[framework]
     except KeyError:

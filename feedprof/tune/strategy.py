@@ -345,7 +345,7 @@ class LadderStrategy(_History):
         """Re-measure the pick and its strongest rival, interleaved, when they are
         within noise: round after round until the repeats tell them apart, or
         show them equal within tolerance, or confirm_rounds are done."""
-        before = self._ok([t for t in self.trials if t.phase != Phase.CONFIRM])
+        before = self._ok([t for t in self.trials if t.role != Role.CONFIRM])
         chosen = pick(before, self.space.cost, self.tol)
         configs = measured_configs(before)
         if chosen is None or len(configs) < 2:
@@ -355,7 +355,7 @@ class LadderStrategy(_History):
         margin = min(CONFIRM_MARGIN[1], max(CONFIRM_MARGIN[0], 2 * spread))
         if min(chosen.score, rival.score) < max(chosen.score, rival.score) * (1 - margin):
             return None
-        done = sum(t.phase == Phase.CONFIRM for t in self.trials)
+        done = sum(t.role == Role.CONFIRM for t in self.trials)
         rounds = done // 2
         notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
                                       repeats=rounds + (done % 2 == 1) or 1))

@@ -26,15 +26,17 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
 
 from feedprof import defaults
 from feedprof.analyse import noise, stats
-from feedprof.analyse.diagnose import training_loader, workers_of
+from feedprof.analyse.diagnose import training_loader
+from feedprof.analyse.limits import survivable
 from feedprof.analyse.recommend import PICK_TOLERANCE, recommend, trial_from_run
-from feedprof.reasons import (BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed, NoLoaderAtSite,
-                              NoLoaderIterated, Reason, TooManyOpenFiles, TuneInterruptedEarly)
+from feedprof.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
+                              NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.host import local_world_size, machine_info, usable_cpu_count
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
 from feedprof.tune.budget import MemoryBudget
+from feedprof.tune.launch import Launch
 from feedprof.tune.protocol import Mode, site_matches
 from feedprof.tune.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.tune.signals import deferred_signals
@@ -121,16 +123,18 @@ class Tuner:
     def __init__(self, script: str, argv: Sequence[str], out_dir: str, options: TuneOptions,
                  observer: Optional[TuneObserver] = None, previous: Optional[TuneResult] = None,
                  strategy: StrategyFactory = ladder, clock: Clock = MONOTONIC,
-                 trial_runner: Callable[..., Any] = run_trial, host: Optional[HostInfo] = None):
-        self.script = os.path.abspath(script)
+                 trial_runner: Optional[Callable[..., Any]] = None, host: Optional[HostInfo] = None,
+                 launch: Optional[Launch] = None):
+        self.script = os.path.abspath(script) if script else ""
         self.argv = list(argv)
+        self.launch = launch  # a multi-process job: its own launch command (jobrunner.py)
         self.out_dir = out_dir
         self.opts = options
         self.observer: TuneObserver = observer or SilentObserver()
         self.results_path = os.path.join(out_dir, "results.json")
         os.makedirs(out_dir, exist_ok=True)
         self.clock = clock
-        self.run_trial = trial_runner
+        self.run_trial = trial_runner or (run_trial if launch is None else self._run_job)
         self.make_strategy = strategy
         self.trials: List[Trial] = []
         self.notes: List[Reason] = []
@@ -152,6 +156,12 @@ class Tuner:
 
     # -- time ---------------------------------------------------------------
 
+    def _run_job(self, script: str, argv: Sequence[str], trial_dir: str, host: HostInfo, opts: TrialOptions,
+                 what: Injection, on_poll: Any, clock: Clock) -> Any:
+        from feedprof.tune.jobrunner import run_job
+
+        return run_job(self.launch, trial_dir, host, opts, what, on_poll, clock)
+
     def elapsed(self) -> float:
         return self.clock.now_s() - self.started_s + self._elapsed_before
 
@@ -170,19 +180,32 @@ class Tuner:
             rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap,
                             ram_budget_bytes=self.memory.ram_bytes)
             if rec is not None:
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config),
-                                          code=sp.code(rec.config, self.loader, self.script),
+                paste = sp.paste(rec.config, self.loader, self.script, self.argv)
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), code=paste.code,
                                           loader_site=self.loader.site if self.loader else "",
-                                          reasons=rec.reasons + tuple(sp.notes()))
+                                          reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
+                                          + self._per_rank_reason(rec))
         return TuneResult(
             script=self.script, argv=tuple(self.argv), framework=self.space.framework if self.space else "",
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
             duration_s=self.elapsed(), budget_s=self.opts.budget_s, complete=complete, stop_reason=stop_reason,
             host=self.host, recommendation=rec, trials=tuple(self.trials),
+            launch=tuple(self.launch.command) if self.launch else (),
             notes=tuple(self.notes + (self.strategy.notes if self.strategy else []) + self._busy()))
 
+    def _per_rank_reason(self, rec: Any) -> tuple:
+        base = self.trials[0].run if self.trials and self.trials[0].run is not None else None
+        if self.launch is None or base is None or not base.ranks:
+            return ()
+        info = [r.rank for r in base.ranks if r.rank is not None]
+        from feedprof.analyse.diagnose import workers_of
+
+        return (AppliesToEveryRank(local_ranks=self.memory.ranks, world_size=max([i.world_size for i in info] + [1]),
+                                   workers_per_rank=workers_of(rec.config), cpus=usable_cpu_count(),
+                                   cpu_cap=self.cpu_cap),)
+
     def _busy(self) -> List[Reason]:
-        busy = noise.busy_machine(self.trials, self.cpu_cap)
+        busy = noise.busy_machine(self.trials, usable_cpu_count())
         return [busy] if busy is not None else []
 
     def save(self, complete: bool = False, stop_reason: Optional[Reason] = None) -> TuneResult:
@@ -273,8 +296,8 @@ class Tuner:
         """Later trials fork from a process that imported the script's heavy
         frameworks once (only those known to be fork-safe after import)."""
         preload = [m for m in modules if m in FORK_SAFE]
-        if not preload or not self.opts.fork_trials:
-            return
+        if not preload or not self.opts.fork_trials or self.launch is not None:
+            return  # a job's ranks are started by its own launcher
         try:
             self.zygote = Zygote(preload)
         except (ZygoteError, OSError) as exc:
@@ -355,6 +378,8 @@ class Tuner:
                                                                                               o.budget_s))
         rec = self._training_loader(baseline)
         self.loader = rec
+        if self.launch is not None:
+            self._per_rank(baseline.run)
         max_w = o.max_workers or default_max_workers(self.cpu_cap)
         self.space = make_space(rec.framework, rec.config, self.cpu_cap, max_w, baseline.run.cuda_used)
         baseline = dataclasses.replace(baseline, config=self.space.legalize(dict(rec.config)),
@@ -364,6 +389,15 @@ class Tuner:
             if t.state == TrialState.OK and t.role != Role.CEILING:
                 self.memory.learn(t, self.space.workers(t.config), self.space.in_flight(t.config))
         return baseline
+
+    def _per_rank(self, run: Any) -> None:
+        """A job's knobs are per rank: each rank's CPU budget is the machine's CPUs
+        over the ranks on it, less the rank's own process; memory counts every rank."""
+        self.script = run.script or self.script
+        local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [len(run.ranks), 1])
+        if local > 1:
+            self.cpu_cap = max(1, usable_cpu_count() // local - 1)
+        self.memory.ranks = local
 
     def _training_loader(self, baseline: Trial) -> LoaderRecord:
         run = baseline.run
@@ -378,13 +412,3 @@ class Tuner:
             reason = NoLoaderAtSite(site=site, seen=tuple(sorted({r.site for r in run.loaders if r.site})))
             raise TuneError(reason, self.save(False, reason), exit_code=2)
         return rec
-
-
-def survivable(baseline: Trial) -> bool:
-    """The script's own workers were killed (RAM, /dev/shm) or ran out of open
-    files, in a loader that was found: the tune goes on with fewer workers
-    (analyse/limits.py caps them) instead of ending with the baseline."""
-    rec = training_loader(baseline.run) if baseline.run is not None else None
-    hazard = baseline.state == TrialState.KILLED or (
-        baseline.state == TrialState.FAILED and isinstance(baseline.cause, TooManyOpenFiles))
-    return hazard and rec is not None and (workers_of(rec.config) or 0) > 0

@@ -30,11 +30,14 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
+from feedprof.record.leftovers import FORK_SERVER_ENV
+
 # Modules the tuner may pre-import: they start no thread on import (checked
 # again before every fork). torch._dynamo is pulled in by the first use of any
 # torch optimizer and costs over a second on its own; tensorflow costs ~4 s.
 # Not keras: scripts pick its backend (KERAS_BACKEND) before importing it.
-FORK_SAFE = ("torch", "torch._dynamo", "tensorflow")
+# Lightning (~4 s) and transformers' Trainer (~3 s) start no thread on import either.
+FORK_SAFE = ("torch", "torch._dynamo", "tensorflow", "lightning", "pytorch_lightning", "transformers.trainer")
 
 
 class ZygoteError(RuntimeError):
@@ -45,6 +48,8 @@ class Zygote:
     """The tuner's handle on a running fork server."""
 
     def __init__(self, preload: List[str], env: Optional[Dict[str, str]] = None, timeout_s: float = 120.0):
+        # A mark in its exec-time environment, which every fork of it shows in /proc (record/leftovers.py)
+        env = {**(os.environ if env is None else env), FORK_SERVER_ENV: f"{os.getpid()}-{id(self)}"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "feedprof.tune.zygote", *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

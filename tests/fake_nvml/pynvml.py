@@ -1,6 +1,10 @@
 """A stand-in for nvidia-ml-py with one GPU that falls off the bus 1.5 s after
 nvmlInit (NVMLError_GpuIsLost from then on). Put this directory first on
-PYTHONPATH to run the real feedprof CLI against it (tests/test_faults.py)."""
+PYTHONPATH to run the real feedprof CLI against it (tests/test_faults.py).
+
+FEEDPROF_FAKE_NVML_PROCESSES="PID:BYTES,PID:BYTES" lists those processes as
+running compute work on the GPU (tests/test_gpus.py)."""
+import os
 import time
 import types
 
@@ -80,3 +84,17 @@ def nvmlDeviceGetPcieThroughput(h, kind):
 
 def nvmlDeviceGetPowerUsage(h):
     return 100000 + _check(h)
+
+
+def nvmlSystemGetDriverVersion():
+    return "555.42.06"
+
+
+def nvmlDeviceGetComputeRunningProcesses(h):
+    spec = os.environ.get("FEEDPROF_FAKE_NVML_PROCESSES", "")
+    pairs = [item.split(":") for item in spec.split(",") if item]
+    return [types.SimpleNamespace(pid=int(pid), usedGpuMemory=int(used)) for pid, used in pairs]
+
+
+def nvmlDeviceGetGraphicsRunningProcesses(h):
+    return []

@@ -1,0 +1,208 @@
+"""The paste-ready advice: each recommended setting where the script sets it.
+
+A setting is changed where its value comes from (origin.py): the loader's own
+call, an outer call that passes it in, an assignment, or the script's own
+command-line flag ("run with ``--workers 8``"). Statements are the user's own,
+rewritten with the knobs (source.py), each followed by ``# file:line``; flags
+become one command line. What cannot be followed is said plainly, and the
+loader's call gets the literal value instead.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from feedprof.frameworks.origin import AtAssign, AtCall, FromFlag, NotFound, Tracer, argument, display
+from feedprof.frameworks.source import _parse, find_call, resolve_site, rewrite_statement
+from feedprof.reasons import Reason, SetByFlag, SetElsewhere, SettingSourceUnknown
+
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    knob: str  # the recommendation's name for it ("num_workers")
+    keyword: str  # the call's keyword ("dataloader_num_workers")
+    value: Any
+    default: Any = _ABSENT  # the callee's default: left absent, a call already has it
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call that holds settings: its user frames ("train.py:31"), outermost first."""
+
+    chain: Tuple[str, ...]
+    names: Tuple[str, ...]
+    settings: Tuple[Setting, ...]
+    positional: Tuple[str, ...] = ()
+    drop: Tuple[str, ...] = ()  # keywords that must go (prefetch_factor without workers)
+    parsers: Tuple[str, ...] = ()  # calls that build it from the command line instead, one flag per
+    #                                keyword (HfArgumentParser.parse_args_into_dataclasses)
+
+
+@dataclass(frozen=True)
+class Paste:
+    code: str  # what to paste (statements, each with "# file:line") and run
+    findings: Tuple[Reason, ...] = ()
+
+
+@dataclass
+class _Plan:
+    edits: Dict[tuple, Dict[str, Any]] = field(default_factory=dict)  # (path, line, names, positional) -> knobs
+    drops: Dict[tuple, List[str]] = field(default_factory=dict)
+    assigns: Dict[tuple, Any] = field(default_factory=dict)  # (path, line, name) -> value
+    flags: List[Tuple[FromFlag, Optional[str]]] = field(default_factory=list)  # value None: a bare switch
+    findings: List[Reason] = field(default_factory=list)
+
+
+def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback: str = "") -> Paste:
+    """Advice for ``calls`` (``fallback``: the keywords, where no call is found)."""
+    plan, tracer = _Plan(), Tracer()
+    for call in calls:
+        frames = [f for f in (resolve_site(site, script) for site in call.chain) if f is not None]
+        if frames and call.parsers and _call_at(frames[-1], call.names) is None \
+                and _call_at(frames[-1], call.parsers) is not None:
+            _parsed(call, frames[-1], plan, script, argv)
+            continue
+        if not frames or _call_at(frames[-1], call.names) is None:
+            site = call.chain[-1] if call.chain else ""
+            plan.findings.append(SettingSourceUnknown(knob="", site=site, call=call.names[0]))
+            return Paste(fallback, tuple(plan.findings))
+        key = (*frames[-1], call.names, call.positional)
+        plan.edits.setdefault(key, {})  # the loader's own call first
+        for setting in call.settings:
+            _place(setting, call, frames, tracer, plan, script, argv)
+        if call.drop:
+            plan.drops[key] = list(call.drop)
+    return Paste("\n".join(_lines(plan, script, argv)), tuple(plan.findings))
+
+
+def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: Sequence[str]) -> None:
+    """Settings parsed from the command line: each keyword is its own flag."""
+    site = display(*frame, script)
+    for s in call.settings:
+        if s.default is not _ABSENT and s.default == s.value:
+            continue  # the default (a flag not given) already says it
+        flag = FromFlag(flag=f"--{s.keyword}", dest=s.keyword, path=frame[0], line=frame[1], default=None,
+                        action="store")
+        if _flag_now(flag, argv) != str(s.value):
+            plan.flags.append((flag, str(s.value)))
+            plan.findings.append(SetByFlag(knob=s.knob, flag=flag.flag, value=str(s.value), declared_at=site,
+                                           used_at=site))
+
+
+def _call_at(frame: Tuple[str, int], names: Sequence[str]) -> Any:
+    tree = _parse(frame[0])
+    return find_call(tree, frame[1], names) if tree is not None else None
+
+
+def _place(s: Setting, call: Call, frames: List[Tuple[str, int]], tracer: Tracer, plan: _Plan,
+           script: str, argv: Sequence[str]) -> None:
+    """Where one setting goes: nowhere (already so), a call, an assignment or a flag."""
+    node = _call_at(frames[-1], call.names)
+    expr = argument(node, s.keyword, call.positional)
+    site = call.chain[-1]
+    if expr is None and s.default is not _ABSENT and s.default == s.value:
+        return  # absent, and the default is what is wanted
+    origin = tracer.origin(frames, call.names, s.keyword, call.positional)
+    here = (*frames[-1], call.names, call.positional)
+    if isinstance(origin, AtCall):
+        key = (origin.path, origin.line, origin.names, origin.positional)
+        plan.edits.setdefault(key, {})[origin.keyword] = s.value
+        if key[:2] != here[:2]:
+            plan.findings.append(SetElsewhere(knob=s.knob, keyword=origin.keyword, call=origin.names[0],
+                                              site=display(origin.path, origin.line, script), loader_site=site))
+    elif isinstance(origin, AtAssign):
+        plan.assigns[(origin.path, origin.line, origin.name)] = s.value
+        plan.findings.append(SetElsewhere(knob=s.knob, keyword=origin.name, call=f"{origin.name} = ...",
+                                          site=display(origin.path, origin.line, script), loader_site=site))
+    elif isinstance(origin, FromFlag) and _flag_value(origin, s.value) is not _ABSENT:
+        value = _flag_value(origin, s.value)
+        if value is not None and _flag_now(origin, argv) == value:
+            return  # the script already runs with it
+        plan.flags.append((origin, value))
+        also = tuple(display(origin.path, n, script) for n in origin.uses)
+        plan.findings.append(SetByFlag(knob=s.knob, flag=origin.flag, value=value or "", default=origin.default,
+                                       declared_at=display(origin.path, origin.line, script), used_at=site,
+                                       also_used_at=also))
+    else:  # not followed: the literal value at the loader's own call, and say so
+        plan.edits.setdefault(here, {})[s.keyword] = s.value
+        expression = origin.expression if isinstance(origin, NotFound) else ast.unparse(expr) if expr else ""
+        plan.findings.append(SettingSourceUnknown(knob=s.knob, expression=expression, site=site,
+                                                  call=call.names[0]))
+
+
+def _flag_now(flag: FromFlag, argv: Sequence[str]) -> Optional[str]:
+    """The flag's value in this run: from ``argv``, else its default (as written)."""
+    for i, a in enumerate(argv):
+        if a == flag.flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag.flag + "="):
+            return a.split("=", 1)[1]
+    try:
+        return None if flag.default is None else str(ast.literal_eval(flag.default))
+    except (ValueError, SyntaxError):
+        return flag.default
+
+
+def _flag_value(flag: FromFlag, value: Any) -> Any:
+    """The flag's argument for ``value``: a string, None for a bare switch, or
+    _ABSENT where the flag cannot say it (a switch for the other value)."""
+    if flag.action == "store":
+        return str(value)
+    if flag.action in ("store_true", "store_false") and isinstance(value, bool):
+        on = value if flag.action == "store_true" else not value
+        default_on = flag.default == ("True" if flag.action == "store_true" else "False")
+        return None if on and not default_on else _ABSENT
+    return _ABSENT
+
+
+def _lines(plan: _Plan, script: str, argv: Sequence[str]) -> List[str]:
+    lines = []
+    for (path, line, names, positional), knobs in plan.edits.items():
+        drop = plan.drops.get((path, line, names, positional), [])
+        present = _present(path, line, names, drop)
+        if not knobs and not present and (plan.flags or plan.assigns or len(plan.edits) > 1):
+            continue  # nothing to change here
+        found = rewrite_statement(path, line, names, knobs, drop=present, positional=positional)
+        if found:
+            lines.append(f"{found[0]}  # {display(path, line, script)}")
+    for (path, line, name), value in plan.assigns.items():
+        lines.append(f"{name} = {value!r}  # {display(path, line, script)}")
+    if plan.flags:
+        lines.append(command_line(script, argv, plan.flags))
+    return lines
+
+
+def _present(path: str, line: int, names: Sequence[str], keywords: Sequence[str]) -> List[str]:
+    node = _call_at((path, line), names)
+    return [k.arg for k in node.keywords if k.arg in keywords] if node is not None else []
+
+
+def command_line(script: str, argv: Sequence[str], flags: Sequence[Tuple[FromFlag, Optional[str]]]) -> str:
+    """``python train.py ARGS`` with each flag set (replaced where ``argv`` has it)."""
+    args = list(argv)
+    for flag, value in flags:
+        args = _without(args, flag.flag, takes_value=value is not None)
+        args += [flag.flag] + ([value] if value is not None else [])
+    rel = os.path.relpath(script)
+    shown = script if rel.startswith("..") else rel
+    return " ".join(shlex.quote(a) for a in ["python", shown, *args])
+
+
+def _without(args: List[str], flag: str, takes_value: bool) -> List[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a == flag:
+            skip = takes_value
+            continue
+        if a.startswith(flag + "="):
+            continue
+        out.append(a)
+    return out

@@ -1,0 +1,130 @@
+"""Who is on each GPU, and which of them look abandoned (``feedprof gpus``).
+
+NOTE [ How an abandoned process shows ]
+
+    shell ─► python train.py (leader of its process group G) ─► DataLoader workers (group G)
+             killed (OOM, Ctrl-C in the wrong place, a lost SSH session)
+                 workers: adopted by init (PPID 1) or a subreaper, group G has no leader,
+                          and a worker that was inside a CUDA call keeps its memory
+
+Linux forgets the original parent once a process is adopted, so it is
+inferred: a parent that is PID 1 or a known reaper, with the process neither
+in its parent's group nor leading a session of its own (a service or daemon
+that did ``setsid`` is left alone), is *adopted*; a process whose group
+leader is gone belongs to a job that has *ended*; a Jupyter kernel whose
+connection file is gone is no longer known to its server. feedprof names
+these and the command that ends them; it never ends a process itself.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import Any, Optional, Tuple
+
+import psutil
+
+from feedprof.store_procs import (ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpuProcess, GpuState,
+                                  GpusView, ProcessInfo)
+
+# Parents that adopt orphans: init systems and the subreapers of containers and user sessions.
+REAPERS = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit", "s6-svscan",
+                     "runit", "containerd-shim"})
+_KERNEL_FILE = re.compile(r"ipykernel_launcher(?:\.py)?\s+(?:.*\s)?-f\s+(\S+\.json)")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _ids(pid: int) -> Tuple[Optional[int], Optional[int]]:
+    try:
+        return os.getpgid(pid), os.getsid(pid)
+    except OSError:
+        return None, None
+
+
+def adopted(pid: int, ppid: int, pgid: Optional[int], sid: Optional[int], parent_name: str) -> bool:
+    """Whether init or a subreaper adopted the process (its own parent is gone)."""
+    if ppid != 1 and parent_name not in REAPERS:
+        return False
+    if sid == pid:  # a session of its own: a service or a daemon, started that way on purpose
+        return False
+    return pgid != ppid  # in its parent's group: PID 1 really started it (a container's entrypoint)
+
+
+def orphan_code(command: str, pid: int, adopted_: bool, pgid: Optional[int],
+                leader_alive: Optional[bool]) -> str:
+    if adopted_:
+        return ORPHAN_ADOPTED
+    if pgid is not None and pgid != pid and leader_alive is False:
+        return ORPHAN_JOB_GONE
+    kernel = _KERNEL_FILE.search(command)
+    if kernel and not os.path.exists(kernel.group(1)):
+        return ORPHAN_KERNEL_UNOWNED
+    return ""
+
+
+def describe_process(pid: int) -> ProcessInfo:
+    """A process as psutil sees it; ``visible=False`` when it is not in this PID namespace."""
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            ppid, state = p.ppid(), p.status()
+            try:
+                command = shlex.join(p.cmdline()) or f"[{p.name()}]"
+            except psutil.AccessDenied:
+                command = f"[{p.name()}]"
+            try:
+                user = p.username()
+            except (psutil.AccessDenied, KeyError):  # KeyError: a UID with no passwd entry
+                user = str(p.uids().real)
+    except psutil.NoSuchProcess:
+        return ProcessInfo(pid=pid, visible=False)
+    except psutil.AccessDenied:
+        return ProcessInfo(pid=pid, command="[not readable]")
+    parent_command = ""
+    if ppid:
+        try:
+            parent_command = psutil.Process(ppid).name()
+        except psutil.Error:
+            pass
+    pgid, sid = _ids(pid)
+    is_adopted = adopted(pid, ppid, pgid, sid, parent_command)
+    leader_alive = None if pgid is None or pgid == pid else _alive(pgid)
+    return ProcessInfo(pid=pid, command=command, user=user, state=state, ppid=ppid,
+                       parent_command=parent_command, parent_alive=not is_adopted, pgid=pgid,
+                       group_leader_alive=leader_alive,
+                       orphan=orphan_code(command, pid, is_adopted, pgid, leader_alive))
+
+
+def gpus_view(gpu: Any) -> GpusView:
+    """Every device of an opened ``record.gpu`` backend, its readings and its processes.
+
+    ``gpu`` is what :func:`feedprof.record.gpu.open_gpu` returns; the caller closes it.
+    """
+    if gpu.status != "ok":
+        return GpusView(status=str(gpu.status), detail=getattr(gpu, "detail", ""))
+    states = []
+    for info, reading, procs in zip(gpu.devices, gpu.read(), gpu.processes()):
+        listed = None if procs is None else tuple(
+            GpuProcess(process=describe_process(p.pid), gpu_mem_bytes=p.used_bytes, kind=p.kind) for p in procs)
+        states.append(GpuState(cuda_index=info.cuda_index, nvml_index=info.nvml_index, uuid=info.uuid,
+                               name=info.name, mem_total_bytes=info.mem_total_bytes, util_pct=reading.util_pct,
+                               mem_used_bytes=reading.mem_used_bytes, power_w=reading.power_w,
+                               processes=listed))
+    return GpusView(status="ok", driver_version=gpu.driver_version() or "", gpus=tuple(states))
+
+
+def gpus_now() -> GpusView:
+    """:func:`gpus_view` of the CUDA-visible GPUs, NVML opened and closed for it."""
+    from feedprof.record.gpu import open_gpu
+
+    gpu = open_gpu()
+    try:
+        return gpus_view(gpu)
+    finally:
+        gpu.close()

@@ -1,0 +1,107 @@
+"""A multi-process job, rank by rank: the table (text and HTML) and the
+data-wait curves of every rank on one chart."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+from feedprof.render import plots
+from feedprof.render.words import say
+from feedprof.store import RankInfo, Run
+from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    local_rank: int
+    node: str
+    device: str
+    state: str
+    batches_per_s: Optional[float]
+    data_wait_fraction: Optional[float]
+    main_cpu_pct: Optional[float]
+    workers_cpu_pct: Optional[float]
+    peak_pss_bytes: Optional[int]
+
+
+def _node(info: Optional[RankInfo]) -> str:
+    if info is None:
+        return ""
+    return info.node + (f" (node {info.node_rank})" if info.node_rank is not None else "")
+
+
+def rank_rows(run: Run) -> List[RankRow]:
+    """One row per rank, grouped by node, in rank order."""
+    rows = []
+    for i, r in enumerate(run.ranks):
+        info, s = r.rank, r.summary
+        rows.append(RankRow(
+            rank=info.rank if info else i, local_rank=info.local_rank if info else i,
+            node=_node(info), device=info.device if info else "", state=str(r.outcome.state),
+            batches_per_s=s.batches_per_s if s else None, data_wait_fraction=s.data_wait_fraction if s else None,
+            main_cpu_pct=s.main_cpu_pct if s else None, workers_cpu_pct=s.workers_cpu_pct if s else None,
+            peak_pss_bytes=s.peak_tree_pss_bytes if s else None))
+    return sorted(rows, key=lambda row: (row.node, row.rank))
+
+
+HEADERS = ("rank", "local", "node", "device", "state", "batches/s", "data wait", "CPU main", "CPU workers", "PSS")
+
+
+def _cells(row: RankRow) -> Tuple[str, ...]:
+    return (str(row.rank), str(row.local_rank), row.node or "?", row.device or "?", row.state,
+            fmt_num(row.batches_per_s), fmt_pct(row.data_wait_fraction), fmt_cores(row.main_cpu_pct),
+            fmt_cores(row.workers_cpu_pct), fmt_bytes(row.peak_pss_bytes))
+
+
+def format_ranks(run: Run) -> str:
+    """The per-rank table for a terminal ("" for a single process)."""
+    if not run.ranks:
+        return ""
+    rows = [HEADERS] + [_cells(row) for row in rank_rows(run)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
+    lines = ["  ranks (the job runs at its slowest rank's pace):"]
+    lines += ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def rank_waits(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[float, ...]]]:
+    """(label, times, data-wait %) per rank: what the chart draws."""
+    out = []
+    for i, r in enumerate(run.ranks):
+        t, pct = plots.binned_wait(r)
+        if t:
+            out.append((f"rank {r.rank.rank if r.rank else i}", t, pct))
+    return out
+
+
+def draw_rank_waits(waits: Sequence[Tuple[str, Tuple[float, ...], Tuple[float, ...]]]) -> str:
+    fig = plots._figure(8.0, 2.4)
+    ax = fig.add_subplot(1, 1, 1)
+    plots._style(ax, "data wait %")
+    for k, (label, t, pct) in enumerate(waits):
+        plots._line(ax, t, pct, plots.PALETTE[k % len(plots.PALETTE)], label)
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("seconds", color=plots.INK, fontsize=8)
+    ax.legend(fontsize=7, frameon=False, labelcolor=plots.INK, loc="upper right")
+    return plots.to_svg(fig)
+
+
+def ranks_html(run: Run) -> List[str]:
+    """The page's "Ranks" section ([] for a single process)."""
+    if not run.ranks:
+        return []
+    esc = lambda v: html.escape(str(v), quote=True)  # noqa: E731
+    head = "".join(f"<th>{esc(h)}</th>" for h in HEADERS)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _cells(row)) + "</tr>" for row in rank_rows(run))
+    out = ["<h2>Ranks</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+    lags = [n for n in (run.summary.notes if run.summary else ()) if n.code == "straggler"]
+    out += [f"<p class=\"note\">{esc(say(n))}</p>" for n in lags]
+    waits = rank_waits(run)
+    if waits:
+        out += ["<h2>Data wait per rank</h2>", draw_rank_waits(waits),
+                "<p class=\"note\">The share of each half second every rank's loop spent blocked on its own "
+                "loader. Training is synchronous: a rank waiting here slows every other rank, which waits for it "
+                "in the all-reduce instead.</p>"]
+    return out

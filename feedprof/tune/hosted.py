@@ -1,0 +1,104 @@
+"""The trial controller inside a rank of a multi-process job.
+
+NOTE [ Every rank instrumented, the script untouched ]
+
+    jobrunner: env FEEDPROF_JOB_SPEC=job.json, PYTHONPATH=feedprof/tune/bootstrap:...
+      launcher (torchrun, mpirun, a shell script...) ─► rank processes: python train.py
+        sitecustomize.py (at interpreter start) ─► maybe_host():
+          a rank? (its launcher's environment, record/ranks.py; or the job's own script)
+            yes: Controller(rank) + post-import hooks, as in a trial child (child.py);
+                 results to result-<rank>.json, events to events-<rank>.jsonl;
+                 the script then runs as the real __main__, unmodified
+            no:  nothing (the launcher; loader workers started with spawn)
+      each rank: window measured ─► result written, "window_done" ─► it trains on
+      jobrunner: every rank done ─► the whole job's process group is ended together
+
+A rank that fails writes its own traceback (sys.excepthook); one that ends
+writes what it measured (atexit); sys.exit's code is kept for the result.
+"""
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import sys
+from typing import Any, List, Optional
+
+from feedprof.reasons import ScriptExited, ScriptFailed
+from feedprof.record.ranks import rank_from_env
+from feedprof.store import RankInfo, TrialState
+from feedprof.frameworks.install import install_adapters
+from feedprof.tune.child import Controller
+from feedprof.tune.protocol import TrialSpec
+from feedprof.tune.userframes import failure_hint, script_traceback
+
+JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
+
+
+def rank_paths(spec: TrialSpec, rank: int) -> TrialSpec:
+    """The job's spec for one rank: its own result and events files."""
+    return dataclasses.replace(spec, result_path=spec.result_path.format(rank=rank),
+                               events_path=spec.events_path.format(rank=rank))
+
+
+def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool:
+    if not argv or argv[0] in ("-c", "") or "--multiprocessing-fork" in argv:
+        return False  # python -c: multiprocessing's spawn and forkserver children, and the like
+    if info is not None:
+        return True
+    return bool(job_script) and os.path.abspath(argv[0]) == job_script  # `python train.py`, the only rank
+
+
+def maybe_host(env: Any = None) -> Optional[Controller]:
+    """If this process is a rank of the job, instrument it (called at interpreter start)."""
+    env = os.environ if env is None else env
+    info = rank_from_env(env)
+    with open(env[JOB_SPEC_ENV], encoding="utf-8") as fh:
+        spec = TrialSpec.from_json(fh.read())
+    if not _is_rank(sys.argv, info, spec.script):
+        return None
+    info = dataclasses.replace(info or RankInfo(launcher="python", node=_node()), pid=os.getpid())
+    script = os.path.abspath(sys.argv[0]) if sys.argv[0] != "-m" else spec.script
+    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]))
+    ctl = Controller(spec, rank=info)
+    ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
+             world_size=info.world_size, local_world_size=info.local_world_size)
+    install_adapters(ctl)
+    _on_the_way_out(ctl)
+    return ctl
+
+
+def _node() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def _on_the_way_out(ctl: Controller) -> None:
+    """The rank's own end, written unless its window already was."""
+    exit_code: List[Any] = []
+    original_exit, original_hook = sys.exit, sys.excepthook
+
+    def exit(code: Any = None) -> None:
+        exit_code.append(code)
+        original_exit(code)
+
+    def excepthook(kind: Any, exc: BaseException, tb: Any) -> None:
+        if not ctl.result_written and not isinstance(exc, KeyboardInterrupt):
+            ctl.emit("failed")  # when: the first rank to fail is the cause, the others' errors follow from it
+            text = script_traceback(exc)
+            ctl.write_result(TrialState.FAILED, ScriptFailed(error=f"{kind.__name__}: {exc}".strip(),
+                                                             hint=failure_hint(exc)), tb=text, exit_code=1)
+        original_hook(kind, exc, tb)
+
+    def at_exit() -> None:
+        if ctl.result_written:
+            return
+        code = exit_code[-1] if exit_code else None
+        if code not in (None, 0):
+            ctl.write_result(TrialState.FAILED, ScriptExited(exit_code=code), exit_code=1)
+        else:
+            ctl.write_result(TrialState.OK, exit_code=0)
+
+    sys.exit, sys.excepthook = exit, excepthook
+    atexit.register(at_exit)

@@ -1,0 +1,246 @@
+"""Run one trial of a multi-process job: the user's own launch command, every
+rank instrumented (hosted.py), sampled from outside, ended together.
+
+NOTE [ A trial of a job ]
+
+    env: FEEDPROF_JOB_SPEC, PYTHONPATH=bootstrap/:..., a fresh MASTER_PORT / PET_MASTER_PORT
+    launcher ─► ranks (each: result-<rank>.json, events-<rank>.jsonl)
+    _JobWatch polls every rank's events:
+      "started" (rank, pid) ─► a sampler of that rank's process tree
+      every local rank's "window_done" ─► the whole job is ended at once (ranks are
+          never ended alone: the others would hang in a collective)
+      the launcher exits first ─► how it ended (a rank's traceback, if one failed)
+      the runner's limits (no batch in time, the trial's timeout), as for one process
+    _assemble_job: a Run per rank (with its samples and summary) inside the job's Run,
+    whose samples are the launcher's whole tree and whose summary the job's (diagnose.py)
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import socket
+import subprocess
+from typing import Any, Callable, Dict, List, Optional
+
+import psutil
+
+from feedprof.analyse.diagnose import summarize
+from feedprof.reasons import Interrupted, RankFailed
+from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.leftovers import check_run, process_clock_s
+from feedprof.record.others import OtherLoad
+from feedprof.record.sampler import Sampler
+from feedprof.session import now_iso
+from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
+from feedprof.tune.hosted import JOB_SPEC_ENV
+from feedprof.tune.launch import Launch
+from feedprof.tune.protocol import TrialSpec, read_events
+from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _tail, _Watch,
+                                  classify_end, kill_group)
+from feedprof.tune.signals import deferred_signals
+
+RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
+_RANK_FILE = re.compile(r"-(\d+)\.json(l?)$")
+
+
+def free_port() -> int:
+    """A port nothing listens on now: each trial's rendezvous gets its own, so a
+    trial never meets the previous one still shutting down."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job_env(trial_dir: str, spec_path: str, opts: TrialOptions) -> Dict[str, str]:
+    env = {**os.environ, **opts.extra_env, TRIAL_ENV: trial_dir, JOB_SPEC_ENV: spec_path}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOTSTRAP_DIR, env.get("PYTHONPATH", "")) if p)
+    port = str(free_port())
+    env["PET_MASTER_PORT"] = port  # torchrun's --master-port, unless the command gives one
+    env.setdefault("MASTER_PORT", port)
+    return env
+
+
+def _write_job_spec(trial_dir: str, launch: Launch, opts: TrialOptions, what: Injection, origin_s: float) -> str:
+    spec = TrialSpec(
+        script=launch.script or "", argv=list(launch.command), origin_s=origin_s,
+        result_path=os.path.join(trial_dir, "result-{rank}.json"),
+        events_path=os.path.join(trial_dir, "events-{rank}.jsonl"),
+        window_batches=opts.window_batches, window_seconds=opts.window_seconds,
+        min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches, mode=what.mode,
+        inject=dict(what.config), framework=what.framework,
+        target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full)
+    path = os.path.join(trial_dir, "spec.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(spec.to_json())
+    return path
+
+
+def _fresh_dir(trial_dir: str) -> None:
+    os.makedirs(trial_dir, exist_ok=True)
+    for stale in glob.glob(os.path.join(trial_dir, "result-*.json")) + glob.glob(
+            os.path.join(trial_dir, "events-*.jsonl")):
+        os.remove(stale)
+
+
+class _JobWatch(_Watch):
+    """Every rank's events; done once each local rank has its window."""
+
+    exit_grace_s = 0.0  # the ranks train on after their windows: end the job at once
+
+    def __init__(self, proc: Any, origin: float, opts: TrialOptions, trial_dir: str,
+                 on_poll: Optional[Callable[[], None]], clock: Clock):
+        super().__init__(proc, origin, opts, "", on_poll, clock)
+        self.trial_dir = trial_dir
+        self.offsets: Dict[str, int] = {}
+        self.ranks: Dict[int, dict] = {}  # rank -> its "started" event
+        self.done: set = set()
+        self.expected: Optional[int] = None  # local ranks, as they report it
+        self.rank_samplers: Dict[int, Sampler] = {}
+        self.failed_at: Dict[int, float] = {}  # rank -> when it failed (the first is the cause)
+
+    def _poll_events(self) -> None:
+        for path in sorted(glob.glob(os.path.join(self.trial_dir, "events-*.jsonl"))):
+            rank = int(_RANK_FILE.search(path).group(1))
+            new, self.offsets[path] = read_events(path, self.offsets.get(path, 0))
+            for ev in new:
+                self._on_event(rank, ev)
+
+    def _on_event(self, rank: int, ev: dict) -> None:
+        self.events.append({**ev, "rank": rank})
+        kind = ev.get("event")
+        if kind == "started":
+            self.ranks[rank] = ev
+            self.expected = max(self.expected or 0, int(ev.get("local_world_size") or 1))
+            self._sample_rank(rank, ev.get("pid"))
+        elif kind == "first_batch":
+            self.first_batch = True
+        elif kind == "failed":
+            self.failed_at.setdefault(rank, float(ev.get("t_s", 0.0)))
+            if self.window_done_at is None:  # the others would wait for it in a collective, for ever
+                self.window_done_at = self.clock.now_s() + RANK_FAILED_GRACE_S
+        elif kind == "window_done":
+            self.done.add(rank)
+            if self.expected is not None and len(self.done) >= self.expected:
+                self.window_done_at = self.clock.now_s()
+        if kind in ("loader", "first_batch"):
+            for sampler in [self.sampler, self.rank_samplers.get(rank)]:
+                if sampler is not None:
+                    sampler.refresh_tree()
+
+    def _sample_rank(self, rank: int, pid: Optional[int]) -> None:
+        if pid is None or rank in self.rank_samplers:
+            return
+        try:  # the job's sampler reads the GPUs; a rank's reads its own process tree
+            self.rank_samplers[rank] = Sampler(pid=pid, interval_s=self.opts.interval_s, gpu=False,
+                                               origin_s=self.origin, clock=self.clock).start()
+        except psutil.NoSuchProcess:
+            pass
+
+    def stop_samplers(self) -> Dict[int, Samples]:
+        return {rank: s.stop() for rank, s in self.rank_samplers.items()}
+
+
+def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions = TrialOptions(),
+            what: Injection = OBSERVE, on_poll: Optional[Callable[[], None]] = None,
+            clock: Clock = MONOTONIC) -> Run:
+    """Measure one config of a multi-process job; the job's Run, with every rank's inside."""
+    _fresh_dir(trial_dir)
+    origin = clock.now_s()
+    spec_path = _write_job_spec(trial_dir, launch, opts, what, origin)
+    env = job_env(trial_dir, spec_path, opts)
+    started_at, others, launched_s = now_iso(), OtherLoad(), process_clock_s()
+    log_path = os.path.join(trial_dir, "output.log")
+    out = open(log_path, "wb") if opts.capture_output else None
+    proc, watch, sampler = None, None, None
+    try:
+        proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
+                                stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env)
+        watch = _JobWatch(proc, origin, opts, trial_dir, on_poll, clock)
+        sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
+                          clock=clock).start()
+        watch.sampler = sampler
+        watch.wait()
+    except BaseException as exc:
+        if proc is None:
+            if out:
+                out.close()
+            raise
+        with deferred_signals():
+            run = _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock,
+                          launched_s, interrupted=True)
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        raise TrialInterrupted(run, getattr(exc, "signum", 2)) from None
+    return _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock, launched_s)
+
+
+def opts_gpu(watch: Optional[_Watch]) -> bool:
+    return bool(watch.opts.gpu) if watch is not None else False
+
+
+def _finish(launch: Launch, host: HostInfo, started_at: str, origin: float, log_path: str, proc: Any,
+            watch: Optional[_JobWatch], sampler: Optional[Sampler], out: Any, others: OtherLoad, clock: Clock,
+            launched_s: float, interrupted: bool = False) -> Optional[Run]:
+    """End the whole job together, stop sampling, and put the job's Run together."""
+    job = {proc.pid} | {p.pid for p in (watch.known if watch else [])}
+    kill_group(proc, watch.known if watch else [], clock)
+    left = check_run(os.path.dirname(log_path), proc.pid, watch.known if watch else [], opts_gpu(watch),
+                     since_s=launched_s)
+    samples = sampler.stop() if sampler else Samples()
+    rank_samples = watch.stop_samplers() if watch else {}
+    if out:
+        out.close()
+    if watch is None:
+        return None
+    run = _assemble_job(launch, host, started_at, origin, log_path, samples, rank_samples, watch, clock,
+                        interrupted)
+    return dataclasses.replace(run, other_processes=others.stop(job), leftovers=left)
+
+
+def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _JobWatch, interrupted: bool) -> Run:
+    child: Optional[Run] = None
+    if os.path.exists(path):
+        try:
+            child = load(path)
+        except StoreError:
+            child = None
+    base = child or Run(kind="trial", rank=RankInfo(rank=rank, pid=(watch.ranks.get(rank) or {}).get("pid")))
+    if child is None or child.outcome.state != TrialState.OK:
+        outcome = classify_end(child.outcome if child else None, None, watch.timed_out, interrupted)
+    else:
+        outcome = child.outcome
+    run = dataclasses.replace(base, kind="rank", host=host, samples=samples, outcome=outcome)
+    return dataclasses.replace(run, summary=summarize(run))
+
+
+def _job_outcome(ranks: List[Run], proc: Any, watch: _JobWatch, interrupted: bool, log_path: str) -> Outcome:
+    if interrupted:
+        return Outcome(state=TrialState.INTERRUPTED, cause=Interrupted(), exit_code=proc.returncode)
+    bad = [r for r in ranks if r.outcome.state != TrialState.OK]
+    if watch.timed_out is not None:
+        return Outcome(state=TrialState.TIMEOUT, cause=watch.timed_out, exit_code=proc.returncode)
+    if bad:  # the first rank to fail, with its own traceback: the others' errors follow from it
+        r = min(bad, key=lambda r: watch.failed_at.get(r.rank.rank if r.rank else 0, float("inf")))
+        return Outcome(state=r.outcome.state, cause=RankFailed(rank=r.rank.rank if r.rank else 0, cause=r.outcome.cause),
+                       exit_code=proc.returncode, traceback=r.outcome.traceback)
+    if not ranks:  # the launcher ended before any rank started (a bad command, no such script...)
+        return classify_end(None, proc.returncode, None, False, _tail(log_path))
+    return Outcome(state=TrialState.OK, exit_code=proc.returncode)
+
+
+def _assemble_job(launch: Launch, host: HostInfo, started_at: str, origin: float, log_path: str,
+                  samples: Samples, rank_samples: Dict[int, Samples], watch: _JobWatch, clock: Clock,
+                  interrupted: bool) -> Run:
+    paths = {int(_RANK_FILE.search(p).group(1)): p for p in glob.glob(os.path.join(watch.trial_dir, "result-*.json"))}
+    ranks = [_rank_run(r, paths.get(r, ""), rank_samples.get(r, Samples()), host, watch, interrupted)
+             for r in sorted(set(paths) | set(watch.ranks))]
+    first = ranks[0] if ranks else Run()
+    run = Run(kind="trial", script=first.script or launch.script, argv=tuple(launch.command), started_at=started_at,
+              duration_s=clock.now_s() - origin, host=host, loaders=first.loaders, window=first.window,
+              samples=samples, outcome=_job_outcome(ranks, watch.proc, watch, interrupted, log_path),
+              cuda_used=any(r.cuda_used for r in ranks) or None, modules=first.modules, notes=first.notes,
+              ranks=tuple(ranks))
+    return dataclasses.replace(run, summary=summarize(run))

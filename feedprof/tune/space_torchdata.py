@@ -1,0 +1,83 @@
+"""The search space of torchdata.nodes pipelines: ParallelMapper ``num_workers``
+and ``method`` (threads or processes), Prefetcher ``prefetch_factor`` (see
+space.py for what a space answers)."""
+from __future__ import annotations
+
+from typing import Any, List, Optional, Sequence, Tuple
+
+from feedprof.reasons import Reason, ThreadsVersusProcesses
+from feedprof.store import Trial
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
+
+DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
+
+
+class NodesSpace(Space):
+    """num_workers=0 maps in the loop's own thread; threads share the training
+    process (and its GIL), processes cost a Python process each."""
+
+    framework = "torchdata.nodes"
+    primary = "num_workers"
+    knobs = ("num_workers", "method", "prefetch_factor")
+
+    def legalize(self, config: Config) -> Config:
+        from feedprof.frameworks.torchdata_nodes import legalize
+
+        return legalize(config)
+
+    def ceiling_config(self) -> Config:
+        # no workers: nothing competes with the training step while one batch is replayed
+        return self.legalize({**self.baseline, "num_workers": 0})
+
+    def cost(self, config: Config) -> tuple:
+        cfg = self.legalize(config)
+        return (cfg["num_workers"], cfg["method"] == "process", cfg["prefetch_factor"] or 0)
+
+    def workers(self, config: Config) -> int:
+        cfg = self.legalize(config)
+        return cfg["num_workers"] if cfg["method"] == "process" else 0  # threads add no process to budget
+
+    def cpu_bound(self, trial: Trial) -> Optional[bool]:
+        cfg = self.legalize(trial.config)
+        if cfg["num_workers"] <= 1:
+            return None
+        if cfg["method"] == "process":
+            return super().cpu_bound(trial)
+        return job_fills_cpus(trial, self.cpu_cap)  # threads run in the training process
+
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+        cfg = self.legalize(best.config)
+        out: List[Tuple[Config, dict]] = []
+        if cfg["num_workers"] >= 2:  # threads or processes: measured, not assumed
+            other = "thread" if cfg["method"] == "process" else "process"
+            out.append(({**cfg, "method": other}, {}))
+        wait = best.data_wait_fraction
+        pf = cfg["prefetch_factor"]
+        if pf is not None and pf < DEEP_PREFETCH and wait is not None and wait >= PREFETCH_MIN_WAIT:
+            out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
+        return out
+
+    def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
+        """The pick, and threads against processes at its worker count where both were measured."""
+        from feedprof.analyse.recommend import config_key, measured_configs
+
+        cfg = self.legalize(pick.config)
+        configs = {config_key(self.legalize(m.config)): m for m in measured_configs(trials)}
+        both = [configs.get(config_key({**cfg, "method": method})) for method in ("thread", "process")]
+        if cfg["num_workers"] < 2 or None in both:
+            return cfg, []
+        thread, process = both
+        finding = ThreadsVersusProcesses(
+            workers=cfg["num_workers"], thread_batches_per_s=thread.score, process_batches_per_s=process.score,
+            thread_rss_bytes=thread.latest.peak_rss_bytes, process_rss_bytes=process.latest.peak_rss_bytes,
+            threads_do_as_well=thread.score >= process.score * (1 - tol))
+        return cfg, [finding]
+
+    def code(self, config: Config, loader: Any, script: str) -> str:
+        return self.paste(config, loader, script).code
+
+    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+        from feedprof.frameworks.torchdata_nodes import paste_for
+
+        return paste_for(self.legalize(config), loader, script, argv)
+

@@ -1,0 +1,151 @@
+"""`feedprof gpus`: devices, the processes on them (NVML's per-process API,
+faked: no GPU here) joined with real processes, and what looks abandoned."""
+import os
+import re
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from feedprof.record.gpu import open_gpu
+from feedprof.record.gpu_procs import adopted, describe_process, gpus_view, orphan_code
+from feedprof.render.gpus import format_gpus
+from feedprof.store_procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED
+from tests.conftest import REPO, run_feedprof
+from tests.fakes import fake_pynvml
+
+GIB = 2**30
+SPAWN_GRANDCHILD = ("import subprocess, sys, time\n"
+                    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                    "print(p.pid, flush=True)\n"
+                    "time.sleep(60)\n")
+
+
+@pytest.fixture
+def orphan():
+    """A real orphan: a job (its own process group) starts a child and is killed.
+    Yields (orphan pid, dead job pid); the orphan is killed afterwards."""
+    job = subprocess.Popen([sys.executable, "-c", SPAWN_GRANDCHILD], stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    pid = int(job.stdout.readline())
+    job.kill()
+    job.wait()
+    job.stdout.close()
+    try:
+        yield pid, job.pid
+    finally:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_an_orphan_is_named_with_its_dead_parent(orphan):
+    pid, job = orphan
+    p = describe_process(pid)
+    assert p.visible and "time.sleep(60)" in p.command
+    assert p.orphan == ORPHAN_ADOPTED and p.parent_alive is False
+    assert p.pgid == job and p.group_leader_alive is False
+    assert p.user == psutil.Process().username()
+
+
+def test_a_live_process_is_not_flagged():
+    p = describe_process(os.getpid())
+    assert p.orphan == "" and p.parent_alive is True and p.ppid == os.getppid()
+
+
+def test_a_pid_from_another_namespace_is_not_visible():
+    pid = 4_000_000  # above Linux's pid_max limit: never a process here
+    assert describe_process(pid).visible is False
+
+
+@pytest.mark.parametrize("pid,ppid,pgid,sid,parent,expected", [
+    (50, 1, 40, 40, "init", True),  # its job's leader (40) is gone, init adopted it
+    (50, 1, 1, 1, "python", False),  # a container whose entrypoint (PID 1) started it
+    (50, 1, 50, 50, "systemd", False),  # a service: a session of its own
+    (50, 7, 40, 40, "systemd", True),  # a user session's subreaper adopted it
+    (50, 30, 30, 30, "python", False),  # an ordinary child
+])
+def test_adoption_rules(pid, ppid, pgid, sid, parent, expected):
+    assert adopted(pid, ppid, pgid, sid, parent) is expected
+
+
+def test_job_gone_and_unowned_kernel(tmp_path):
+    assert orphan_code("python train.py", 50, False, 40, False) == ORPHAN_JOB_GONE
+    assert orphan_code("python train.py", 50, False, 50, None) == ""
+    cmd = f"python -m ipykernel_launcher -f {tmp_path}/kernel-1.json"
+    assert orphan_code(cmd, 50, False, 50, None) == ORPHAN_KERNEL_UNOWNED
+    (tmp_path / "kernel-1.json").write_text("{}")
+    assert orphan_code(cmd, 50, False, 50, None) == ""
+
+
+def test_view_of_fake_gpus_joined_with_real_processes(orphan):
+    pid, job = orphan
+    me = os.getpid()
+    nv = fake_pynvml(["GPU-a", "GPU-b"], names=["A100", "H100"],
+                     compute={0: [(me, 3 * GIB), (pid, 5 * GIB)], 1: [(me, None)]}, graphics={1: [(me, GIB)]})
+    gpu = open_gpu(nvml=nv, visible_devices="1,0")
+    view = gpus_view(gpu)
+    assert view.driver_version == "555.42.06"
+    assert [(g.cuda_index, g.name) for g in view.gpus] == [(0, "H100"), (1, "A100")]
+    h100, a100 = view.gpus
+    assert [(p.process.pid, p.gpu_mem_bytes, p.kind) for p in h100.processes] == [(me, GIB, "C+G")]
+    assert {p.process.pid: p.process.orphan for p in a100.processes} == {me: "", pid: ORPHAN_ADOPTED}
+    text = format_gpus(view)
+    assert f"PID {pid} holds 5.0 GiB on cuda:1" in text
+    assert f"process group {job}, has ended (PID {job} is gone)" in text
+    assert f"end it with: kill {pid}" in text
+    assert f"kill {me}" not in text and "1 process on a GPU looks abandoned" in text
+
+
+def test_nvml_that_will_not_list_processes():
+    nv = fake_pynvml(["GPU-a"])
+
+    def refuse(h):
+        raise nv.NVMLError(3)  # NVML_ERROR_NOT_SUPPORTED
+
+    nv.nvmlDeviceGetComputeRunningProcesses = nv.nvmlDeviceGetGraphicsRunningProcesses = refuse
+    view = gpus_view(open_gpu(nvml=nv, visible_devices=None))
+    assert view.gpus[0].processes is None
+    assert "NVML would not list the processes" in format_gpus(view)
+
+
+def test_long_command_lines_fit_the_terminal(orphan):
+    pid, _ = orphan
+    view = gpus_view(open_gpu(nvml=fake_pynvml(["GPU-a"], compute={0: [(pid, GIB)]}), visible_devices=None))
+    table = format_gpus(view, width=80).split("\n\n")[1]
+    assert all(len(line) <= 80 for line in table.splitlines())
+
+
+def test_a_command_line_cannot_write_to_the_terminal():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "\x1b[2J\x1b]0;owned\x07"])
+    try:
+        view = gpus_view(open_gpu(nvml=fake_pynvml(["GPU-a"], compute={0: [(p.pid, GIB)]}), visible_devices=None))
+        assert "\x1b" in view.gpus[0].processes[0].process.command  # recorded as it is
+        text = format_gpus(view, width=200)
+        assert "\x1b" not in text and "\x07" not in text and "?[2J" in text
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_cli_names_the_orphan_and_its_dead_parent(orphan):
+    pid, job = orphan
+    env = {"PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tests", "fake_nvml"), os.environ.get("PYTHONPATH", "")]),
+           "FEEDPROF_FAKE_NVML_PROCESSES": f"{os.getpid()}:{GIB},{pid}:{6 * GIB}"}
+    proc = run_feedprof(["gpus"], env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "Fake GPU (tests)" in out and "driver 555.42.06" in out
+    assert re.search(rf"^!\s+{pid}\s", out, re.M) and re.search(rf"^\s+{os.getpid()}\s", out, re.M)
+    assert f"PID {pid} holds 6.0 GiB on cuda:0: its parent is gone" in out
+    assert f"process group {job}, has ended" in out and f"end it with: kill {pid}" in out
+    assert psutil.pid_exists(pid)  # named, never ended by feedprof
+
+
+def test_cli_without_a_gpu_is_one_line(tmp_path):
+    env = {"CUDA_VISIBLE_DEVICES": ""}  # hides every GPU, whatever this machine has
+    proc = run_feedprof(["gpus"], env=env, timeout=60)
+    assert proc.returncode == 0
+    assert len(proc.stdout.strip().splitlines()) == 1 and proc.stdout.startswith("feedprof gpus: ")

@@ -1,0 +1,167 @@
+"""Multi-process jobs, launched with the user's own command: real torchrun and
+mpirun jobs on CPU (gloo), every rank instrumented, the job ended together."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import run_feedprof, write_script
+from feedprof.tune.jobrunner import free_port
+from tests.scripts_jobs import DATA_PARALLEL, MPI_INIT, MULTI_WORKER, START_TWO_WORKERS, ddp, mirrored
+
+pytest.importorskip("torch")
+
+QUICK = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
+
+
+def profile(tmp_path, launch, *extra, timeout=240):
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", "--out", str(out), *QUICK, *extra, "--", *launch], timeout=timeout)
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
+    return proc, run
+
+
+def test_a_torchrun_job_is_profiled_rank_by_rank(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", ddp())
+    proc, run = profile(tmp_path, [*TORCHRUN, script])
+    assert proc.returncode == 0, proc.stderr
+    ranks = run["ranks"]
+    assert [r["rank"]["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert r["rank"]["world_size"] == 2 and r["rank"]["launcher"] == "torchrun" and r["rank"]["device"] == "cpu"
+        assert r["outcome"]["state"] == "ok" and r["summary"]["batches_measured"] >= 30
+        assert r["summary"]["data_wait_fraction"] > 0.5  # 8 samples x 3 ms of waiting per batch
+    s = run["summary"]
+    slowest = min(r["summary"]["batches_per_s"] for r in ranks)
+    assert s["batches_per_s"] == pytest.approx(slowest)  # the job runs at its slowest rank's pace
+    assert s["samples_per_s"] == pytest.approx(slowest * 16)  # both ranks' batches of 8
+    assert "rank  local" in proc.stdout and "highly input-bound" in proc.stdout
+
+
+def test_a_failing_rank_fails_the_job_with_its_own_traceback(tmp_path, no_leftovers):
+    fault = 'if dist.get_rank() == 1 and step == 5:\n                raise ValueError("rank one has a bad shard")'
+    script = write_script(tmp_path, "train.py", ddp(fault=fault))
+    proc, run = profile(tmp_path, [*TORCHRUN, script])
+    assert proc.returncode == 1
+    assert "rank 1: ValueError: rank one has a bad shard" in proc.stderr
+    assert run["outcome"]["cause"]["code"] == "rank_failed" and run["outcome"]["cause"]["rank"] == 1
+    assert "ValueError: rank one has a bad shard" in run["outcome"]["traceback"]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (openmpi-bin) is not installed")
+def test_mpirun_ranks_are_found_from_open_mpi_s_environment(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", ddp(init=MPI_INIT))
+    mpirun = ["mpirun", "--oversubscribe", "-np", "2"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
+    proc, run = profile(tmp_path, [*mpirun, sys.executable, script])
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["rank"]["rank"], r["rank"]["launcher"]) for r in run["ranks"]] == [(0, "mpi"), (1, "mpi")]
+
+
+def test_a_shell_script_that_starts_its_own_ranks(tmp_path, no_leftovers):
+    """Two MultiWorkerMirroredStrategy workers started by a shell script, each
+    with its TF_CONFIG: feedprof finds both ranks from it."""
+    pytest.importorskip("tensorflow")
+    write_script(tmp_path, "worker.py", MULTI_WORKER)
+    start = write_script(tmp_path, "start.sh", START_TWO_WORKERS)
+    os.chmod(start, 0o755)
+    ports = [str(free_port()), str(free_port())]
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", "--out", str(out), *QUICK, "--", start, *ports],
+                        env={**QUIET_TF, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]},
+                        timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert [(r["rank"]["rank"], r["rank"]["launcher"]) for r in run["ranks"]] == [(0, "tf_config"), (1, "tf_config")]
+    assert all(r["summary"]["framework"] == "tf.data" and r["summary"]["batches_measured"] >= 30 for r in run["ranks"])
+
+
+def test_the_runs_of_two_nodes_merge_into_one_report(tmp_path, no_leftovers):
+    """Two "nodes" on this machine (torchrun --nnodes 2), each profiled on its
+    own as on a cluster, then merged by feedprof report."""
+    script = write_script(tmp_path, "train.py", ddp())
+    port = str(free_port())
+    procs = []
+    for node in (0, 1):
+        launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+                  "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, script]
+        procs.append(subprocess.Popen([sys.executable, "-m", "feedprof", "profile", "--out", str(tmp_path / f"n{node}"),
+                                       *QUICK, "--", *launch], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+    page = tmp_path / "job.html"
+    merged = run_feedprof(["report", str(tmp_path / "n0" / "run.json"), str(tmp_path / "n1" / "run.json"),
+                           "-o", str(page)])
+    assert merged.returncode == 0, merged.stderr
+    html = page.read_text()
+    assert "<h2>Ranks</h2>" in html and "(node 0)" in html and "(node 1)" in html
+    assert "Data wait per rank" in html
+
+
+def test_a_launch_command_that_cannot_run_is_bad_usage(tmp_path):
+    for command in ("profile", "tune"):
+        proc = run_feedprof([command, "--out", str(tmp_path / "out"), "--", "no-such-launcher", "train.py"])
+        assert proc.returncode == 2 and "no such command: no-such-launcher" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_torchrun_job_is_tuned_per_rank(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", ddp(load_s=0.004))
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "120", "--max-workers", "16", "--window-seconds", "0.8",
+                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "--quiet",
+                         "--", *TORCHRUN, script], timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    rec = res["recommendation"]
+    assert res["launch"][-1] == script and rec["config"]["num_workers"] >= 2 and rec["speedup"] > 1.5
+    assert all(len(t["run"]["ranks"]) == 2 for t in res["trials"] if t["state"] == "ok")
+    assert any(r["code"] == "applies_to_every_rank" for r in rec["reasons"])
+    assert "builds its own loader with this line" in proc.stdout
+    assert rec["code"].startswith("loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=")
+
+
+# ------------------------------------------- one process, several devices
+
+TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1",
+              "--quiet"]
+
+
+@pytest.mark.slow
+def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", DATA_PARALLEL)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "50", "--max-workers", "16", *TUNE_QUICK])
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads((out / "results.json").read_text())["recommendation"]
+    assert rec["config"]["num_workers"] >= 2 and rec["speedup"] > 2
+
+
+@pytest.mark.slow
+def test_fit_under_a_mirrored_strategy_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers):
+    pytest.importorskip("tensorflow")
+    script = write_script(tmp_path, "train.py", mirrored())
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "70", "--max-workers", "16", *TUNE_QUICK],
+                        env=QUIET_TF, timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads((out / "results.json").read_text())["recommendation"]
+    assert rec["framework"] == "tf.data" and rec["speedup"] > 2
+
+
+def test_a_custom_loop_over_a_distributed_dataset_is_measured(tmp_path, no_leftovers):
+    pytest.importorskip("tensorflow")
+    script = write_script(tmp_path, "train.py", mirrored(custom_loop=True))
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), *QUICK], env=QUIET_TF, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((out / "run.json").read_text())["summary"]
+    assert s["framework"] == "tf.data" and s["batches_measured"] >= 30
+    assert s["data_wait_fraction"] > 0.5  # iterated in Python: the wait is measured (16 x 4 ms per batch)
