@@ -25,8 +25,8 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, workers_of
 from feedprof.analyse.hazards import complete_epoch_batches, duplicated, fds_near_limit, memory_growth, repeated_share
-from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, Reason,
-                              TooManyOpenFiles, WorkerInfoNeverAsked, WorkersCapped)
+from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, RankFailed,
+                              Reason, TooManyOpenFiles, WorkerInfoNeverAsked, WorkersCapped)
 from feedprof.store import LoaderRecord, Role, Trial, TrialState
 
 WorkersOf = Callable[[dict], Optional[int]]
@@ -96,9 +96,9 @@ def worker_cap(trials: Sequence[Trial], workers_of: WorkersOf) -> Optional[Worke
 
 
 def _bad(trial: Trial) -> bool:
-    """Killed, or failed of something more workers cause."""
-    return trial.state == TrialState.KILLED or (trial.state == TrialState.FAILED
-                                                and isinstance(trial.cause, WORKER_HAZARDS))
+    """Killed, or failed of something more workers cause (a job: its first failed rank's cause)."""
+    cause = trial.cause.cause if isinstance(trial.cause, RankFailed) else trial.cause
+    return trial.state == TrialState.KILLED or (trial.state == TrialState.FAILED and isinstance(cause, WORKER_HAZARDS))
 
 
 def usable(trials: Sequence[Trial], cap: Optional[WorkersCapped], workers_of: WorkersOf) -> List[Trial]:

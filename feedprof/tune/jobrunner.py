@@ -38,7 +38,7 @@ from feedprof.tune.hosted import JOB_SPEC_ENV
 from feedprof.tune.launch import Launch
 from feedprof.tune.protocol import TrialSpec, read_events
 from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _tail, _Watch,
-                                  classify_end, kill_group)
+                                  _with_figures, classify_end, kill_group)
 from feedprof.tune.signals import deferred_signals
 
 RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
@@ -209,7 +209,8 @@ def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _Jo
             child = None
     base = child or Run(kind="trial", rank=RankInfo(rank=rank, pid=(watch.ranks.get(rank) or {}).get("pid")))
     if child is None or child.outcome.state != TrialState.OK:
-        outcome = classify_end(child.outcome if child else None, None, watch.timed_out, interrupted)
+        outcome = _with_figures(classify_end(child.outcome if child else None, None, watch.timed_out, interrupted),
+                                samples, host)
     else:
         outcome = child.outcome
     run = dataclasses.replace(base, kind="rank", host=host, samples=samples, outcome=outcome)
