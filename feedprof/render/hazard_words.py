@@ -45,12 +45,12 @@ def _shm(x: r.SharedMemoryExhausted, d: Callable) -> str:
     seen = f"/dev/shm is {fmt_bytes(x.shm_total_bytes)}" if x.shm_total_bytes is not None else "/dev/shm"
     if x.shm_peak_bytes is not None:
         seen += f" and its use peaked at {fmt_bytes(x.shm_peak_bytes)}"
-    if x.need_bytes:
-        fix = (f"the batches in flight need about {fmt_bytes(x.need_bytes)} (measured on the configs that ran): in "
-               f"Docker, run with {shm_size_flag(x.need_bytes)} or --ipc=host; otherwise use fewer workers or a "
-               "smaller prefetch_factor")
-    else:
-        fix = "in Docker, run with --shm-size=8g or --ipc=host; otherwise use fewer workers or a smaller prefetch_factor"
+    # it ran out: the container needs more than it has, and more than the configs that ran showed
+    size = shm_size_flag(max(x.need_bytes or 0, x.shm_total_bytes or 0))
+    need = f"the batches in flight need about {fmt_bytes(x.need_bytes)} (measured on the configs that ran): " \
+        if x.need_bytes else ""
+    fix = f"{need}in Docker, run with {size} or more, or --ipc=host; otherwise use fewer workers or a smaller " \
+        "prefetch_factor"
     return f"{_sig(x)}a worker ran out of shared memory{_with(x.workers)} ({seen}): {fix}"
 
 
