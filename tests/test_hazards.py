@@ -33,6 +33,9 @@ def test_a_batch_fingerprint_depends_only_on_its_contents():
     assert batch_digest(np.arange(10)) == batch_digest(np.arange(10)) != batch_digest(np.arange(11))
     assert batch_digest(torch.zeros(3, dtype=torch.bfloat16)) == batch_digest(torch.zeros(3, dtype=torch.bfloat16))
     assert batch_digest(["a", 1, None]) != batch_digest(["a", 2, None])
+    whole, images, labels, names = batch_digest((torch.randn(4, 3), torch.tensor([1, 2, 3, 4]), ["a", "b"])).split(".")
+    assert labels == batch_digest((torch.randn(4, 3), torch.tensor([1, 2, 3, 4]), ["a", "b"])).split(".")[2]
+    assert whole != batch_digest((torch.randn(4, 3), torch.tensor([1, 2, 3, 4]), ["a", "b"])).split(".")[0]
 
 
 def test_a_few_batches_from_each_workers_stream():
@@ -69,9 +72,31 @@ def test_what_is_not_duplication(records, iterable):
     assert duplicated(loader(stream(records, 4, 32), iterable=iterable), workers=4) is None
 
 
-def test_a_dataset_that_repeats_itself_at_one_worker_is_not_blamed_on_the_workers():
-    half = stream(lambda w, j: j // 2, 2, 32)  # every record twice, whatever the worker count
-    assert duplicated(loader(half), workers=2, reference=0.5) is None
+@pytest.mark.parametrize("records,workers", [
+    (lambda w, j: (w, j // 2), 2),  # every record twice in a row in each worker's own stream: not the workers'
+    (lambda w, j: (w * 7 + j) % 5, 4),  # periodic data out of step between workers
+])
+def test_data_that_repeats_anyway_is_not_blamed_on_the_workers(records, workers):
+    assert duplicated(loader(stream(records, workers, 32)), workers=workers) is None
+
+
+def test_periodic_records_repeated_in_step_are():
+    assert duplicated(loader(stream(lambda w, j: j % 3, 4, 32)), workers=4) is not None
+
+
+def augmented(workers, batches, asked):
+    """Whole batches differ (random jitter), their labels repeat once per worker."""
+    rec = loader(tuple(f"{w}{j}whole.{j}label" for w, j in ((i % workers, i // workers) for i in range(batches))),
+                 asked=asked)
+    return duplicated(rec, workers)
+
+
+def test_records_repeated_under_random_augmentation_show_in_their_labels():
+    dup = augmented(4, 32, asked=False)
+    assert dup is not None and dup.part == 1 and dup.distinct_batches == 8
+    # a dataset that asks which worker it is in may repeat a part across workers (a
+    # line number restarting in every shard): only whole batches count for it
+    assert augmented(4, 32, asked=True) is None
 
 
 def trial(index, n, state=TrialState.OK, cause=None, rec=None, rate=100.0, config=None, run=None, role=Role.SEARCH):

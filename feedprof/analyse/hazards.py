@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 from feedprof.reasons import DuplicatedPerWorker, MemoryGrows, OpenFilesNearLimit
 from feedprof.store import LoaderRecord, Run
 
-DUP_EXCESS = 0.3  # share of the first batches repeated beyond what one worker's own stream repeats
+DUP_EXCESS = 0.5  # share of batches matching across workers in step, beyond out of step
 GROWTH_MIN_BYTES = 8 << 20  # a worker's USS must grow at least this much over the window,
 GROWTH_MIN_SHARE = 0.05  # and by this share of where it started,
 GROWTH_MIN_R = 0.8  # steadily (correlation of USS with time),
@@ -36,28 +36,47 @@ FDS_NEAR = 0.5  # open files past this share of RLIMIT_NOFILE are worth a warnin
 # ------------------------------------------------------ duplicated records
 
 
-def repeated_share(digests: Sequence[str]) -> Optional[float]:
-    """Share of the batches that repeat an earlier one (None: too few to say)."""
-    if len(digests) < 2:
+def digest_columns(digests: Sequence[str]) -> List[Tuple[str, ...]]:
+    """The digests of the whole batches, then of each of their parts (record/digest.py)."""
+    split = [d.split(".") for d in digests]
+    n = min((len(s) for s in split), default=0)
+    return [tuple(s[k] for s in split) for k in range(n)]
+
+
+def in_step(column: Sequence[str], workers: int) -> Optional[Tuple[float, float]]:
+    """Workers take turns (batch i comes from worker i mod N), so worker w's
+    j-th batch is column[j·N + w]. (Share of the other workers' j-th batches
+    equal to worker 0's j-th, share equal to its (j±1)-th): duplicated streams
+    match in step; data that repeats anyway (constant, periodic) matches out
+    of step as well. None: too few batches from each worker."""
+    length = len(column) // workers
+    if length < 2:
         return None
-    return 1 - len(set(digests)) / len(digests)
+    streams = [column[w::workers][:length] for w in range(workers)]
+    first, others = streams[0], streams[1:]
+    aligned = sum(s[j] == first[j] for s in others for j in range(length)) / (len(others) * length)
+    shifted = max(sum(s[j + d] == first[j + 1 - d] for s in others for j in range(length - 1))
+                  for d in (0, 1)) / (len(others) * (length - 1))
+    return aligned, shifted
 
 
-def duplicated(rec: LoaderRecord, workers: int, reference: Optional[float] = None) -> Optional[DuplicatedPerWorker]:
-    """Do ``rec``'s first batches repeat once per worker? Workers take turns
-    (batch i comes from worker i mod N), so one worker's own stream is every
-    N-th batch: records repeated *across* workers but not within that stream
-    are duplicates. ``reference``: the repeated share with at most one worker
-    (a dataset of constant batches repeats at any worker count)."""
+def duplicated(rec: LoaderRecord, workers: int) -> Optional[DuplicatedPerWorker]:
+    """Do ``rec``'s first batches repeat once per worker (analyse in_step)?
+    The parts of a batch (labels, names) count only for a dataset whose
+    workers never asked which worker they are: random augmentation can make
+    whole batches differ, and a sharded dataset may repeat a part across
+    workers (a line number restarting in every file)."""
     digests = rec.batch_digests
-    if not rec.iterable or rec.replayed or workers < 2 or len(digests) < workers + 2:
+    if not rec.iterable or rec.replayed or workers < 2:
         return None
-    share = repeated_share(digests) or 0.0
-    own = repeated_share(digests[::workers]) or 0.0
-    if share - max(own, reference or 0.0) < DUP_EXCESS:
-        return None
-    return DuplicatedPerWorker(dataset=rec.dataset, workers=workers, batches_checked=len(digests),
-                               distinct_batches=len(set(digests)), worker_info_asked=rec.worker_info_asked)
+    columns = digest_columns(digests)
+    for k, column in enumerate(columns if rec.worker_info_asked is False else columns[:1]):
+        step = in_step(column, workers)
+        if step is not None and step[0] - step[1] >= DUP_EXCESS:
+            return DuplicatedPerWorker(dataset=rec.dataset, workers=workers, batches_checked=len(column),
+                                       distinct_batches=len(set(column)), part=k,
+                                       worker_info_asked=rec.worker_info_asked)
+    return None
 
 
 def complete_epoch_batches(rec: LoaderRecord) -> Optional[int]:
@@ -68,6 +87,13 @@ def complete_epoch_batches(rec: LoaderRecord) -> Optional[int]:
         if e.n_epochs[i] == 1:
             return e.n_batches[i]
     return None
+
+
+def longest_epoch_batches(rec: LoaderRecord) -> Optional[int]:
+    """The most batches one epoch delivered, ended or not (an epoch still
+    running past the length of a whole epoch elsewhere is longer than it)."""
+    e = rec.epochs
+    return max((n for n, k in zip(e.n_batches, e.n_epochs) if k == 1), default=None)
 
 
 # ----------------------------------------------------------- memory growth

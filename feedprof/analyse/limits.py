@@ -24,7 +24,8 @@ import dataclasses
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, workers_of
-from feedprof.analyse.hazards import complete_epoch_batches, duplicated, fds_near_limit, memory_growth, repeated_share
+from feedprof.analyse.hazards import (complete_epoch_batches, duplicated, fds_near_limit, longest_epoch_batches,
+                                      memory_growth)
 from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, RankFailed,
                               Reason, TooManyOpenFiles, WorkerInfoNeverAsked, WorkersCapped)
 from feedprof.store import LoaderRecord, Role, Trial, TrialState
@@ -47,17 +48,18 @@ def _workers(trial: Trial, workers_of: WorkersOf) -> int:
 
 def duplication_in(trials: Sequence[Trial], workers_of: WorkersOf) -> Optional[Tuple[Trial, DuplicatedPerWorker]]:
     """The first trial whose workers repeat the records, and the evidence."""
-    singles = [(t, r) for t in trials if t.role != Role.CEILING and _workers(t, workers_of) <= 1
+    singles = [r for t in trials if t.role != Role.CEILING and _workers(t, workers_of) <= 1
                and (r := _loader(t)) is not None and r.iterable]
-    shares = [s for _, r in singles if (s := repeated_share(r.batch_digests)) is not None]
-    single_epoch = next((e for _, r in singles if (e := complete_epoch_batches(r))), None)
+    single_epoch = next((e for r in singles if (e := complete_epoch_batches(r))), None)
     for t in sorted(trials, key=lambda t: t.index):
         n, rec = _workers(t, workers_of), _loader(t)
         if t.role == Role.CEILING or n < 2 or rec is None or not rec.iterable:
             continue
-        found = duplicated(rec, n, max(shares) if shares else None)
-        epoch = complete_epoch_batches(rec)
-        grew = bool(single_epoch and epoch and epoch >= EPOCH_GROWTH * single_epoch)
+        found = duplicated(rec, n)
+        # records are split between workers: an epoch holds what one process's does, and at
+        # most a partial batch more per worker (random augmentation cannot hide this one)
+        epoch = longest_epoch_batches(rec)
+        grew = bool(single_epoch and epoch and epoch > max(EPOCH_GROWTH * single_epoch, single_epoch + n))
         if found is None and not grew:
             continue
         found = found or DuplicatedPerWorker(dataset=rec.dataset, workers=n, worker_info_asked=rec.worker_info_asked)
@@ -71,7 +73,7 @@ def repeats_records(trial: Trial) -> bool:
     """Does this trial's own record show its workers repeating the data? (For
     tables: the cross-trial evidence is duplication_in's.)"""
     rec = _loader(trial)
-    return rec is not None and duplicated(rec, workers_of(trial.config) or 0) is not None
+    return rec is not None and duplicated(rec, workers_of(rec.config) or 0) is not None
 
 
 # -------------------------------------------------------------- the cap

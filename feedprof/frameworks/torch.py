@@ -206,6 +206,11 @@ def install(ctl: Any) -> None:
 _worker_info: Any = None  # which datasets' workers ask get_worker_info() (a trial child's)
 
 
+def _is_datapipe(dataset: Any) -> bool:
+    pipe = getattr(sys.modules.get("torch.utils.data"), "IterDataPipe", None)
+    return pipe is not None and isinstance(dataset, pipe)
+
+
 def install_stateful(ctl: Any) -> None:
     """torchdata's StatefulDataLoader: the same knobs, its own __init__ and __iter__."""
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -236,7 +241,8 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
                 bound.arguments[key] = value
         orig_init(*bound.args, **bound.kwargs)
         info = _info(self, ctl, caller, original, script_cfg)
-        if info.iterable and _worker_info is not None:  # (the loader is not kept alive for it)
+        # (the loader is not kept alive for it; a datapipe is sharded by PyTorch itself)
+        if info.iterable and _worker_info is not None and not _is_datapipe(self.dataset):
             info.worker_info_asked = functools.partial(_worker_info.asked, id(self.dataset), self.num_workers,
                                                        self.multiprocessing_context)
         self._feedprof_handle = ctl.created(plan, info, self)

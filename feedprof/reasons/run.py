@@ -268,14 +268,15 @@ class DuplicatedPerWorker(Reason):
     """An IterableDataset that ignores get_worker_info(): every worker yields the
     whole stream, so each record arrives once per worker. Evidence: of the
     epoch's first ``batches_checked`` batches only ``distinct_batches`` differ,
-    and/or an epoch held ``epoch_batches`` batches against
-    ``single_epoch_batches`` with at most one worker."""
+    and/or an epoch held ``epoch_batches`` batches or more (it may not have
+    ended) against ``single_epoch_batches`` with at most one worker."""
 
     code: ClassVar[str] = "duplicated_per_worker"
     dataset: str = ""
     workers: int = 0
     batches_checked: int = 0
     distinct_batches: int = 0
+    part: int = 0  # 0: whole batches; k: their k-th part (an array, a list of names) repeated
     epoch_batches: Optional[int] = None
     single_epoch_batches: Optional[int] = None
     worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)

@@ -6,15 +6,17 @@ yield the same records: the loop then receives each batch once per worker
 Hashing whole batches would cost milliseconds for image batches, so each
 array contributes its shape, dtype and a sample of its elements (the first
 ``SAMPLE`` and ``SAMPLE`` more spread evenly over it): identical batches
-always match, and different ones almost never do.
+always match, and different ones almost never do. Each part of a batch (an
+array, a list of names) gets its own short digest too.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, List
 
 SAMPLE = 64  # elements taken from the start of each array, and as many spread over it
 MAX_DEPTH = 6  # nesting of (inputs, labels) / {"x": ...} followed
+MAX_PARTS = 8  # parts of a batch fingerprinted one by one
 MIN_DIGESTS, DIGESTS_PER_WORKER, MAX_DIGESTS = 32, 4, 256
 
 
@@ -25,28 +27,43 @@ def digests_wanted(workers: int) -> int:
 
 
 def batch_digest(batch: Any) -> str:
-    """16 hex digits that depend only on the batch's contents."""
+    """A digest of the whole batch (16 hex digits), then one of each of its
+    parts (inputs, labels, names...: 8 hex digits each, up to ``MAX_PARTS``),
+    dot-separated: a part that repeats across workers shows duplication even
+    when random augmentation makes the whole batches differ."""
     h = hashlib.blake2b(digest_size=8)
-    _feed(h, batch, 0)
-    return h.hexdigest()
+    parts: List[str] = []
+    _feed(h, batch, 0, parts)
+    return ".".join([h.hexdigest()] + (parts if len(parts) > 1 else []))
 
 
-def _feed(h: Any, obj: Any, depth: int) -> None:
+def _part(h: Any, data: bytes, parts: List[str]) -> None:
+    h.update(data)
+    if len(parts) < MAX_PARTS:
+        parts.append(hashlib.blake2b(data, digest_size=4).hexdigest())
+
+
+def _scalar(obj: Any) -> bool:
+    return getattr(obj, "shape", None) is None and not isinstance(obj, (dict, list, tuple))
+
+
+def _feed(h: Any, obj: Any, depth: int, parts: List[str]) -> None:
     if depth > MAX_DEPTH:
         h.update(type(obj).__name__.encode())
         return
     shape = getattr(obj, "shape", None)
     if shape is not None and not isinstance(obj, (str, bytes)):
-        h.update(repr((tuple(shape), str(getattr(obj, "dtype", "")))).encode())
-        h.update(_sample_bytes(obj))
+        _part(h, repr((tuple(shape), str(getattr(obj, "dtype", "")))).encode() + _sample_bytes(obj), parts)
     elif isinstance(obj, dict):
         for key in sorted(obj, key=repr):
             h.update(repr(key).encode())
-            _feed(h, obj[key], depth + 1)
+            _feed(h, obj[key], depth + 1, parts)
+    elif isinstance(obj, (list, tuple)) and obj and all(_scalar(x) for x in obj[:SAMPLE]):
+        _part(h, repr(list(obj[:SAMPLE])).encode()[:4096], parts)  # file names, ids: one part
     elif isinstance(obj, (list, tuple)):
         h.update(b"[%d" % len(obj))
         for item in obj[:SAMPLE]:
-            _feed(h, item, depth + 1)
+            _feed(h, item, depth + 1, parts)
     else:
         h.update(repr(obj).encode()[:256])
 

@@ -78,10 +78,15 @@ def _files(x: r.TooManyOpenFiles, d: Callable) -> str:
 
 def _duplicated(x: r.DuplicatedPerWorker, d: Callable) -> str:
     evidence = []
-    if x.batches_checked:
-        evidence.append(f"of the first {x.batches_checked} batches only {x.distinct_batches} were distinct")
+    if x.batches_checked and x.part:
+        evidence.append(f"part {x.part} of the batches (their labels, ids or names) came in the same sequence from "
+                        f"every worker over the first {x.batches_checked} batches")
+    elif x.batches_checked:
+        evidence.append(f"the workers delivered the same batches in turn: of the first {x.batches_checked} batches "
+                        f"only {x.distinct_batches} were distinct")
     if x.epoch_batches and x.single_epoch_batches:
-        evidence.append(f"an epoch held {x.epoch_batches} batches instead of {x.single_epoch_batches}")
+        evidence.append(f"an epoch held {x.epoch_batches} batches or more, against {x.single_epoch_batches} "
+                        "with one process")
     if x.worker_info_asked is False:
         evidence.append("its workers never called get_worker_info()")
     return (f"{x.dataset or 'The dataset'} is an IterableDataset that does not split its records between workers: "
