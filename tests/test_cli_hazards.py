@@ -156,8 +156,9 @@ def test_configs_past_the_open_file_limit_are_rejected_or_named(tmp_path, no_lef
         cause = t["cause"]
         assert cause.get("limit_fds") == 48 and (cause.get("need_fds") or cause.get("main_fds"))
     nothing_tried_past_a_kill(trials)
-    rec = res["recommendation"]
-    assert workers(rec) <= min(workers(t) for t in hit) and rec["config"] not in [t["config"] for t in hit]
+    rec = res["recommendation"]  # below the worker counts that hit the limit (a deeper prefetch may hit it sooner)
+    assert workers(rec) < max(workers(t) for t in hit) and rec["config"] not in [t["config"] for t in hit]
+    assert workers(rec) < min((workers(t) for t in hit if t["phase"] == "ladder"), default=99)
     assert "open files" in proc.stdout and "48" in proc.stdout
 
 
