@@ -32,12 +32,15 @@ def workers(trial):
     return trial["config"].get("num_workers") or 0
 
 
-def nothing_tried_past_a_kill(trials, states=("killed", "failed", "rejected")):
-    """After a config with N workers went wrong, no later trial had more, nor was it tried again."""
+def nothing_tried_past_a_kill(trials):
+    """After a config with N workers was killed, no later trial had N or more; a
+    config that failed or was rejected was not tried again."""
     for i, bad in enumerate(trials):
-        if bad["state"] in states and workers(bad):
-            later = trials[i + 1:]
-            assert all(workers(t) <= workers(bad) and t["config"] != bad["config"] for t in later), (bad, later)
+        later = trials[i + 1:]
+        if bad["state"] == "killed" and workers(bad):
+            assert all(workers(t) < workers(bad) for t in later), (bad, later)
+        if bad["state"] in ("killed", "failed", "rejected"):
+            assert all(t["config"] != bad["config"] for t in later), (bad, later)
 
 
 # ------------------------------------------------ duplicated records

@@ -132,11 +132,18 @@ def test_the_cap_comes_from_the_trial_history():
     assert [t.index for t in usable(trials, worker_cap(trials, workers_of), workers_of)] == [0]
 
 
-def test_a_deeper_prefetch_out_of_shared_memory_caps_that_config_not_the_workers():
+def test_a_kill_caps_the_workers_even_where_other_settings_ran():
     shm = SharedMemoryExhausted(signal="SIGBUS")
     deep = {"num_workers": 8, "prefetch_factor": 4}
-    trials = [trial(0, 8), trial(1, 8, TrialState.KILLED, shm, config=deep),
-              trial(2, 8, config=deep)]  # it ran once before being killed: not safe
+    trials = [trial(0, 8), trial(1, 8, TrialState.KILLED, shm, config=deep)]
+    assert worker_cap(trials, workers_of).max_workers == 7  # correct before fast: 8 workers died once
+
+
+def test_a_deeper_prefetch_past_the_file_limit_rules_out_that_config_not_the_workers():
+    files = TooManyOpenFiles(error="OSError: [Errno 24] Too many open files")
+    deep = {"num_workers": 8, "prefetch_factor": 4}
+    trials = [trial(0, 8), trial(1, 8, TrialState.FAILED, files, config=deep),
+              trial(2, 8, config=deep)]  # it ran once before it failed: not safe
     assert worker_cap(trials, workers_of) is None
     assert [t.index for t in usable(trials, None, workers_of)] == [0]
 
