@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from feedprof.analyse.hazards import duplicated, fds_near_limit, memory_growth, trend
+from feedprof.analyse.hazards import duplicated, fds_near_limit, memory_growth
 from feedprof.analyse.limits import duplication_in, growth_need, growth_projection, usable, worker_cap
 from feedprof.analyse.recommend import recommend
 from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, OutOfMemoryKilled, ScriptFailed,
@@ -182,7 +182,7 @@ def run_with(series, window=(None, None), pid=7, main_rss=400 * MiB):
 
 
 def test_a_worker_copying_its_dataset_grows_steadily():
-    grows = memory_growth(run_with(GROWING, window=(3.40, 6.68)), workers=2, batches_per_s=98.0)
+    grows = memory_growth([(run_with(GROWING, window=(3.40, 6.68)), 2, 98.0)])
     assert grows is not None and 25 * MiB < grows.growth_bytes_per_s < 35 * MiB
     assert grows.uss_start_bytes == 9625600 and grows.uss_end_bytes == 101531648  # the exit's 0 left out
     assert grows.growth_per_batch_bytes == pytest.approx(grows.growth_bytes_per_s / 49.0)
@@ -192,22 +192,27 @@ def test_a_worker_copying_its_dataset_grows_steadily():
     (FLAT, (2.14, 5.17)),  # 1.4 MiB over 3 s: allocator noise, not a copy
     (GROWING[:2], (3.4, 6.7)),  # two readings say nothing
     (((1.0, 50 * MiB), (1.5, 90 * MiB), (2.0, 40 * MiB), (2.5, 95 * MiB), (3.0, 45 * MiB)), (0, 5)),  # noise
+    (((1.0, 5 * MiB), (1.3, 60 * MiB), (1.6, 60 * MiB), (1.9, 60.2 * MiB)), (0, 5)),  # grew once, then held
 ])
 def test_what_is_not_growth(series, window):
-    assert memory_growth(run_with(series, window=window), workers=2, batches_per_s=98.0) is None
+    assert memory_growth([(run_with(series, window=window), 2, 98.0)]) is None
+
+
+def test_short_windows_are_pooled_over_trials():
+    # a 0.6 s window holds two readings: one step each, rising in every trial
+    short = [run_with(((1.61, 31.8 * MiB), (1.91, 47.0 * MiB)), window=(1.3, 1.95)),
+             run_with(((1.51, 19.8 * MiB), (2.01, 45.3 * MiB)), window=(1.4, 2.05), pid=8)]
+    assert memory_growth([(short[0], 2, 98.0)]) is None  # one step says nothing
+    grows = memory_growth([(short[0], 2, 98.0), (short[1], 5, 259.0)])
+    assert grows is not None and grows.growth_bytes_per_s == pytest.approx((15.2 + 25.5) * MiB / 0.8)
 
 
 def test_a_worker_restarted_each_epoch_is_followed_by_its_own_readings():
     s = run_with(GROWING[:6], window=(0, 10))
     pids = (1, 1, 2, 2, 2, 2)  # a new worker from the third reading: its own series
     s = dataclasses.replace(s, samples=dataclasses.replace(s.samples, worker_pid=pids))
-    grows = memory_growth(s, workers=2, batches_per_s=98.0)
-    assert grows is not None and grows.uss_start_bytes == GROWING[2][1]
-
-
-def test_a_straight_line_through_readings():
-    line = trend([(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)])
-    assert line.slope == pytest.approx(2.0) and line.r == pytest.approx(1.0) and line.span_s == 2.0
+    grows = memory_growth([(s, 2, 98.0)])
+    assert grows is not None and grows.uss_start_bytes == GROWING[2][1]  # the steps of each worker
 
 
 def test_growth_is_projected_to_the_end_of_an_epoch_and_to_other_worker_counts():
@@ -219,9 +224,9 @@ def test_growth_is_projected_to_the_end_of_an_epoch_and_to_other_worker_counts()
     run = run_with(GROWING, window=(3.40, 6.68))
     run = dataclasses.replace(run, loaders=(LoaderRecord(loader_id=0, framework="torch", batches_per_epoch=125_000),))
     t = trial(2, 2, run=run, rate=98.0)
-    grows = memory_growth(run, workers=2, batches_per_s=98.0)
+    grows = memory_growth([(run, 2, 98.0)])
     p = growth_projection(t, grows, workers=4, budget_bytes=2**31, persistent=False)
-    assert p.worker_epoch_end_bytes == grows.uss_end_bytes + 400 * MiB  # capped at the main's 400 MiB
+    assert p.worker_epoch_end_bytes == 120 * MiB + 400 * MiB  # its peak PSS, plus at most the main's 400 MiB
     assert p.epoch_s == pytest.approx(125_000 / 98.0) and p.total_epoch_end_bytes > 4 * p.worker_epoch_end_bytes
 
 

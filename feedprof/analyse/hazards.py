@@ -17,19 +17,18 @@ worker count that got killed, and projections to other worker counts.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from feedprof.reasons import DuplicatedPerWorker, MemoryGrows, OpenFilesNearLimit
 from feedprof.store import LoaderRecord, Run
 
 DUP_EXCESS = 0.5  # share of batches matching across workers in step, beyond out of step
-GROWTH_MIN_BYTES = 8 << 20  # a worker's USS must grow at least this much over the window,
+GROWTH_MIN_BYTES = 8 << 20  # workers' USS must grow at least this much over the windows,
 GROWTH_MIN_SHARE = 0.05  # and by this share of where it started,
-GROWTH_MIN_R = 0.8  # steadily (correlation of USS with time),
-GROWTH_MIN_POINTS = 3  # over at least this many readings
-GROWTH_MIN_SPAN_S = 1.0  # spanning at least this long
+GROWTH_STEP_BYTES = 512 << 10  # a step between two readings this big is a rise,
+GROWTH_MIN_RISING = 0.8  # and this share of the steps must rise,
+GROWTH_MIN_STEPS = 2  # over at least this many steps (three readings, or two trials of two)
+GROWTH_MIN_SPAN_S = 0.5  # spanning at least this long
 FDS_NEAR = 0.5  # open files past this share of RLIMIT_NOFILE are worth a warning
 
 
@@ -99,57 +98,49 @@ def longest_epoch_batches(rec: LoaderRecord) -> Optional[int]:
 # ----------------------------------------------------------- memory growth
 
 
-@dataclass(frozen=True)
-class Trend:
-    slope: float  # per second
-    r: float  # correlation with time
-    span_s: float
-    first: float
-    last: float
-
-
-def trend(points: Sequence[Tuple[float, float]]) -> Optional[Trend]:
-    """Least-squares line through (t, value) points."""
-    n = len(points)
-    if n < 2:
-        return None
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    stt = sum((t - mt) ** 2 for t, _ in points)
-    svv = sum((v - mv) ** 2 for _, v in points)
-    stv = sum((t - mt) * (v - mv) for t, v in points)
-    if stt <= 0:
-        return None
-    r = stv / math.sqrt(stt * svv) if svv > 0 else 0.0
-    return Trend(slope=stv / stt, r=r, span_s=points[-1][0] - points[0][0], first=points[0][1], last=points[-1][1])
-
-
-def worker_uss_points(run: Run) -> List[Tuple[float, float]]:
-    """One worker's USS readings inside the window: the worker with the most
-    readings there (workers restarted each epoch start again from little)."""
+def worker_uss_series(run: Run) -> List[List[Tuple[float, float]]]:
+    """The followed workers' USS readings inside the window, one series per
+    worker (a worker restarted each epoch starts again from little)."""
     s, w = run.samples, run.window
-    by_pid: dict = {}
+    by_pid: Dict[int, List[Tuple[float, float]]] = {}
     for t, uss, pid in zip(s.t_s, s.worker_uss_bytes, s.worker_pid):
         if not uss or pid is None:  # 0: read as the worker exited
             continue
         if (w.t_start_s is None or t >= w.t_start_s) and (w.t_end_s is None or t <= w.t_end_s):
             by_pid.setdefault(pid, []).append((t, float(uss)))
-    return max(by_pid.values(), key=len, default=[])
+    return list(by_pid.values())
 
 
-def memory_growth(run: Run, workers: Optional[int], batches_per_s: Optional[float]) -> Optional[MemoryGrows]:
-    """A worker whose private memory rises steadily through the window."""
-    points = worker_uss_points(run)
-    line = trend(points)
-    if not workers or line is None or len(points) < GROWTH_MIN_POINTS or line.span_s < GROWTH_MIN_SPAN_S:
+GrowthRun = Tuple[Run, int, Optional[float]]  # a run, its workers, its batches/s
+
+
+def memory_growth(runs: Sequence[GrowthRun]) -> Optional[MemoryGrows]:
+    """Workers whose private memory rises steadily through the measured windows.
+
+    Readings are ~0.25-0.5 s apart, so a short window holds two or three: the
+    steps between consecutive readings of the same worker are pooled over
+    every run given (the trials of a tune). Most steps must rise, and the rises
+    must add up to real growth; a worker that grew at start-up and then held
+    still (an index loaded at its first batch, before the window) does not."""
+    steps: List[Tuple[float, float, Optional[float]]] = []  # (seconds, bytes, batches that worker made)
+    longest: List[Tuple[float, float]] = []
+    shown = 0
+    for run, workers, batches_per_s in runs:
+        for points in (worker_uss_series(run) if workers else ()):
+            if len(points) > len(longest):
+                longest, shown = points, workers
+            for (t0, u0), (t1, u1) in zip(points, points[1:]):
+                steps.append((t1 - t0, u1 - u0, (t1 - t0) * batches_per_s / workers if batches_per_s else None))
+    span, grown = sum(dt for dt, _, _ in steps), sum(du for _, du, _ in steps)
+    if len(steps) < GROWTH_MIN_STEPS or span < GROWTH_MIN_SPAN_S or grown <= 0:
         return None
-    grown = line.slope * line.span_s
-    if line.r < GROWTH_MIN_R or grown < max(GROWTH_MIN_BYTES, GROWTH_MIN_SHARE * line.first):
+    rising = sum(du >= GROWTH_STEP_BYTES for _, du, _ in steps) / len(steps)
+    if rising < GROWTH_MIN_RISING or grown < max(GROWTH_MIN_BYTES, GROWTH_MIN_SHARE * longest[0][1]):
         return None
-    per_worker_rate = batches_per_s / workers if batches_per_s else None  # batches each worker makes per second
-    return MemoryGrows(workers=workers, growth_bytes_per_s=line.slope,
-                       growth_per_batch_bytes=line.slope / per_worker_rate if per_worker_rate else None,
-                       window_s=line.span_s, uss_start_bytes=int(line.first), uss_end_bytes=int(line.last))
+    made = [b for _, _, b in steps]
+    per_batch = grown / sum(made) if all(b is not None for b in made) and sum(made) > 0 else None
+    return MemoryGrows(workers=shown, growth_bytes_per_s=grown / span, growth_per_batch_bytes=per_batch,
+                       window_s=span, uss_start_bytes=int(longest[0][1]), uss_end_bytes=int(longest[-1][1]))
 
 
 # ----------------------------------------------------------- open files
@@ -172,5 +163,5 @@ def run_hazards(run: Run, rec: Optional[LoaderRecord], workers: Optional[int],
                 batches_per_s: Optional[float]) -> List:
     """Every hazard one run shows by itself (for its summary's notes)."""
     found = [duplicated(rec, workers or 0) if rec is not None else None,
-             memory_growth(run, workers, batches_per_s), fds_near_limit(run, workers)]
+             memory_growth([(run, workers or 0, batches_per_s)]), fds_near_limit(run, workers)]
     return [f for f in found if f is not None]

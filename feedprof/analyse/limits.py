@@ -25,7 +25,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, workers_of
 from feedprof.analyse.hazards import (complete_epoch_batches, duplicated, fds_near_limit, longest_epoch_batches,
-                                      memory_growth)
+                                      memory_growth, worker_uss_series)
 from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, RankFailed,
                               Reason, TooManyOpenFiles, WorkerInfoNeverAsked, WorkersCapped)
 from feedprof.store import LoaderRecord, Role, Trial, TrialState
@@ -105,10 +105,14 @@ def _bad(trial: Trial) -> bool:
     return trial.state == TrialState.KILLED or (trial.state == TrialState.FAILED and isinstance(cause, WORKER_HAZARDS))
 
 
-def usable(trials: Sequence[Trial], cap: Optional[WorkersCapped], workers_of: WorkersOf) -> List[Trial]:
+def usable(trials: Sequence[Trial], cap: Optional[WorkersCapped], workers_of: WorkersOf,
+           history: Optional[Sequence[Trial]] = None) -> List[Trial]:
     """The trials a recommendation may pick: within the cap, and of configs
-    that never died (one that ran once and was killed once is not safe)."""
-    unsafe = {tuple(sorted(t.config.items())) for t in trials if t.role != Role.CEILING and _bad(t)}
+    that never died (one that ran once and was killed once is not safe) nor
+    were rejected later (the memory budget learned they no longer fit), in
+    ``history`` (default: ``trials``)."""
+    unsafe = {tuple(sorted(t.config.items())) for t in (trials if history is None else history)
+              if t.role != Role.CEILING and (_bad(t) or t.state == TrialState.REJECTED)}
     return [t for t in trials if (cap is None or _workers(t, workers_of) <= cap.max_workers)
             and tuple(sorted(t.config.items())) not in unsafe]
 
@@ -127,14 +131,15 @@ def survivable(baseline: Trial) -> bool:
 
 
 def growth_in(trials: Sequence[Trial], workers_of: WorkersOf) -> Optional[Tuple[Trial, MemoryGrows]]:
-    """The measured trial whose workers' memory grew fastest per batch."""
-    found = []
-    for t in trials:
-        if t.state == TrialState.OK and t.run is not None and t.role != Role.CEILING:
-            g = memory_growth(t.run, _workers(t, workers_of), t.batches_per_s)
-            if g is not None and g.growth_per_batch_bytes:
-                found.append((t, g))
-    return max(found, key=lambda tg: tg[1].growth_per_batch_bytes, default=None)
+    """Workers' memory growth over every measured trial with workers (short
+    windows hold few readings each: they are pooled), and the trial with the
+    most readings, to project from."""
+    measured = [t for t in trials if t.state == TrialState.OK and t.run is not None and t.role != Role.CEILING
+                and _workers(t, workers_of) > 0]
+    grows = memory_growth([(t.run, _workers(t, workers_of), t.batches_per_s) for t in measured])
+    if grows is None or not grows.growth_per_batch_bytes:
+        return None
+    return max(measured, key=lambda t: sum(map(len, worker_uss_series(t.run)))), grows
 
 
 def growth_need(main_bytes: int, worker_bytes: int, growth_per_batch: float, epoch_batches: int, workers: int,
@@ -149,9 +154,23 @@ def growth_need(main_bytes: int, worker_bytes: int, growth_per_batch: float, epo
     return main_bytes + workers * per_worker, per_worker
 
 
+def footprint(trials: Sequence[Trial], workers_of: WorkersOf) -> Tuple[Optional[int], Optional[int]]:
+    """(the main process's memory, one worker's), as the memory budget learns
+    them (tune/budget.py): the peak PSS of a run without workers, the largest
+    worker's peak PSS."""
+    ok = [t for t in trials if t.state == TrialState.OK and t.run is not None and t.role != Role.CEILING]
+    main = max((p.tree_pss_bytes or p.tree_rss_bytes or 0 for t in ok if _workers(t, workers_of) == 0
+                for p in (t.run.samples.peaks,)), default=None)
+    worker = max((t.run.samples.peaks.worker_pss_bytes or 0 for t in ok if _workers(t, workers_of) > 0), default=None)
+    return main or None, worker or None
+
+
 def growth_projection(trial: Trial, growth: MemoryGrows, workers: int, budget_bytes: Optional[int],
-                      persistent: bool) -> MemoryGrowthProjected:
-    """The growth measured in ``trial``, projected to the end of an epoch and to ``workers``."""
+                      persistent: bool, main_bytes: Optional[int] = None,
+                      worker_bytes: Optional[int] = None) -> MemoryGrowthProjected:
+    """The growth measured (pooled over trials; ``trial`` the one with most
+    readings), projected to the end of an epoch and to ``workers``, on the
+    figures the memory budget plans with (``footprint``)."""
     run = trial.run
     rec = _loader(trial)
     peaks = run.samples.peaks
@@ -162,11 +181,9 @@ def growth_projection(trial: Trial, growth: MemoryGrows, workers: int, budget_by
                                 budget_bytes=budget_bytes, persistent=persistent)
     if not bpe or not growth.growth_per_batch_bytes:
         return out
-    measured_workers = growth.workers
-    worker_pss = peaks.worker_pss_bytes or growth.uss_end_bytes
-    main = max(0, (peaks.tree_pss_bytes or 0) - measured_workers * worker_pss)
-    total, per_worker = growth_need(main, growth.uss_end_bytes, growth.growth_per_batch_bytes, bpe, workers,
-                                    full_copy)
+    worker = worker_bytes or peaks.worker_pss_bytes or growth.uss_end_bytes
+    main = main_bytes if main_bytes is not None else max(0, (peaks.tree_pss_bytes or 0) - growth.workers * worker)
+    total, per_worker = growth_need(main, worker, growth.growth_per_batch_bytes, bpe, workers, full_copy)
     return dataclasses.replace(out, worker_epoch_end_bytes=per_worker, total_epoch_end_bytes=total,
                                epoch_s=bpe / trial.batches_per_s if trial.batches_per_s else None)
 
@@ -183,7 +200,8 @@ def hazard_reasons(trials: Sequence[Trial], chosen: Trial, config: dict, space: 
     n = space.workers(config)
     grown = growth_in(trials, space.workers)
     if grown is not None and n >= 1:
-        out.append(growth_projection(grown[0], grown[1], n, ram_budget_bytes, bool(config.get("persistent_workers"))))
+        out.append(growth_projection(grown[0], grown[1], n, ram_budget_bytes, bool(config.get("persistent_workers")),
+                                     *footprint(trials, space.workers)))
     if chosen.run is None:
         return out
     near = fds_near_limit(chosen.run, n)

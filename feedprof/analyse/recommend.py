@@ -14,7 +14,7 @@ NOTE [ What is recommended ]
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from feedprof.analyse import noise, stats
 from feedprof.analyse.advice import trainer_advice
@@ -163,9 +163,12 @@ class Figures:
         return self.chosen.score / self.ceiling_score if self.ceiling_score else None
 
 
-def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional[Figures]:
+def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
+            fits: Optional[Callable[[Config], bool]] = None) -> Optional[Figures]:
     cap = worker_cap(all_trials, space.workers)
     trials = usable(all_trials, cap, space.workers)  # a config past the cap is never picked, nor a baseline
+    if fits is not None:  # as the budget stands now (memory growth learned after a config ran)
+        trials = [t for t in trials if fits(t.config)]
     chosen = pick(trials, space.cost, tol)
     if chosen is None:
         return None
@@ -281,9 +284,11 @@ def _cpu_reasons(best: Trial, space: ConfigSpace, cpu_cap: Optional[int]) -> Lis
 
 
 def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
-              cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None) -> Optional[Recommendation]:
-    """The recommendation, without its paste-ready code (the tuner knows the script)."""
-    f = figures(trials, space, tol)
+              cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None,
+              fits: Optional[Callable[[Config], bool]] = None) -> Optional[Recommendation]:
+    """The recommendation, without its paste-ready code (the tuner knows the
+    script); ``fits``: does a config fit the memory budget as learned so far."""
+    f = figures(trials, space, tol, fits)
     if f is None:
         return None
     verdict = verdict_of(f, tol)

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
-from feedprof.record.workers import GROWTH_BUDGET, WorkerProbe
+from feedprof.record.workers import IN_PROCESS, ProbeSchedule, WorkerProbe
 from feedprof.store import GpuStatus, HostInfo
 
 SHM_PATH = "/dev/shm"
@@ -124,7 +124,7 @@ class ProcessCpu:
 class ProcessTreeProbe:
     def __init__(self, pid: int, children_refresh_s: float = 2.0,
                  memory_detail_interval_s: float = 2.0, shm_path: str = SHM_PATH,
-                 min_children_refresh_s: float = 0.2, worker_probe_budget: float = GROWTH_BUDGET):
+                 min_children_refresh_s: float = 0.2, worker_probe: ProbeSchedule = IN_PROCESS):
         self.pid = pid
         self.main = psutil.Process(pid)
         self._main_cpu = ProcessCpu(self.main)
@@ -138,7 +138,7 @@ class ProcessTreeProbe:
         self._helpers: set = set()
         self._t_children = float("-inf")
         self._t_detail_due = float("-inf")
-        self._worker_probe = WorkerProbe(self.main, budget=worker_probe_budget)
+        self._worker_probe = WorkerProbe(self.main, worker_probe)
 
     def refresh_soon(self) -> None:
         """Re-list the tree at the next reading (e.g. a loader just started its workers)."""

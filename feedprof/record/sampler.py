@@ -32,7 +32,7 @@ from feedprof.record.buffer import DecimatingBuffer
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.gpu import NVML_SAMPLE_FLOOR_S, NullGpu, open_gpu
 from feedprof.record.host import ProcessTreeProbe, TargetGone, TreeReading
-from feedprof.record.workers import GROWTH_BUDGET
+from feedprof.record.workers import IN_PROCESS, ProbeSchedule
 from feedprof.reasons import GpuIntervalBelowNvml, GpuUnavailable, Reason, SamplingStopped
 from feedprof.store import GpuSeries, GpuStatus, Peaks, Samples
 
@@ -61,7 +61,7 @@ class Sampler:
     def __init__(self, pid: Optional[int] = None, interval_s: float = DEFAULT_INTERVAL_S,
                  gpu: Any = True, clock: Clock = MONOTONIC, origin_s: Optional[float] = None,
                  capacity: int = ROW_CAPACITY, memory_detail_interval_s: float = 2.0,
-                 children_refresh_s: float = 2.0, worker_probe_budget: float = GROWTH_BUDGET):
+                 children_refresh_s: float = 2.0, worker_probe: ProbeSchedule = IN_PROCESS):
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.pid = os.getpid() if pid is None else pid
@@ -72,7 +72,7 @@ class Sampler:
         self.tree: Optional[ProcessTreeProbe] = ProcessTreeProbe(
             self.pid, children_refresh_s=children_refresh_s,
             memory_detail_interval_s=memory_detail_interval_s, min_children_refresh_s=interval_s,
-            worker_probe_budget=worker_probe_budget)
+            worker_probe=worker_probe)
         if gpu is True:
             gpu = open_gpu()
         elif gpu is False or gpu is None:

@@ -7,9 +7,11 @@ grows with every batch while its RSS stays flat, so only USS/PSS show it.
 Those walk every mapping (``/proc/PID/smaps_rollup``, ~5-7 ms per torch
 worker here), too dear to read for every worker at the sampling rate; the
 whole tree is read on host.py's slow schedule. This probe follows a single
-worker (they all index the same data) at most every ``GROWTH_INTERVAL_S``,
-spaced so that it costs at most ``GROWTH_BUDGET`` of one core, which gives a
-handful of readings over a 2 s trial window.
+worker (they all index the same data) on a ``ProbeSchedule``: at most every
+``interval_s``, spaced so that it costs at most ``budget`` of one core.
+Observed from outside (a trial, sampled by the tune's own process) it reads
+every ~0.25 s, a handful of readings even in a short window; inside the
+user's process (``feedprof.profile()``) every ~0.5 s, within 1 % of a core.
 
 Open files are cheap to count (a listing of /proc/PID/fd, ~20 µs): the main
 process (which holds a descriptor per tensor a worker shares with it under
@@ -19,19 +21,27 @@ the same schedule, against the script's RLIMIT_NOFILE.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 import psutil
 
-GROWTH_INTERVAL_S = 0.5  # at most this often: a 2 s window gets ~4 readings
-GROWTH_BUDGET = 0.01  # share of one core the probe may use (in the observed process: feedprof.profile())
+
+@dataclass(frozen=True)
+class ProbeSchedule:
+    interval_s: float  # at most this often
+    budget: float  # share of one core the readings may use
+
+
+IN_PROCESS = ProbeSchedule(interval_s=0.5, budget=0.01)  # feedprof.profile(): the user's own process pays
+OBSERVED = ProbeSchedule(interval_s=0.25, budget=0.03)  # a trial, read from the tune's process
 
 
 class WorkerProbe:
-    def __init__(self, main: psutil.Process, interval_s: float = GROWTH_INTERVAL_S, budget: float = GROWTH_BUDGET):
+    def __init__(self, main: psutil.Process, schedule: ProbeSchedule = IN_PROCESS):
         self.main = main
-        self.interval_s = interval_s
-        self.budget = budget
+        self.interval_s = schedule.interval_s
+        self.budget = schedule.budget
         self.pid: Optional[int] = None  # the worker followed, kept while it lives
         self._due_s = float("-inf")
 

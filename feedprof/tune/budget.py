@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import psutil
 
 from feedprof.analyse.diagnose import training_loader
-from feedprof.analyse.hazards import memory_growth
+from feedprof.analyse.hazards import GrowthRun, memory_growth
 from feedprof.analyse.limits import growth_need
 from feedprof.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
                               Reason, SharedMemoryExhausted, TooManyOpenFiles)
@@ -57,6 +57,7 @@ class MemoryBudget:
     # per trial: (workers + batches in flight, main's open files), (workers, the busiest worker's)
     main_fds: List[Tuple[int, Optional[int]]] = field(default_factory=list)
     worker_fds: List[Tuple[int, Optional[int]]] = field(default_factory=list)
+    _grown: List[GrowthRun] = field(default_factory=list, repr=False)  # the runs with workers so far
 
     @classmethod
     def of_this_machine(cls, max_ram_bytes: Optional[int] = None) -> "MemoryBudget":
@@ -103,11 +104,12 @@ class MemoryBudget:
             self.worker_fds.append((workers, run.samples.peaks.worker_fds))
 
     def _learn_growth(self, run: Run, workers: int, batches_per_s: Optional[float]) -> None:
-        grows = memory_growth(run, workers, batches_per_s)
+        self._grown.append((run, workers, batches_per_s))
+        grows = memory_growth(self._grown)  # pooled: a short window holds two or three readings
         rec = training_loader(run)
         if grows is None or not grows.growth_per_batch_bytes or rec is None or not rec.batches_per_epoch:
             return
-        self.growth_per_batch_bytes = max(self.growth_per_batch_bytes or 0.0, grows.growth_per_batch_bytes)
+        self.growth_per_batch_bytes = grows.growth_per_batch_bytes
         self.epoch_batches = rec.batches_per_epoch
         main_rss = [b for b in run.samples.main_rss_bytes if b is not None]
         self.full_copy_bytes = max(main_rss) if main_rss else self.full_copy_bytes

@@ -32,6 +32,7 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
+from feedprof.record.workers import OBSERVED
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
 from feedprof.tune.hosted import JOB_SPEC_ENV
@@ -135,7 +136,8 @@ class _JobWatch(_Watch):
             return
         try:  # the job's sampler reads the GPUs; a rank's reads its own process tree
             self.rank_samplers[rank] = Sampler(pid=pid, interval_s=self.opts.interval_s, gpu=False,
-                                               origin_s=self.origin, clock=self.clock).start()
+                                               origin_s=self.origin, clock=self.clock,
+                                               worker_probe=OBSERVED).start()
         except psutil.NoSuchProcess:
             pass
 

@@ -37,6 +37,7 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
+from feedprof.record.workers import OBSERVED  # a trial is sampled from this process, not the script's
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, Run, Samples, StoreError, TrialState, Window, WindowEnd, load
 from feedprof.tune.failures import cause_of_text
@@ -47,10 +48,6 @@ POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
 REAP_WAIT_S = 5.0  # after SIGKILL, how long to wait for the group to be gone
 KNOWN_REFRESH_S = 1.0  # how often descendants are listed, in case they leave the group
-# Sampling a trial runs in this process, not the script's: one worker's
-# USS may be read every ~0.5 s even where a reading takes 15 ms (a worker
-# with a big dataset), so that memory growth shows within a 2 s window.
-TRIAL_PROBE_BUDGET = 0.03
 
 
 @dataclass
@@ -204,7 +201,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
         watch = _Watch(proc, origin, opts, paths.events, on_poll, clock)
         try:
             sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
-                              clock=clock, worker_probe_budget=TRIAL_PROBE_BUDGET).start()
+                              clock=clock, worker_probe=OBSERVED).start()
             watch.sampler = sampler
         except psutil.NoSuchProcess:  # it died before we could look at it
             pass

@@ -135,7 +135,7 @@ class LadderStrategy(_History):
 
     def _ok(self, trials: Sequence[Trial]) -> List[Trial]:
         """Measured trials within the worker cap: what the steps may build on."""
-        return usable(ok_trials(trials), self.cap, self.space.workers)
+        return usable(ok_trials(trials), self.cap, self.space.workers, history=self.trials)
 
     def ask(self) -> Optional[Proposal]:
         notes: List[Reason] = []

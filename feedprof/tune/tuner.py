@@ -178,7 +178,8 @@ class Tuner:
         if self.space is not None and self.trials:
             sp = self.space
             rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap,
-                            ram_budget_bytes=self.memory.ram_bytes)
+                            ram_budget_bytes=self.memory.ram_bytes,
+                            fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None)
             if rec is not None:
                 paste = sp.paste(rec.config, self.loader, self.script, self.argv)
                 rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), code=paste.code,
