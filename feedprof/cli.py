@@ -17,6 +17,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof import defaults
 from feedprof.defaults import WindowDefaults
+from feedprof.outdir import OutDirInUse
 from feedprof.store import TrialState
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -431,7 +432,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
         return args.func(args, script_args)
-    except UsageError as exc:
+    except (UsageError, OutDirInUse) as exc:
         msg = str(exc)
         _err(msg if msg.startswith("feedprof") else f"feedprof: {msg}")
         return EXIT_USAGE
