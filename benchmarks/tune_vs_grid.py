@@ -11,26 +11,33 @@ For each workload in benchmarks/workloads/:
    tf.data  num_parallel_calls {1,2,4,8,16,32,AUTOTUNE} (private threadpool as
             large past the core count) x prefetch {none, AUTOTUNE} x
             deterministic {default, False};
-3. an independent re-measurement, with longer windows and interleaved
-   repetitions, of the recommended config and of the grid's three best:
-   quality = recommended / best of those (medians over repetitions). The
-   recommended config is also re-measured a second time under another name:
-   that A/A ratio is the noise floor quality should be read against.
+3. an independent re-measurement (benchmarks/independent.py: no feedprof code,
+   the config forced where the script builds its loader, the training steps
+   timed over 10 s windows), interleaved over repetitions, of the recommended
+   config, the grid's three best, the script's own settings and (tf.data)
+   AUTOTUNE: quality = recommended / best of those (medians over repetitions).
+   The recommended config is measured a second time under another name: that
+   A/A ratio is the noise floor quality should be read against. The tune's
+   own figures (the pick's throughput, its speedup over the script's
+   settings) are set beside the independent ones: "agreement".
 
 The grid runs through the same tuner with ``GridStrategy`` (every config
 cold, a fresh interpreter each, as a sweep by hand would: no fork server,
 no ceiling, its own baseline first); the tuner forks its trials from a process
 that imported the framework once (feedprof/tune/zygote.py), which is part of
-what it is for.
+what it is for. A workload whose module sets ``LAUNCH`` (ddp_io.py: torchrun,
+2 ranks) is tuned, gridded and re-measured as that multi-process job.
 
-    python benchmarks/tune_vs_grid.py                       # all workloads, ~45 min on 2 cores
+    python benchmarks/tune_vs_grid.py                       # every workload, ~90 min on 2 cores
     python benchmarks/tune_vs_grid.py io_remote --reps 3
+    python benchmarks/tune_vs_grid.py --tables benchmarks/results/tune-vs-grid-cpu-2core.json
 
 Targets (issue #3): quality >= 97 %, cost <= 20 % of the grid's.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import itertools
 import json
@@ -42,18 +49,23 @@ import tempfile
 import time
 
 from feedprof.analyse.diagnose import training_loader
-from feedprof.analyse.recommend import score, trial_from_run
+from feedprof.analyse.recommend import score
 from feedprof.codec import write_text_atomic
-from feedprof.record.host import machine_info, usable_cpu_count
+from feedprof.record.host import usable_cpu_count
 from feedprof.store import Phase, Role
-from feedprof.tune.protocol import Mode
-from feedprof.tune.runner import Injection, TrialOptions, run_trial
+from feedprof.tune.launch import parse_launch
 from feedprof.tune.strategy import GridStrategy
 from feedprof.tune.tuner import TuneOptions, Tuner
 from feedprof.units import fmt_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKLOADS = ["cpu_decode", "io_remote", "compute_heavy", "two_loaders", "keras_io", "tfdata_io"]
+sys.path.insert(0, HERE)
+import independent  # noqa: E402  (benchmarks/independent.py: shares no code with feedprof)
+
+WORKLOADS = ["cpu_decode", "io_remote", "compute_heavy", "two_loaders", "io_two_loaders", "keras_io",
+             "tfdata_io", "tfdata_fit", "ddp_io"]
+HARNESS_FRAMEWORK = {"torch": "torch", "keras": "keras", "tf.data": "tf.data"}  # feedprof's name -> the harness's
+OWN, AUTO, AA = "script's own", "AUTOTUNE", "A/A"  # labels of the contenders that are not grid configs
 
 
 def grid(framework: str, cuda: bool, cpu_cap: int):
@@ -71,19 +83,35 @@ def grid(framework: str, cuda: bool, cpu_cap: int):
             yield {"num_parallel_calls": npc, "prefetch": pf, "deterministic": det, "private_threadpool_size": pool}
 
 
-def measure(script, config, target, host, opts, work):
-    run = run_trial(script, [], os.path.join(work, f"t{time.monotonic_ns()}"), host, opts,
-                    what=Injection(mode=Mode.INJECT, config=config, **target))
-    return trial_from_run(0, Role.SEARCH, config, run)
+def workload_launch(script: str) -> tuple:
+    """The workload's ``LAUNCH = (...)`` (a multi-process job's launcher), read without importing it."""
+    with open(script, encoding="utf-8") as fh:
+        for node in ast.parse(fh.read()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "LAUNCH" for t in node.targets):
+                return tuple(ast.literal_eval(node.value))
+    return ()
 
 
-def run_grid(script, work, topts):
+def launcher_argv(launch: tuple) -> list:
+    """torchrun from this interpreter's environment (the venv's, not whatever is on PATH)."""
+    if launch and launch[0] == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *launch[1:]]
+    return list(launch)
+
+
+def tuner_for(script, work, opts, launch, strategy=None):
+    job = parse_launch([*launcher_argv(launch), script]) if launch else None
+    extra = {"strategy": strategy} if strategy else {}  # else the tuner's own (the ladder)
+    return Tuner(script, [], work, opts, launch=job, **extra)
+
+
+def run_grid(script, work, topts, launch):
     """The exhaustive grid, through the tuner: (its trials, wall time without its baseline)."""
     def grid_strategy(space, opts, host):
         return GridStrategy(space, grid(space.framework, bool(space.cuda_used), space.cpu_cap))
 
     opts = dataclasses.replace(topts, budget_s=24 * 3600, fork_trials=False, trial_timeout_s=60)
-    result = Tuner(script, [], os.path.join(work, "grid"), opts, strategy=grid_strategy).run()
+    result = tuner_for(script, os.path.join(work, "grid"), opts, launch, grid_strategy).run()
     trials = [t for t in result.trials if t.phase == Phase.GRID]
     for t in trials:
         print(f"  grid {t.config_text:<55} {score(t) or 0:8.1f} b/s  {t.state}", flush=True)
@@ -91,70 +119,111 @@ def run_grid(script, work, topts):
     return trials, result.duration_s - baseline_s
 
 
+def contenders_of(space, rec, grid_trials, framework):
+    """{label: config} to re-measure: the pick, the grid's three best, the script's own
+    settings (None: nothing forced), AUTOTUNE for tf.data, and the pick again (A/A)."""
+    ranked = sorted((t for t in grid_trials if score(t)), key=score, reverse=True)
+    out = {space.describe(t.config): space.legalize(t.config) for t in ranked[:3]}
+    rec_cfg = space.legalize(rec.config)
+    out.setdefault(space.describe(rec_cfg), rec_cfg)
+    out[OWN] = None
+    if framework == "tf.data":  # the issue's bar for tf.data: at least AUTOTUNE's throughput
+        out[AUTO] = {"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE"}
+    out[AA] = rec_cfg
+    return out
+
+
+def remeasure(script, contenders, reps, loader, launch):
+    """The independent harness's medians per label, and its raw summary."""
+    framework = HARNESS_FRAMEWORK.get(loader.framework)
+    if framework is None:
+        print(f"  (the independent harness does not force {loader.framework} loaders: not re-measured)")
+        return None, None, []
+    site = loader.site if framework == "torch" and not launch else None  # the training loader of several
+    show = lambda rep, label, r: print("  " + independent.describe_run(rep, reps, label, r), flush=True)  # noqa: E731
+    out = independent.measure_interleaved(script, contenders, reps, framework=framework, site=site,
+                                          window_s=5.0 if launch else 10.0, on_result=show,
+                                          launch=launcher_argv(launch))
+    medians = {label: v["rate_per_s"]["median"] for label, v in out["summary"].items()}
+    return medians, out["summary"], [r["load_avg_1m"] for r in out["runs"]]
+
+
 def one(name, reps, out_rows):
     script = os.path.join(HERE, "workloads", f"{name}.py")
+    launch = workload_launch(script)
     work = tempfile.mkdtemp(prefix=f"feedprof-bench-{name}-")
     topts = TuneOptions()
-    host = machine_info()
-    print(f"\n== {name}", flush=True)
+    print(f"\n== {name}" + (f" (launched by {' '.join(launch)})" if launch else ""), flush=True)
 
     t0 = time.monotonic()
-    tuner = Tuner(script, [], os.path.join(work, "tune"), topts)
+    tuner = tuner_for(script, os.path.join(work, "tune"), topts, launch)
     result = tuner.run()
     tune_s = time.monotonic() - t0
     rec = result.recommendation
     print(f"tune: {len(result.trials)} trials in {tune_s:.0f} s -> {rec.config if rec else None}", flush=True)
-
-    loader = training_loader(result.trials[0].run)
-    target = {"chain": tuple(loader.call_chain), "framework": loader.framework}
+    loader = training_loader(result.trials[0].run.ranks[0] if launch else result.trials[0].run)
     space = tuner.space
-    grid_trials, grid_s = run_grid(script, work, topts)
+    grid_trials, grid_s = run_grid(script, work, topts, launch)
 
-    ranked = sorted((t for t in grid_trials if score(t)), key=score, reverse=True)
-    contenders = {space.key(t.config): t.config for t in ranked[:3]}
-    rec_cfg = space.legalize(rec.config)
-    contenders.setdefault(space.key(rec_cfg), rec_cfg)
-    AUTO = ("AUTOTUNE",)
-    if loader.framework == "tf.data":  # the issue's bar for tf.data: at least AUTOTUNE's throughput
-        contenders[AUTO] = space.legalize({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE"})
-    long_opts = TrialOptions(window_batches=5000, window_seconds=6.0, min_window_batches=60,
-                             warmup_batches=topts.warmup_batches, timeout_s=120)
-    AA = ("A/A",)  # the recommended config again, under another name
-    contenders[AA] = rec_cfg
-    remeasured = {k: [] for k in contenders}
-    rss = {k: 0 for k in contenders}
-    for _ in range(reps):  # interleaved, so drift hits every contender alike
-        for k, cfg in contenders.items():
-            t = measure(script, cfg, target, host, long_opts, work)
-            remeasured[k].append(score(t) or 0.0)
-            rss[k] = max(rss[k], t.peak_rss_bytes or 0)
-    med = {k: statistics.median(v) for k, v in remeasured.items()}
-    aa = med.pop(AA) / med[space.key(rec_cfg)]
-    vs_auto = None
-    if AUTO in med:
-        vs_auto = med[space.key(rec_cfg)] / med[AUTO] if med[AUTO] else None
-        if space.key(contenders[AUTO]) not in med:
-            med[space.key(contenders[AUTO])] = med[AUTO]
-        med.pop(AUTO)
-    best_key = max(med, key=med.get)
-    quality = med[space.key(rec_cfg)] / med[best_key]
-    row = {
-        "workload": name, "recommended": space.describe(rec_cfg),
-        "grid_best": space.describe(contenders[best_key]), "quality": quality, "aa_noise": aa,
-        "vs_autotune": vs_auto, "framework": loader.framework,
-        "peak_rss_bytes": {("A/A: " if k == AA else "AUTOTUNE: " if k == AUTO else "")
-                           + space.describe(contenders[k]): v for k, v in rss.items()},
-        "tune_s": tune_s, "grid_s": grid_s, "cost": tune_s / grid_s, "tune_trials": len(result.trials),
-        "grid_trials": len(grid_trials), "speedup_over_baseline": rec.speedup,
-        "remeasured_batches_per_s": {("A/A: " if k == AA else "AUTOTUNE: " if k == AUTO else "")
-                                     + space.describe(contenders[k]): v for k, v in remeasured.items()},
-    }
-    if vs_auto is not None:
-        print(f"{name}: recommended = {100 * vs_auto:.0f} % of AUTOTUNE's throughput", flush=True)
-    print(f"{name}: recommended {row['recommended']} = {100 * quality:.1f} % of the best re-measured "
-          f"({row['grid_best']}; A/A noise floor {100 * aa:.0f} %); tune {tune_s:.0f} s = "
-          f"{100 * row['cost']:.0f} % of the grid's {grid_s:.0f} s", flush=True)
+    contenders = contenders_of(space, rec, grid_trials, loader.framework)
+    medians, summary, loads = remeasure(script, contenders, reps, loader, launch)
+    row = {"workload": name, "framework": loader.framework, "launch": list(launch),
+           "recommended": space.describe(contenders[AA]), "tune_s": tune_s, "grid_s": grid_s,
+           "cost": tune_s / grid_s, "tune_trials": len(result.trials), "grid_trials": len(grid_trials),
+           "tune_pick_batches_per_s": rec.batches_per_s, "tune_speedup": rec.speedup,
+           "peak_rss_bytes": peak_rss(result, grid_trials, space, rec)}
+    if medians:
+        row.update(judge(medians, contenders, row["recommended"]))
+        row["independent"] = summary
+        row["load_avg_1m"] = statistics.median(loads)  # how busy the machine was while re-measuring
+    print(verdict_line(row), flush=True)
     out_rows.append(row)
+
+
+def judge(medians, contenders, rec_label):
+    """Quality, noise floor and agreement from the independent medians."""
+    pick, own = medians[rec_label], medians[OWN]
+    grid_labels = [k for k in contenders if k not in (OWN, AUTO, AA)]
+    best = max(grid_labels, key=lambda k: medians[k] or 0)
+    out = {"grid_best": best, "quality": pick / medians[best] if pick and medians[best] else None,
+           "aa_noise": medians[AA] / pick if pick and medians[AA] else None,
+           "independent_pick_per_s": pick, "independent_own_per_s": own,
+           "independent_speedup": pick / own if pick and own else None,
+           "vs_autotune": pick / medians[AUTO] if AUTO in medians and medians[AUTO] else None}
+    return out
+
+
+def agreement(row):
+    """The tune's own figures over the independent ones (1.00: they agree)."""
+    rate = row.get("tune_pick_batches_per_s"), row.get("independent_pick_per_s")
+    speed = row.get("tune_speedup"), row.get("independent_speedup")
+    return (rate[0] / rate[1] if all(rate) else None), (speed[0] / speed[1] if all(speed) else None)
+
+
+def peak_rss(result, grid_trials, space, rec):
+    """Peak memory of the pick (its tune trial) and of AUTOTUNE (its grid trial), where measured."""
+    out = {"recommended": result.trials[rec.trial_index].peak_rss_bytes}
+    for t in grid_trials:
+        if t.config.get("num_parallel_calls") == "AUTOTUNE" and t.config.get("prefetch") == "AUTOTUNE" \
+                and t.config.get("deterministic") is None:
+            out["AUTOTUNE"] = t.peak_rss_bytes
+    return out
+
+
+def verdict_line(row):
+    if row.get("quality") is None:
+        return f"{row['workload']}: recommended {row['recommended']}; tune {row['tune_s']:.0f} s = " \
+               f"{100 * row['cost']:.0f} % of the grid's {row['grid_s']:.0f} s (not re-measured)"
+    rate_ag, speed_ag = agreement(row)
+    return (f"{row['workload']}: recommended {row['recommended']} = {100 * row['quality']:.1f} % of the best "
+            f"re-measured ({row['grid_best']}; A/A noise floor {100 * row['aa_noise']:.0f} %); tune "
+            f"{row['tune_s']:.0f} s = {100 * row['cost']:.0f} % of the grid's {row['grid_s']:.0f} s; feedprof's "
+            f"pick rate / independent {_ratio(rate_ag)}, speedup {_ratio(speed_ag)}"
+            + (f"; {100 * row['vs_autotune']:.0f} % of AUTOTUNE's throughput" if row.get("vs_autotune") else ""))
+
+
+def _ratio(x):
+    return f"{x:.2f}" if x is not None else "?"
 
 
 def main():
@@ -168,6 +237,9 @@ def main():
         with open(args.tables, encoding="utf-8") as fh:
             print_tables(json.load(fh)["rows"])
         return
+    unknown = [w for w in args.workloads if not os.path.isfile(os.path.join(HERE, "workloads", f"{w}.py"))]
+    if unknown:
+        ap.error(f"no such workload: {', '.join(unknown)} (benchmarks/workloads/)")
     rows = []
     for name in args.workloads:
         one(name, args.reps, rows)
@@ -176,29 +248,39 @@ def main():
 
 
 def print_tables(rows):
-    """The README tables. Re-measured throughput is the median of the
-    repetitions, with the slowest and fastest beside it."""
-    def spread(r, name):
-        reps = r["remeasured_batches_per_s"].get(name) or r["remeasured_batches_per_s"].get(f"AUTOTUNE: {name}")
-        return f"{statistics.median(reps):.0f} ({min(reps):.0f}–{max(reps):.0f})" if reps else "?"
+    """The README tables. Independent throughput is the median of the repetitions,
+    with the slowest and fastest beside it."""
+    def spread(r, label):
+        v = r.get("independent", {}).get(label, {}).get("rate_per_s")
+        return f"{v['median']:.0f} ({v['min']:.0f}–{v['max']:.0f})" if v and v["median"] else "?"
+
+    def pct(x):
+        return f"{100 * x:.0f} %" if x is not None else "?"
 
     print("\n| workload | recommended | best re-measured | b/s, recommended | b/s, best | quality | A/A | tune "
           "| grid | cost |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['workload']} | {r['recommended']} | {r['grid_best']} | {spread(r, r['recommended'])} | "
-              f"{spread(r, r['grid_best'])} | {100 * r['quality']:.0f} % | "
-              f"{100 * r['aa_noise']:.0f} % | {r['tune_s']:.0f} s ({r['tune_trials']} trials) | "
-              f"{r['grid_s']:.0f} s ({r['grid_trials']}) | {100 * r['cost']:.0f} % |")
-    tfdata = [r for r in rows if r["vs_autotune"] is not None]
+        print(f"| {r['workload']} | {r['recommended']} | {r.get('grid_best', '?')} | {spread(r, r['recommended'])} | "
+              f"{spread(r, r.get('grid_best'))} | {pct(r.get('quality'))} | {pct(r.get('aa_noise'))} | "
+              f"{r['tune_s']:.0f} s ({r['tune_trials']} trials) | {r['grid_s']:.0f} s ({r['grid_trials']}) | "
+              f"{pct(r['cost'])} |")
+    print("\n| workload | feedprof: pick b/s | independent | ratio | feedprof: speedup | independent | ratio | load |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        rate_ag, speed_ag = agreement(r)
+        num = lambda x, u="": f"{x:.1f}{u}" if x is not None else "?"  # noqa: E731
+        print(f"| {r['workload']} | {num(r['tune_pick_batches_per_s'])} | {num(r.get('independent_pick_per_s'))} | "
+              f"{_ratio(rate_ag)} | {num(r['tune_speedup'], '×')} | {num(r.get('independent_speedup'), '×')} | "
+              f"{_ratio(speed_ag)} | {num(r.get('load_avg_1m'))} |")
+    tfdata = [r for r in rows if r.get("vs_autotune") is not None]
     if tfdata:
         print("\n| workload | recommended | throughput vs AUTOTUNE | peak RSS, recommended | peak RSS, AUTOTUNE |")
         print("|---|---|---|---|---|")
         for r in tfdata:
             rss = r["peak_rss_bytes"]
-            auto = next(v for k, v in rss.items() if k.startswith("AUTOTUNE: "))
-            print(f"| {r['workload']} | {r['recommended']} | {100 * r['vs_autotune']:.0f} % | "
-                  f"{fmt_bytes(rss.get(r['recommended']))} | {fmt_bytes(auto)} |")
+            print(f"| {r['workload']} | {r['recommended']} | {pct(r['vs_autotune'])} | "
+                  f"{fmt_bytes(rss.get('recommended'))} | {fmt_bytes(rss.get('AUTOTUNE'))} |")
 
 
 def save(path, rows):

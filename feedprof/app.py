@@ -12,6 +12,7 @@ import os
 import sys
 from typing import IO, Any, List, Optional, Sequence
 
+from feedprof.outdir import claimed
 from feedprof.store import Run, TuneResult, save
 from feedprof.tune.launch import Launch
 from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
@@ -54,10 +55,17 @@ def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOption
     """Tune, show progress on ``err`` (``progress``), write results.json,
     report.html (and TensorBoard files to ``tensorboard``), print the
     recommendation on ``out`` (``show``). Raises TuneInterrupted / TuneError
-    (with the partial result) after writing what was measured."""
+    (with the partial result) after writing what was measured, OutDirInUse if
+    another feedprof is writing to ``out_dir``."""
+    with claimed(out_dir):
+        return _tune_here(script, argv, out_dir, options, progress, show, previous, tensorboard, out, err, launch)
+
+
+def _tune_here(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool, show: bool,
+               previous: Optional[TuneResult], tensorboard: Optional[str], out: IO[str], err: IO[str],
+               launch: Optional[Launch]) -> TuneResult:
     from feedprof.render.progress import ConsoleProgress, format_recommendation, terminal_width
 
-    os.makedirs(out_dir, exist_ok=True)
     observer = ConsoleProgress(err) if progress else None
     tuner = Tuner(script, argv, out_dir, options, observer=observer, previous=previous, launch=launch)
     try:
@@ -84,22 +92,24 @@ def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOption
 def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True,
                 launch: Optional[Launch] = None) -> "tuple[Run, bool]":
     """One observed run of the script's own settings (or of a multi-process
-    job, every rank): (run, interrupted). Writes run.json."""
+    job, every rank): (run, interrupted). Writes run.json; OutDirInUse if
+    another feedprof is writing to ``out_dir``."""
     from feedprof.record.host import machine_info
     from feedprof.tune.jobrunner import run_job
     from feedprof.tune.runner import TrialInterrupted, run_trial
 
     host = machine_info(gpu=gpu)
     trial_dir = os.path.join(out_dir, "trial")
-    try:
-        run = run_job(launch, trial_dir, host, opts) if launch else run_trial(script, argv, trial_dir, host, opts)
-        interrupted = False
-    except TrialInterrupted as stop:
-        if stop.run is None:  # stopped as the script was starting: nothing measured
-            raise KeyboardInterrupt from None
-        run, interrupted = stop.run, True
-    run = dataclasses.replace(run, kind="profile")
-    save(run, os.path.join(out_dir, "run.json"))
+    with claimed(out_dir):
+        try:
+            run = run_job(launch, trial_dir, host, opts) if launch else run_trial(script, argv, trial_dir, host, opts)
+            interrupted = False
+        except TrialInterrupted as stop:
+            if stop.run is None:  # stopped as the script was starting: nothing measured
+                raise KeyboardInterrupt from None
+            run, interrupted = stop.run, True
+        run = dataclasses.replace(run, kind="profile")
+        save(run, os.path.join(out_dir, "run.json"))
     return run, interrupted
 
 

@@ -42,6 +42,7 @@ def _build() -> type:
             self._now = MONOTONIC.now_s
             self._rec: Any = None
             self._t_end = None
+            self._begun = (0, 0.0, 0.0)  # (first step, wait began, step began) of the call running
 
         def on_train_begin(self, logs: Any = None) -> None:
             if self._rec is None:
@@ -58,10 +59,13 @@ def _build() -> type:
         def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
             t = self._now()
             # torch/jax: the batch was fetched since the last step ended (the wait)
-            self._rec.batch(self._t_end if self._wait_observable and self._t_end is not None else t, t)
+            self._begun = (batch, self._t_end if self._wait_observable and self._t_end is not None else t, t)
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             self._t_end = self._now()
+            begin_step, t_req, t_got = self._begun
+            # steps_per_execution=N: one call runs steps begin_step..batch (N, fewer at an epoch's end)
+            self._rec.batch(t_req, t_got, max(1, batch - begin_step + 1))
 
         def on_train_end(self, logs: Any = None) -> None:
             self.profile.stop()

@@ -139,3 +139,29 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message):
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
+
+
+def test_a_second_run_into_a_directory_in_use_is_bad_usage(tmp_path, no_leftovers):
+    """Two runs writing one --out would clear each other's trial directories:
+    the second is refused (exit 2, one line naming the first's PID); the first
+    runs on untouched."""
+    import subprocess
+    import sys
+    import time
+
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1))
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "-m", "feedprof", "profile", script, "--out", str(out), *FAST],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lock = out / ".feedprof.lock"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second = run_feedprof(["tune", script, "--out", str(out), "--budget", "10"])
+    assert second.returncode == 2, second.stderr
+    assert f"in use by another feedprof run (PID {first.pid})" in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1
+    assert first.wait(timeout=240) == 0, first.stderr
+    assert json.loads((out / "run.json").read_text())["outcome"]["state"] == "ok"
+    again = run_feedprof(["profile", script, "--out", str(out), *FAST])  # free once the first has ended
+    assert again.returncode == 0, again.stderr

@@ -111,6 +111,50 @@ def test_a_launch_command_that_cannot_run_is_bad_usage(tmp_path):
         assert len(proc.stderr.strip().splitlines()) == 1
 
 
+LAUNCHER_OF_SESSIONS = """
+import subprocess
+import sys
+import time
+
+# like torchrun: each rank in a session of its own; these never build a loader
+ranks = [subprocess.Popen(["sleep", "300"], start_new_session=True) for _ in range(2)]
+with open(sys.argv[1], "w") as fh:
+    fh.write(" ".join(str(r.pid) for r in ranks))
+for r in ranks:
+    r.wait()
+"""
+
+
+def test_ranks_in_sessions_of_their_own_end_with_the_job(tmp_path, monkeypatch, no_leftovers):
+    """torchrun starts each rank with start_new_session: the group's kill misses
+    them, and a rank that has not reported in yet is not known by its pid. The
+    job is interrupted as soon as its ranks exist (before the runner's periodic
+    listing of descendants could have seen them)."""
+    import psutil
+
+    from feedprof.record.host import machine_info
+    from feedprof.tune import runner
+    from feedprof.tune.jobrunner import run_job
+    from feedprof.tune.launch import parse_launch
+    from feedprof.tune.runner import TrialInterrupted, TrialOptions
+
+    monkeypatch.setattr(runner, "KNOWN_REFRESH_S", 1e9)
+    launcher = write_script(tmp_path, "launcher.py", LAUNCHER_OF_SESSIONS)
+    pids_file = tmp_path / "pids"
+    start = write_script(tmp_path, "start.sh", f'exec "{sys.executable}" "{launcher}" "{pids_file}"\n')
+
+    def interrupt_once_ranks_exist():
+        if pids_file.exists() and pids_file.read_text().strip():
+            raise KeyboardInterrupt
+
+    with pytest.raises(TrialInterrupted) as stopped:
+        run_job(parse_launch(["sh", start]), str(tmp_path / "trial"), machine_info(), TrialOptions(gpu=False),
+                on_poll=interrupt_once_ranks_exist)
+    pids = [int(p) for p in pids_file.read_text().split()]
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert stopped.value.run.leftovers.processes == ()
+
+
 @pytest.mark.slow
 def test_a_torchrun_job_is_tuned_per_rank(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", ddp(load_s=0.004))

@@ -193,3 +193,23 @@ def test_keras_profile_callback(tmp_path, backend, wait_known):
         assert wait == "None"
     saved = json.loads(out.read_text())
     assert saved["schema"] == "feedprof.run/2" and saved["summary"]["batches_per_s"] > 0
+
+
+def test_keras_profile_callback_counts_every_step_of_steps_per_execution(tmp_path):
+    """With steps_per_execution=4, fit calls the callback once per 4 steps: the
+    callback's rate must be steps, against a stopwatch around fit (a count of
+    calls would read a quarter of it)."""
+    out = tmp_path / "run.json"
+    body = CALLBACK.replace("{out}", str(out)).replace('model.compile("sgd", "mse")',
+                                                       'model.compile("sgd", "mse", steps_per_execution=4)')
+    body = body.replace("model.fit(Slow(), epochs=3, verbose=0, callbacks=[profile])",
+                        "t0 = time.perf_counter()\n"
+                        "model.fit(Slow(), epochs=3, verbose=0, callbacks=[profile])\n"
+                        "print('OUTSIDE', 3 * 40 / (time.perf_counter() - t0))")
+    script = write_script(tmp_path, "train.py", body)
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=240,
+                          env={**os.environ, **QUIET_TF, "KERAS_BACKEND": "tensorflow", "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 0, proc.stderr
+    rate = float(proc.stdout.split("RATE ")[1].split()[0])
+    outside = float(proc.stdout.split("OUTSIDE ")[1].split()[0])
+    assert 0.6 < rate / outside < 2.5, (rate, outside)  # start-up is outside's only: the callback may read more

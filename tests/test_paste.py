@@ -162,3 +162,27 @@ def test_training_arguments_from_the_command_line_become_flags(tmp_path, monkeyp
                           "--dataloader_persistent_workers True")
     assert {f.flag for f in paste.findings if isinstance(f, SetByFlag)} == {
         "--dataloader_num_workers", "--dataloader_persistent_workers"}
+
+
+TFDATA_SCRIPT = textwrap.dedent('''
+    import tensorflow as tf
+    ds = tf.data.Dataset.range(64).map(load, num_parallel_calls=2).batch(8).prefetch(1)
+    other = tf.data.Dataset.range(64).map(load, num_parallel_calls=2).batch(8)
+''')
+
+
+def test_a_tfdata_line_that_prefetches_has_its_buffer_set_not_a_second_prefetch(tmp_path):
+    """The paste line of a tf.data pick: the map's knobs in the script's own
+    statement; its own prefetch's buffer set, or one prefetch added after it."""
+    from types import SimpleNamespace
+
+    from feedprof.frameworks.tfdata import code_line
+
+    script = tmp_path / "train.py"
+    script.write_text(TFDATA_SCRIPT)
+    pick = {"num_parallel_calls": 28, "prefetch": "AUTOTUNE", "private_threadpool_size": 28}
+    line = code_line(pick, SimpleNamespace(call_chain=("train.py:3",)), str(script))
+    assert line.count("prefetch(") == 1 and ".batch(8).prefetch(tf.data.AUTOTUNE)" in line
+    assert "map(load, num_parallel_calls=28)" in line and "private_threadpool_size = 28" in line
+    line = code_line(pick, SimpleNamespace(call_chain=("train.py:4",)), str(script))
+    assert "other = other.prefetch(tf.data.AUTOTUNE)" in line

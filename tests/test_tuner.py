@@ -105,6 +105,9 @@ def test_resume_tells_the_saved_trials_and_asks(tmp_path, clock):
     first_new = runner.calls[0][0]
     assert first_new.mode == Mode.INJECT and first_new.config == first.stop_reason.next_config
     assert again.duration_s == pytest.approx(10.0 * len(again.trials))  # the first run's time counts
+    said = [repr(n) for n in again.notes]
+    assert len(set(said)) == len(said)  # the strategy's notes are derived again, not repeated
+    assert first.notes and all(repr(n) in said for n in first.notes if n.code != "busy_machine")
 
 
 class KillingRunner(FakeRunner):

@@ -121,12 +121,30 @@ def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     elif knobs:
         parts.append(f"{name} = {name}.map(fn, " + ", ".join(f"{k}={v!r}" for k, v in knobs.items()) + ")")
     if cfg["prefetch"] is not None:
-        parts.append(f"{name} = {name}.prefetch({cfg['prefetch']!r})")
+        with_buffer = _set_prefetch(parts[0], cfg["prefetch"]) if found else None
+        if with_buffer is not None:  # the statement prefetches already: set its buffer, not a second one
+            parts[0] = with_buffer
+        else:
+            parts.append(f"{name} = {name}.prefetch({cfg['prefetch']!r})")
     if cfg["private_threadpool_size"]:
         parts.append("options = tf.data.Options(); "
                      f"options.threading.private_threadpool_size = {cfg['private_threadpool_size']}; "
                      f"{name} = {name}.with_options(options)")
     return "; ".join(parts).replace("'AUTOTUNE'", "tf.data.AUTOTUNE")
+
+
+def _set_prefetch(statement: str, buffer: Any) -> Optional[str]:
+    """The statement with the buffer of its own ``.prefetch(...)`` set, or None if it has none."""
+    import ast
+
+    tree = ast.parse(statement)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "prefetch"]
+    if not calls:
+        return None
+    call = calls[0]  # ast.walk is outermost first: the last prefetch of the chain
+    call.args, call.keywords = [ast.Constant(buffer)], [k for k in call.keywords if k.arg != "buffer_size"]
+    return ast.unparse(tree)
 
 
 def install(ctl: Any) -> None:

@@ -38,8 +38,8 @@ from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError
 from feedprof.tune.hosted import JOB_SPEC_ENV
 from feedprof.tune.launch import Launch
 from feedprof.tune.protocol import TrialSpec, read_events
-from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _tail, _Watch,
-                                  _with_figures, classify_end, kill_group)
+from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _descendants,
+                                  _tail, _Watch, _with_figures, classify_end, kill_group)
 from feedprof.tune.signals import deferred_signals
 
 RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
@@ -187,9 +187,12 @@ def _finish(launch: Launch, host: HostInfo, started_at: str, origin: float, log_
             watch: Optional[_JobWatch], sampler: Optional[Sampler], out: Any, others: OtherLoad, clock: Clock,
             launched_s: float, interrupted: bool = False) -> Optional[Run]:
     """End the whole job together, stop sampling, and put the job's Run together."""
-    job = {proc.pid} | {p.pid for p in (watch.known if watch else [])}
-    kill_group(proc, watch.known if watch else [], clock)
-    left = check_run(os.path.dirname(log_path), proc.pid, watch.known if watch else [], opts_gpu(watch),
+    # torchrun starts each rank in a session of its own, out of reach of the group's kill:
+    # every descendant now, ranks that have not reported in yet included
+    ranks = (watch.known if watch else []) + _descendants(proc.pid)
+    job = {proc.pid} | {p.pid for p in ranks}
+    kill_group(proc, ranks, clock)
+    left = check_run(os.path.dirname(log_path), proc.pid, ranks, opts_gpu(watch),
                      since_s=launched_s)
     samples = sampler.stop() if sampler else Samples()
     rank_samples = watch.stop_samplers() if watch else {}

@@ -148,8 +148,8 @@ class Tuner:
         self._saved: List[Trial] = [t for t in previous.trials if t.state != TrialState.INTERRUPTED] \
             if previous else []
         self._elapsed_before = previous.duration_s if previous else 0.0
-        if previous is not None:
-            self.notes.extend(n for n in previous.notes if n not in self.notes)
+        if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
+            self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
         self.memory = MemoryBudget.of_this_machine(options.max_memory_bytes)
         self.cpu_cap = max(1, usable_cpu_count() // local_world_size())
         self.host = host or machine_info(gpu=options.gpu)
