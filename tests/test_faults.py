@@ -145,6 +145,15 @@ def _wait_for_trials(path, n, proc, timeout=120, poll_s=0.2):
     raise AssertionError(f"fewer than {n} trials after {timeout} s")
 
 
+def _wait_for_launch(trials_dir, prefix, proc, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any((d / "output.log").exists() for d in trials_dir.glob(prefix + "*")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no trial {prefix}* launched after {timeout} s")
+
+
 def _default_sigint():
     # As from a terminal: a job started in the background by a non-interactive
     # shell (nohup, `&`) inherits SIGINT ignored, and feedprof rightly keeps it so.
@@ -163,10 +172,11 @@ def test_interrupted_tune_keeps_its_trials_and_resumes(tmp_path, signum, moment,
                              "--budget", "90", "--max-workers", "8", *TUNE_QUICK],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     if moment == "in a trial":
-        # Baseline and ceiling are measured; the ladder's first rung is certainly
-        # next, and takes longer than this to start and measure its window.
+        # Baseline and ceiling are measured; wait until the ladder's first rung
+        # is launched (its output log exists): it takes seconds to measure.
         _wait_for_trials(out / "results.json", 2, proc)
-        time.sleep(0.8)
+        _wait_for_launch(out / "trials", "02-", proc)
+        time.sleep(0.3)
     else:
         _wait_for_trials(out / "results.json", 1, proc, poll_s=0.05)
     proc.send_signal(signum)

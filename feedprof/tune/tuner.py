@@ -22,7 +22,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from feedprof import defaults
 from feedprof.analyse import noise, stats
@@ -37,6 +37,7 @@ from feedprof.session import now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.launch import Launch
+from feedprof.tune.observer import SilentObserver, TuneObserver
 from feedprof.tune.protocol import Mode, site_matches
 from feedprof.tune.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.tune.signals import deferred_signals
@@ -84,28 +85,6 @@ class TuneInterrupted(Exception):
     def __init__(self, result: TuneResult):
         super().__init__("interrupted")
         self.result = result
-
-
-class TuneObserver(Protocol):
-    """What a person watching the tune is told (render/progress.py words it)."""
-
-    def tune_started(self, tuner: "Tuner") -> None: ...
-
-    def loader_found(self, loader: LoaderRecord, config_text: str) -> None: ...
-
-    def trial_started(self, index: int, n_planned: Optional[int], role: Role, config_text: str,
-                      elapsed_s: float, budget_s: float) -> None: ...
-
-    def tick(self, elapsed_s: float, budget_s: float) -> None: ...
-
-    def trial_done(self, trial: Trial) -> None: ...
-
-    def tune_done(self) -> None: ...
-
-
-class SilentObserver:
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
 
 
 def default_max_workers(cpu_cap: int) -> int:
