@@ -111,3 +111,19 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool
         run = dataclasses.replace(run, kind="profile")
         save(run, os.path.join(out_dir, "run.json"))
     return run, interrupted
+
+
+def baseline_output(result: TuneResult, out_dir: str) -> str:
+    """What to show of a tune whose baseline failed: the script's own traceback,
+    or without one (it exited: argparse's usage error) the end of its output."""
+    for trial in result.trials:
+        if trial.run is not None and trial.run.outcome.traceback:
+            return trial.run.outcome.traceback
+    log = os.path.join(out_dir, "trials", "00-baseline", "output.log")
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(log) - 2000))
+            tail = fh.read().decode("utf-8", "replace").splitlines()[-10:]
+    except OSError:
+        return ""
+    return "".join(line + "\n" for line in tail)

@@ -89,7 +89,7 @@ def _previous_tune(args: argparse.Namespace) -> Any:
 
 
 def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.app import run_tune
+    from feedprof.app import baseline_output, run_tune
     from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.render.words import say
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
@@ -109,7 +109,8 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
                        window_seconds=args.window_seconds, window_batches=args.window_batches,
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
-                       loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout)
+                       loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout,
+                       max_memory_bytes=args.max_memory)
     written = f"{os.path.relpath(os.path.join(out_dir, 'results.json'))} and " \
               f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
     try:
@@ -121,7 +122,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         return EXIT_INTERRUPTED
     except TuneError as exc:
         _err(f"feedprof: {say(exc.reason)}")
-        _show_trial_output(exc.result)
+        sys.stderr.write(baseline_output(exc.result, out_dir))
         _err(f"feedprof: wrote {written}")
         return exc.exit_code
     _err(f"feedprof: wrote {written}")
@@ -143,15 +144,6 @@ def _what_to_run(script: Optional[str], script_args: List[str], command: str) ->
     except LaunchError as exc:
         raise UsageError(f"feedprof {command} -- {' '.join(script_args)}: {exc}") from None
     return launch.script or "", [], launch
-
-
-def _show_trial_output(result: Any) -> None:
-    """The script's own traceback from a failed baseline trial, as the script's."""
-    for trial in result.trials:
-        run = trial.run
-        if run is not None and run.outcome.traceback:
-            sys.stderr.write(run.outcome.traceback)
-            return
 
 
 def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:

@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from feedprof import defaults
 from feedprof.defaults import WindowDefaults
+from feedprof.units import parse_bytes
 
 DEFAULT_OUT = "feedprof-out"
 TENSORBOARD_HELP = "also write TensorBoard event files to DIR (pip install 'feedprof[tensorboard]')"
@@ -95,6 +96,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def byte_size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -161,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
                    help="most workers to try (default: max(32, 2 x usable CPUs); beyond the CPU count "
                         "only when the workers wait on I/O)")
+    t.add_argument("--max-memory", type=byte_size, default=None, metavar="SIZE",
+                   help="RAM the job may use, e.g. 8G or 512M (default: 80%% of what is free, or of the "
+                        "container's memory limit); configs predicted to need more are not run")
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")

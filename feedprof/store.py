@@ -21,6 +21,7 @@ from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
 from feedprof.reasons import Reason, Verdict
 from feedprof.store_procs import Leftovers
+from feedprof.store_samples import GpuSeries, Peaks, Samples  # noqa: F401 (re-exported: part of the run record)
 
 SCHEMA_RUN = "feedprof.run/2"
 SCHEMA_TUNE = "feedprof.tune/2"
@@ -57,60 +58,6 @@ class HostInfo:
     gpus: Tuple[GpuInfo, ...] = ()
     gpu_status: GpuStatus = GpuStatus.UNKNOWN
     gpu_status_detail: str = ""  # NVML's own error text, where there is one
-
-
-# ------------------------------------------------------------------ samples
-
-
-@dataclass(frozen=True)
-class GpuSeries:
-    cuda_index: Optional[int]
-    uuid: str
-    util_pct: Tuple[Optional[float], ...] = ()
-    mem_used_bytes: Tuple[Optional[int], ...] = ()
-    sm_clock_mhz: Tuple[Optional[int], ...] = ()
-    pcie_rx_bytes_per_s: Tuple[Optional[int], ...] = ()
-    pcie_tx_bytes_per_s: Tuple[Optional[int], ...] = ()
-    power_w: Tuple[Optional[float], ...] = ()
-
-
-@dataclass(frozen=True)
-class Peaks:
-    """Exact maxima over every sample taken, decimated or not."""
-
-    tree_rss_bytes: Optional[int] = None
-    tree_pss_bytes: Optional[int] = None
-    tree_uss_bytes: Optional[int] = None
-    worker_pss_bytes: Optional[int] = None  # the largest single worker
-    worker_uss_bytes: Optional[int] = None
-    shm_used_bytes: Optional[int] = None
-    n_workers: int = 0
-    gpu_mem_used_bytes: Tuple[Optional[int], ...] = ()
-
-
-@dataclass(frozen=True)
-class Samples:
-    """Columnar series from the sampler; row ``i`` of every column is one sample."""
-
-    interval_s: float = 0.2
-    stride: int = 1  # each stored row stands for `stride` samples taken (see record/buffer.py)
-    n_taken: int = 0
-    t_s: Tuple[float, ...] = ()
-    system_cpu_pct: Tuple[Optional[float], ...] = ()
-    per_core_cpu_pct: Tuple[Tuple[float, ...], ...] = ()
-    main_cpu_pct: Tuple[Optional[float], ...] = ()
-    workers_cpu_pct: Tuple[Optional[float], ...] = ()
-    main_runq_pct: Tuple[Optional[float], ...] = ()  # runnable but waiting for a CPU: starved by other work
-    workers_runq_pct: Tuple[Optional[float], ...] = ()
-    main_rss_bytes: Tuple[Optional[int], ...] = ()
-    workers_rss_bytes: Tuple[Optional[int], ...] = ()
-    n_workers: Tuple[int, ...] = ()
-    shm_used_bytes: Tuple[Optional[int], ...] = ()
-    tree_pss_bytes: Tuple[Optional[int], ...] = ()  # measured at a slower rate: None between
-    tree_uss_bytes: Tuple[Optional[int], ...] = ()
-    gpus: Tuple[GpuSeries, ...] = ()
-    peaks: Peaks = field(default_factory=Peaks)
-    notes: Tuple[Reason, ...] = ()
 
 
 # -------------------------------------------------------------------- steps
@@ -161,6 +108,9 @@ class LoaderRecord:
     script_config: Dict[str, Any] = field(default_factory=dict)  # knobs the script asked for
     injected: bool = False
     replayed: bool = False  # compute-ceiling trial: one cached batch replayed
+    iterable: bool = False  # an IterableDataset: the dataset, not a sampler, decides what each worker yields
+    batch_digests: Tuple[str, ...] = ()  # of the first epoch's first batches (iterable datasets; record/digest.py)
+    worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
     batches: int = 0
     warmup_batches: int = 0
     warmup_s: float = 0.0
@@ -247,6 +197,9 @@ class Summary:
     peak_worker_pss_bytes: Optional[int] = None
     peak_worker_uss_bytes: Optional[int] = None
     peak_shm_used_bytes: Optional[int] = None
+    peak_main_fds: Optional[int] = None
+    peak_worker_fds: Optional[int] = None
+    fd_limit: Optional[int] = None
     notes: Tuple[Reason, ...] = ()
 
 

@@ -44,3 +44,20 @@ def fmt_seconds(s: Optional[float]) -> str:
     if s is None:
         return "n/a"
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+
+
+_SIZES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_bytes(text: str) -> int:
+    """"8G", "512M", "1.5GiB", "1000" (bytes) -> bytes; ValueError if it is not a size."""
+    body = text.strip().upper()
+    body = body[:-2] if body.endswith("IB") else body[:-1] if body.endswith("B") else body
+    unit = body[-1:] if body[-1:] in _SIZES else ""
+    try:
+        value = float(body[:-1] if unit else body) * _SIZES[unit]
+    except ValueError:
+        raise ValueError(f"expected a size like 8G or 512M, got {text!r}") from None
+    if not value >= 1:
+        raise ValueError(f"expected a positive size, got {text!r}")
+    return int(value)

@@ -122,6 +122,10 @@ def test_a_failing_trial_is_classified_and_the_tune_goes_on(tmp_path, fault, sta
     bad = [t for t in res["trials"] if t["config"].get("num_workers")]
     assert bad and bad[0]["state"] == state and bad[0]["cause"]["code"] == cause, bad
     assert res["recommendation"]["config"]["num_workers"] == 0  # what worked
+    if state == "killed":  # with what was measured: the workers, the machine's RAM or its /dev/shm
+        killed = bad[0]["cause"]
+        assert killed["workers"] == bad[0]["config"]["num_workers"]
+        assert killed.get("ram_bytes") or killed.get("shm_total_bytes")
     assert reason in (out / "report.html").read_text()  # in words, in the trial table
 
 
@@ -139,6 +143,15 @@ def _wait_for_trials(path, n, proc, timeout=120, poll_s=0.2):
             pass
         time.sleep(poll_s)
     raise AssertionError(f"fewer than {n} trials after {timeout} s")
+
+
+def _wait_for_launch(trials_dir, prefix, proc, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any((d / "output.log").exists() for d in trials_dir.glob(prefix + "*")):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no trial {prefix}* launched after {timeout} s")
 
 
 def _default_sigint():
@@ -159,10 +172,11 @@ def test_interrupted_tune_keeps_its_trials_and_resumes(tmp_path, signum, moment,
                              "--budget", "90", "--max-workers", "8", *TUNE_QUICK],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     if moment == "in a trial":
-        # Baseline and ceiling are measured; the ladder's first rung is certainly
-        # next, and takes longer than this to start and measure its window.
+        # Baseline and ceiling are measured; wait until the ladder's first rung
+        # is launched (its output log exists): it takes seconds to measure.
         _wait_for_trials(out / "results.json", 2, proc)
-        time.sleep(0.8)
+        _wait_for_launch(out / "trials", "02-", proc)
+        time.sleep(0.3)
     else:
         _wait_for_trials(out / "results.json", 1, proc, poll_s=0.05)
     proc.send_signal(signum)
@@ -230,3 +244,125 @@ def test_full_disk_fails_before_any_trial(tmp_path):
                           capture_output=True, text=True, preexec_fn=small_files, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "not writable" in proc.stderr and "never runs" not in proc.stdout
+
+
+# ------------------------------------------------ what a new user tries first
+
+REQUIRED_ARG = '''
+import argparse, torch
+from torch.utils.data import DataLoader
+parser = argparse.ArgumentParser()
+parser.add_argument("--data", required=True)
+args = parser.parse_args()
+for batch in DataLoader(list(range(100))):
+    pass
+'''
+EMPTY = '''
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Empty(Dataset):
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+
+for epoch in range(3):
+    for batch in DataLoader(Empty(), batch_size=4):
+        pass
+'''
+MARKUP = '''
+import torch
+from torch.utils.data import DataLoader
+for i, batch in enumerate(DataLoader(list(range(100)))):
+    if i == 3:
+        raise ValueError("<b>bad</b> <script>alert('x')</script> & </td></tr>")
+'''
+OWN_POOL = '''
+import multiprocessing as mp, time, torch
+from torch.utils.data import DataLoader
+
+
+def square(x):
+    return x * x
+
+
+if __name__ == "__main__":
+    pool = mp.Pool(2)  # the script's own pool, never closed: its processes must not outlive the trial
+    data = pool.map(square, range(400))
+    for epoch in range(50):
+        for batch in DataLoader(data, batch_size=2):
+            pool.apply_async(square, (1,))
+            time.sleep(0.002)
+'''
+FLOOD = '''
+import time, torch
+from torch.utils.data import DataLoader
+for epoch in range(100):
+    for i, batch in enumerate(DataLoader(list(range(400)), batch_size=4)):
+        print("x" * 20000, i, flush=True)
+        time.sleep(0.004)
+'''
+
+
+@pytest.mark.parametrize("body,exit_code,message", [
+    (REQUIRED_ARG, 1, "the following arguments are required: --data"),
+    (EMPTY, 0, "0 batches were delivered, all of them warm-up"),
+    (OWN_POOL, 0, "batches measured over"),
+])
+def test_profile_of_scripts_a_new_user_tries(tmp_path, body, exit_code, message, no_leftovers):
+    script = write_script(tmp_path, "train.py", body)
+    proc, out = profile(tmp_path, script)
+    assert proc.returncode == exit_code, proc.stderr
+    assert message in proc.stdout + proc.stderr and no_feedprof_traceback(proc.stderr)
+    assert run_feedprof(["report", str(out / "run.json")]).returncode == 0
+
+
+@pytest.mark.parametrize("body,message", [
+    (REQUIRED_ARG, "the script called sys.exit(2)"),
+    (EMPTY, "no steady-state batches were measured"),
+    (MARKUP, "ValueError: <b>bad</b> <script>alert('x')</script> & </td></tr>"),
+])
+def test_tune_of_a_script_whose_baseline_fails(tmp_path, body, message, no_leftovers):
+    script = write_script(tmp_path, "train.py", body)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "30", *TUNE_QUICK])
+    assert proc.returncode == 1 and message in proc.stderr and no_feedprof_traceback(proc.stderr)
+    if body is REQUIRED_ARG:  # the script's own words, not only its exit code
+        assert "error: the following arguments are required: --data" in proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    assert res["trials"][0]["role"] == "baseline" and res["recommendation"] is None
+    page = (out / "report.html").read_text()
+    assert "<b>bad</b>" not in page and "<script>alert" not in page  # markup in an error stays text
+
+
+@pytest.mark.slow
+def test_a_flood_of_output_is_kept_out_of_the_way(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", FLOOD)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "20", "--max-workers", "4", *TUNE_QUICK])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "xxxxxxxxxx" not in proc.stdout + proc.stderr  # the script's output goes to each trial's output.log
+    res = json.loads((out / "results.json").read_text())
+    assert len(res["trials"]) >= 3 and res["recommendation"] is not None
+
+
+@pytest.mark.writes_invalid_json
+@pytest.mark.parametrize("damage,message", [
+    (lambda text: text[: len(text) // 2], "not JSON"),  # a file cut short (a full disk, a copy interrupted)
+    (lambda text: text.replace('"feedprof.tune/2"', '"feedprof.tune/9"'), "is not one this feedprof reads"),
+])
+def test_a_damaged_or_future_results_file(tmp_path, damage, message):
+    from feedprof.codec import dumps
+    from feedprof.store import TuneResult
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(damage(dumps(TuneResult(script=str(tmp_path / "train.py")))))
+    for args in (["report", str(out / "results.json")], ["tune", "--resume", str(out)]):
+        proc = run_feedprof(args)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr

@@ -3,10 +3,11 @@ import signal
 
 import pytest
 
-from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin, OutOfMemoryKilled,
-                              ScriptFailed, SharedMemoryExhausted, TrialTimedOut)
-from feedprof.store import Outcome, TrialState
-from feedprof.tune.runner import EXIT_GRACE_S, TrialOptions, _Watch, classify_end
+from feedprof.reasons import (CudaInForkedWorker, ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin,
+                              OutOfMemoryKilled, ScriptFailed, SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
+from feedprof.record.host import memory_limit_bytes
+from feedprof.store import HostInfo, Outcome, Peaks, Samples, TrialState
+from feedprof.tune.runner import EXIT_GRACE_S, TrialOptions, _Watch, _with_figures, classify_end
 from tests.fakes import FakeClock
 
 
@@ -75,3 +76,29 @@ def test_a_child_that_wrote_nothing_and_exited():
     out = classify_end(None, 3, None, False, log_tail="starting\nsegfault in C code\n")
     assert out.state == TrialState.FAILED
     assert out.cause == ExitedWithCode(exit_code=3, last_line="segfault in C code")
+
+
+def test_a_script_that_died_of_a_worker_hazard_says_which():
+    emfile = classify_end(None, 1, None, False, log_tail="RuntimeError: Too many open files. Communication with "
+                                                         "the workers is no longer possible.")
+    assert emfile.state == TrialState.FAILED and emfile.cause == TooManyOpenFiles(error="RuntimeError: Too many "
+                                                                                        "open files.")
+    cuda = CudaInForkedWorker(error="RuntimeError: Cannot re-initialize CUDA in forked subprocess.")
+    child = Outcome(state=TrialState.FAILED, cause=cuda, traceback="Traceback...")
+    assert classify_end(child, 1, None, False, log_tail="noise").cause == cuda  # the child named it already
+
+
+def test_a_kill_carries_what_the_trial_measured():
+    samples = Samples(worker_pss_bytes=(None, 300 * 2**20), fd_limit=64,
+                      peaks=Peaks(n_workers=4, worker_pss_bytes=200 * 2**20, tree_pss_bytes=2**30,
+                                  shm_used_bytes=60 * 2**20, main_fds=50, worker_fds=30))
+    host = HostInfo(ram_bytes=8 * 2**30, shm_total_bytes=64 * 2**20)
+    oom = _with_figures(Outcome(state=TrialState.KILLED, cause=OutOfMemoryKilled(signal="SIGKILL")), samples, host)
+    assert oom.cause.workers == 4 and oom.cause.worker_pss_bytes == 300 * 2**20  # the probe's reading was higher
+    assert oom.cause.tree_pss_bytes == 2**30 and oom.cause.ram_bytes in (8 * 2**30, memory_limit_bytes())
+    shm = _with_figures(Outcome(state=TrialState.KILLED, cause=SharedMemoryExhausted(signal="SIGBUS")), samples, host)
+    assert shm.cause.shm_total_bytes == 64 * 2**20 and shm.cause.shm_peak_bytes == 60 * 2**20
+    files = _with_figures(Outcome(state=TrialState.FAILED, cause=TooManyOpenFiles(error="x")), samples, host)
+    assert (files.cause.limit_fds, files.cause.main_fds, files.cause.worker_fds) == (64, 50, 30)
+    failed = Outcome(state=TrialState.FAILED, cause=ScriptFailed(error="ValueError: x"))
+    assert _with_figures(failed, samples, host) == failed

@@ -5,7 +5,7 @@ from feedprof.analyse.recommend import pick, recommend
 from feedprof.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
 from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.space import TorchSpace, ladder_rungs
-from feedprof.tune.strategy import GridStrategy, LadderStrategy
+from feedprof.tune.strategy import GridStrategy, LadderStrategy, Proposal
 
 
 def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_trials=30, proposals=None):
@@ -336,3 +336,53 @@ def test_confirmation_goes_on_while_the_two_cannot_be_told_apart():
     confirms = [t for t in trials if t.role == Role.CONFIRM]
     assert 2 < len(confirms) <= 6 and len(confirms) % 2 == 0
     assert notes_of(strat, RivalsRemeasured)[0].repeats == len(confirms) // 2
+
+
+# ------------------------------------------------ what more workers break
+
+
+def simulate_kills(killed_from, cap=2, max_workers=32, budget_trials=30):
+    """io_bound, except that the OOM killer takes any config with ``killed_from`` workers or more."""
+    from feedprof.reasons import OutOfMemoryKilled
+
+    space = TorchSpace({"num_workers": 0}, cpu_cap=cap, max_primary=max_workers, cuda_used=False)
+    strat = LadderStrategy(space)
+    trials = []
+    for i in range(budget_trials):
+        prop = Proposal({"num_workers": 0}, Role.BASELINE, Phase.BASELINE) if i == 0 else strat.ask()
+        if prop is None:
+            break
+        config = space.legalize(prop.config)
+        if config["num_workers"] >= killed_from and prop.role != Role.CEILING:
+            t = Trial(index=i, role=prop.role, config=config, state=TrialState.KILLED, phase=prop.phase,
+                      cause=OutOfMemoryKilled(signal="SIGKILL"))
+        else:
+            rate, cpu, wait = io_bound(config, prop.role)
+            t = Trial(index=i, role=prop.role, config=config, state=TrialState.OK, phase=prop.phase,
+                      batches_per_s=rate, batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
+                      workers_cpu_pct=cpu, data_wait_fraction=wait, system_cpu_pct=40.0, main_cpu_pct=10.0)
+        trials.append(t)
+        strat.tell(t)
+    return space, strat, trials
+
+
+def test_a_kill_sets_the_limit_and_the_ladder_bisects_below_it():
+    space, strat, trials = simulate_kills(killed_from=6)
+    tried = [t.config["num_workers"] for t in trials if t.role == Role.SEARCH]
+    first_kill = next(i for i, t in enumerate(trials) if t.state == TrialState.KILLED)
+    for i, t in enumerate(trials):
+        if t.state == TrialState.KILLED:  # nothing with more workers than a killed config after it
+            assert all(u.config["num_workers"] < t.config["num_workers"] for u in trials[i + 1:])
+    assert 5 in tried  # found by bisecting between the last rung that ran and the kill
+    rec = recommend(trials, space)
+    assert rec.config["num_workers"] == 5 and rec.batches_per_s == pytest.approx(65.0)
+    cap = next(r for r in rec.reasons if r.code == "workers_capped")
+    assert cap.max_workers == 5 and cap.state == "killed" and trials[first_kill].config["num_workers"] >= 6
+
+
+def test_a_resumed_tune_learns_the_same_limit():
+    space, strat, trials = simulate_kills(killed_from=6, budget_trials=6)
+    again = LadderStrategy(space)
+    for t in trials:
+        again.tell(t)
+    assert again.ask() == strat.ask()  # a function of the trials told, nothing else

@@ -5,12 +5,12 @@ import dataclasses
 
 import pytest
 
-from feedprof.reasons import BudgetCutShort, OverMemoryBudget
+from feedprof.reasons import BudgetCutShort, OutOfMemoryKilled, OverMemoryBudget
 from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
                             Window)
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.protocol import Mode
-from feedprof.tune.tuner import TuneOptions, Tuner
+from feedprof.tune.tuner import TuneError, TuneOptions, Tuner
 from tests.fakes import FakeClock
 
 SITE = "train.py:5"
@@ -108,3 +108,38 @@ def test_resume_tells_the_saved_trials_and_asks(tmp_path, clock):
     said = [repr(n) for n in again.notes]
     assert len(set(said)) == len(said)  # the strategy's notes are derived again, not repeated
     assert first.notes and all(repr(n) in said for n in first.notes if n.code != "busy_machine")
+
+
+class KillingRunner(FakeRunner):
+    """The OOM killer takes any config with ``killed_from`` workers or more; the
+    script's own loader asks for ``own`` workers."""
+
+    def __init__(self, clock, killed_from, own):
+        super().__init__(clock)
+        self.killed_from, self.own = killed_from, own
+
+    def __call__(self, script, argv, trial_dir, host, opts, what, on_poll, clock):
+        run = super().__call__(script, argv, trial_dir, host, opts, what, on_poll, clock)
+        config = {"num_workers": self.own} if what.mode == Mode.OBSERVE else what.config
+        if what.mode == Mode.CEILING or (config.get("num_workers") or 0) < self.killed_from:
+            return dataclasses.replace(run, loaders=(dataclasses.replace(run.loaders[0], config=config),))
+        loader = dataclasses.replace(run.loaders[0], config=config, batches=1)
+        return dataclasses.replace(run, loaders=(loader,), summary=Summary(), outcome=Outcome(
+            state=TrialState.KILLED, cause=OutOfMemoryKilled(signal="SIGKILL"), exit_code=-9))
+
+
+def test_a_tune_goes_on_when_the_scripts_own_workers_are_killed(tmp_path, clock):
+    result = tuner(tmp_path, clock, KillingRunner(clock, killed_from=6, own=8)).run()
+    base = result.trials[0]
+    assert base.state == TrialState.KILLED and base.config["num_workers"] == 8
+    assert result.complete and result.recommendation.config["num_workers"] == 5  # the best that survived
+    assert result.recommendation.verdict.kind == "survives"
+    assert result.recommendation.verdict.baseline_state == "killed"
+    assert max(t.config["num_workers"] for t in result.trials[1:]) < 8
+
+
+def test_a_tune_where_nothing_survives_ends_as_the_baseline_did(tmp_path, clock):
+    with pytest.raises(TuneError) as err:
+        tuner(tmp_path, clock, KillingRunner(clock, killed_from=0, own=4)).run()
+    assert err.value.reason.state == "killed" and isinstance(err.value.reason.cause, OutOfMemoryKilled)
+    assert err.value.exit_code == 1

@@ -6,8 +6,9 @@ import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
 from feedprof.analyse import stats
-from feedprof.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler, WaitNotObservable,
-                              said_once)
+from feedprof.analyse.hazards import run_hazards
+from feedprof.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
+                              WaitNotObservable, said_once)
 from feedprof.store import LoaderRecord, Run, Samples, StepLog, Summary
 
 # The TensorFlow Profiler's input-pipeline thresholds.
@@ -107,6 +108,7 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     first, later = epoch_startup(rec)
     teardown = epoch_teardown(rec)
     workers = workers_of(rec.config)
+    notes += run_hazards(run, rec, workers, rate)
     return Summary(
         loader=rec.name or rec.site or f"loader {rec.loader_id}",
         framework=rec.framework,
@@ -185,6 +187,9 @@ def _host_means(run: Run, rec: LoaderRecord) -> dict:
         peak_worker_pss_bytes=peaks.worker_pss_bytes,
         peak_worker_uss_bytes=peaks.worker_uss_bytes,
         peak_shm_used_bytes=peaks.shm_used_bytes,
+        peak_main_fds=peaks.main_fds,
+        peak_worker_fds=peaks.worker_fds,
+        fd_limit=s.fd_limit,
     )
 
 

@@ -14,14 +14,15 @@ NOTE [ What is recommended ]
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from feedprof.analyse import noise, stats
 from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
-from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, FewerWorkersDoAsWell, KeepScriptSettings,
-                              MeasuredRepeatedly, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict,
-                              WorkersLeaveCpuIdle)
+from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
+from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
+                              FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
+                              Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import Recommendation, Role, Run, Trial, TrialState
 
 PICK_TOLERANCE = 0.03  # configs within 3 % of the best count as equally fast
@@ -40,6 +41,8 @@ class ConfigSpace(Protocol):
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial]) -> Tuple[Config, List[Reason]]: ...
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]: ...
+
+    def workers(self, config: Config) -> int: ...
 
 
 def score(trial: Optional[Trial]) -> Optional[float]:
@@ -149,6 +152,7 @@ class Figures:
     ceiling_score: Optional[float]
     gap: Optional[float]  # 1 - baseline / ceiling
     input_bound: Optional[float]  # the baseline's data wait where observable, else the gap
+    cap: Optional[WorkersCapped] = None  # the most workers that are safe, and why (analyse/limits.py)
 
     @property
     def speedup(self) -> Optional[float]:
@@ -159,7 +163,12 @@ class Figures:
         return self.chosen.score / self.ceiling_score if self.ceiling_score else None
 
 
-def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional[Figures]:
+def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
+            fits: Optional[Callable[[Config], bool]] = None) -> Optional[Figures]:
+    cap = worker_cap(all_trials, space.workers)
+    trials = usable(all_trials, cap, space.workers)  # a config past the cap is never picked, nor a baseline
+    if fits is not None:  # as the budget stands now (memory growth learned after a config ran)
+        trials = [t for t in trials if fits(t.config)]
     chosen = pick(trials, space.cost, tol)
     if chosen is None:
         return None
@@ -175,11 +184,11 @@ def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional
     configs = measured_configs(trials)
     # finalize may prefer another measured config (tf.data: AUTOTUNE)
     chosen = next((m for m in configs if config_key(m.config) == config_key(config)), chosen)
-    baseline = next((t for t in trials if t.role == Role.BASELINE), None)
+    baseline = next((t for t in all_trials if t.role == Role.BASELINE), None)
     base = next((m for m in configs if baseline is not None and config_key(m.config) == config_key(baseline.config)),
                 None)
     b_score = base.score if base else None
-    ceiling = score(next((t for t in trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
+    ceiling = score(next((t for t in all_trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if ceiling is not None and chosen.score > ceiling:
         ceiling = chosen.score
@@ -187,17 +196,19 @@ def figures(trials: Sequence[Trial], space: ConfigSpace, tol: float) -> Optional
     # data wait, measured inside one run, and the gap to the ceiling, which compares
     # two runs and carries their noise. The verdict uses the wait where it is observable.
     gap = max(0.0, 1 - b_score / ceiling) if b_score and ceiling else None
-    wait = baseline.data_wait_fraction if baseline else None
+    wait = baseline.data_wait_fraction if baseline is not None and baseline.state == TrialState.OK else None
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
-                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap)
+                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap)
 
 
 # -------------------------------------------------------------- the words
 
 
 def verdict_of(f: Figures, tol: float) -> Verdict:
-    """The headline's kind: fewer_workers (fewer workers than the script's reach
-    the ceiling, or do as well); faster (beats the script's own settings by more
+    """The headline's kind: duplicates (more workers would repeat the data: the
+    pick is within the cap); survives (the script's own settings were killed
+    or failed); fewer_workers (fewer workers than the script's reach the
+    ceiling, or do as well); faster (beats the script's own settings by more
     than ``tol``); cheaper (as fast, for less); not_loader (near the ceiling
     already); no_better (input-bound, yet nothing tried does better)."""
     bound = classify(f.input_bound)
@@ -207,7 +218,12 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
     gains = f.speedup is not None and f.speedup >= 1 + tol
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
     fewer = not same and before is not None and after is not None and after < before
-    if fewer and (at_ceiling or not gains):  # the script's workers only cost: what they waited on was themselves
+    failed = f.baseline is not None and f.baseline.state != TrialState.OK
+    if f.cap is not None and isinstance(f.cap.because, DuplicatedPerWorker):  # correct before fast
+        kind = "duplicates"
+    elif failed:
+        kind = "survives"
+    elif fewer and (at_ceiling or not gains):  # the script's workers only cost: what they waited on was themselves
         kind = "fewer_workers"
     elif not same and gains:
         kind = "faster"
@@ -217,7 +233,9 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
         kind = "no_better" if same else "cheaper"
     return Verdict(kind=kind, input_bound=bound, input_bound_fraction=f.input_bound, config=dict(f.config),
                    speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling, workers_before=before,
-                   workers_after=after)
+                   workers_after=after, dataset=getattr(f.cap.because, "dataset", "") if f.cap else "",
+                   baseline_state=f.baseline.state.value if failed else "",
+                   baseline_config=dict(f.baseline.config) if failed else {})
 
 
 def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int],
@@ -234,6 +252,8 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(PickFigures(config=dict(f.chosen.latest.config), batches_per_s=f.chosen.score,
                                speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling))
     out.extend(f.judged)
+    if f.cap is not None:
+        out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.latest, space, cpu_cap))
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
     if (verdict.input_bound == "not" and verdict.kind != "faster") or (verdict.kind == "fewer_workers" and at_ceiling):
@@ -241,11 +261,12 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
     if verdict.kind == "fewer_workers":
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
                                         memory_saved_bytes=_memory_saved(f.baseline, f.chosen.latest)))
-    elif verdict.input_bound != "not" and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
+    elif verdict.input_bound != "not" and verdict.kind != "duplicates" and f.fraction_of_ceiling is not None \
+            and f.fraction_of_ceiling < NEAR_CEILING:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
         out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))
-    advice = trainer_advice(f.baseline, measured_configs(trials), verdict)  # Lightning's warning, checked
+    advice = trainer_advice(f.baseline, measured_configs(usable(trials, f.cap, space.workers)), verdict)  # checked
     if advice is not None:
         out.append(advice)
     return out
@@ -263,12 +284,15 @@ def _cpu_reasons(best: Trial, space: ConfigSpace, cpu_cap: Optional[int]) -> Lis
 
 
 def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
-              cpu_cap: Optional[int] = None) -> Optional[Recommendation]:
-    """The recommendation, without its paste-ready code (the tuner knows the script)."""
-    f = figures(trials, space, tol)
+              cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None,
+              fits: Optional[Callable[[Config], bool]] = None) -> Optional[Recommendation]:
+    """The recommendation, without its paste-ready code (the tuner knows the
+    script); ``fits``: does a config fit the memory budget as learned so far."""
+    f = figures(trials, space, tol, fits)
     if f is None:
         return None
     verdict = verdict_of(f, tol)
+    warnings = hazard_reasons(trials, f.chosen.latest, f.config, space, ram_budget_bytes)
     best = f.chosen.latest
     return Recommendation(
         framework=space.framework, config=dict(f.config), trial_index=best.index, batches_per_s=f.chosen.score,
@@ -279,7 +303,7 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials)))
+        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials) + warnings))
 
 
 def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import inspect
 import os
 import sys
@@ -59,10 +60,12 @@ def describe(loader: Any) -> LoaderInfo:
         batches_per_epoch: Optional[int] = len(loader)
     except TypeError:  # an IterableDataset without __len__
         batches_per_epoch = None
+    from torch.utils.data import IterableDataset
+
     return LoaderInfo(config=legalize({k: getattr(loader, k, None) for k in KNOBS}),
                       dataset=type(loader.dataset).__name__,
                       batch_size=batch_size if isinstance(batch_size, int) else None,
-                      batches_per_epoch=batches_per_epoch)
+                      batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset))
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -190,9 +193,22 @@ def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
 
 def install(ctl: Any) -> None:
     """Patch DataLoader so the trial controller ``ctl`` sees every loader."""
+    global _worker_info
     from torch.utils.data import DataLoader
 
+    from feedprof.frameworks.worker_info import WorkerInfoCalls
+
+    if _worker_info is None:
+        _worker_info = WorkerInfoCalls().install()
     patch_loader_class(DataLoader, ctl)
+
+
+_worker_info: Any = None  # which datasets' workers ask get_worker_info() (a trial child's)
+
+
+def _is_datapipe(dataset: Any) -> bool:
+    pipe = getattr(sys.modules.get("torch.utils.data"), "IterDataPipe", None)
+    return pipe is not None and isinstance(dataset, pipe)
 
 
 def install_stateful(ctl: Any) -> None:
@@ -224,7 +240,12 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
         orig_init(*bound.args, **bound.kwargs)
-        self._feedprof_handle = ctl.created(plan, _info(self, ctl, caller, original, script_cfg), self)
+        info = _info(self, ctl, caller, original, script_cfg)
+        # (the loader is not kept alive for it; a datapipe is sharded by PyTorch itself)
+        if info.iterable and _worker_info is not None and not _is_datapipe(self.dataset):
+            info.worker_info_asked = functools.partial(_worker_info.asked, id(self.dataset), self.num_workers,
+                                                       self.multiprocessing_context)
+        self._feedprof_handle = ctl.created(plan, info, self)
         _live_loaders.add(self)
 
     def __iter__(self: Any) -> Any:

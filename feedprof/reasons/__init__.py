@@ -12,29 +12,34 @@ its figures in the JSON schema (``python -m feedprof.schema --write``).
 from feedprof.reasons.base import (
     Config, Reason, Text, Unknown, said_once)
 from feedprof.reasons.run import (
-    EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml, GpuUnavailable, Interrupted,
-    KilledBySignal, NoBatchWithin, NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OutOfMemoryKilled,
+    CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
+    GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
+    NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
     OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, RankFailed, SamplingStopped, ScriptExited, ScriptFailed,
-    SharedMemoryExhausted, Straggler, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable, WindowNotReached)
+    SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
+    WindowNotReached, WorkerInfoNeverAsked)
 from feedprof.reasons.tune import (
     AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
-    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly, NoLoaderAtSite,
-    NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures, ReachedCeiling, RivalsRemeasured, SetByFlag,
-    SetElsewhere, SettingSourceUnknown, ShortOfCeiling, ThreadsVersusProcesses, TrainerAdviceChecked,
-    TuneInterruptedEarly, Verdict, VersusAutotune, WorkersLeaveCpuIdle)
+    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly,
+    MemoryGrowthProjected, NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures,
+    ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
+    ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
+    WorkersLeaveCpuIdle)
 
 __all__ = [
-    "Config", "Reason", "Text", "Unknown", "said_once", "EpochEndStall", "ExitedWithCode", "FewSteadyBatches",
-    "GpuIntervalBelowNvml", "GpuUnavailable", "Interrupted", "KilledBySignal", "NoBatchWithin", "NoLoaderIterated",
-    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OutOfMemoryKilled", "OverMemoryBudget", "OverShmBudget",
-    "PinMemoryNoEffect", "RankFailed", "SamplingStopped", "ScriptExited", "ScriptFailed", "SharedMemoryExhausted",
-    "Straggler", "TrainerSuggestedWorkers", "TrialTimedOut", "WaitNotObservable", "WindowNotReached",
-    "AppliesToEveryRank", "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine",
-    "CeilingFailed", "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
+    "Config", "Reason", "Text", "Unknown", "said_once", "CudaInForkedWorker", "DuplicatedPerWorker",
+    "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
+    "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
+    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
+    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "RankFailed", "SamplingStopped", "ScriptExited",
+    "ScriptFailed", "SharedMemoryExhausted", "Straggler", "TooManyOpenFiles", "TrainerSuggestedWorkers",
+    "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",
+    "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",
+    "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
     "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
-    "MeasuredRepeatedly", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount", "PersistentWorkersComputed",
-    "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere", "SettingSourceUnknown",
-    "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked", "TuneInterruptedEarly", "Verdict",
-    "VersusAutotune", "WorkersLeaveCpuIdle",
+    "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
+    "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
+    "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
+    "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
 ]

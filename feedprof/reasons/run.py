@@ -124,16 +124,49 @@ class NoBatchWithin(Reason):
 
 @dataclass(frozen=True)
 class SharedMemoryExhausted(Reason):
-    """A worker died of SIGBUS, or /dev/shm filled: Docker's 64 MB default."""
+    """A worker died of SIGBUS, or /dev/shm filled: Docker's 64 MB default.
+    The figures are what the trial measured (None: not measured);
+    ``need_bytes``: /dev/shm the config's batches in flight need, learned from
+    the trials that ran (tune/budget.py)."""
 
     code: ClassVar[str] = "shm_exhausted"
     signal: str = ""
+    workers: Optional[int] = None
+    shm_total_bytes: Optional[int] = None
+    shm_peak_bytes: Optional[int] = None
+    need_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)
 class OutOfMemoryKilled(Reason):
+    """SIGKILL, most likely the kernel's OOM killer; with what the trial measured."""
+
     code: ClassVar[str] = "oom_killed"
     signal: str = ""
+    workers: Optional[int] = None
+    worker_pss_bytes: Optional[int] = None  # the largest worker's
+    tree_pss_bytes: Optional[int] = None  # the whole job's peak
+    ram_bytes: Optional[int] = None  # what the job may use: the machine's RAM, or its container's limit
+
+
+@dataclass(frozen=True)
+class TooManyOpenFiles(Reason):
+    """"Too many open files" (EMFILE): a process reached RLIMIT_NOFILE."""
+
+    code: ClassVar[str] = "too_many_open_files"
+    error: str = ""
+    workers: Optional[int] = None
+    limit_fds: Optional[int] = None  # the soft RLIMIT_NOFILE of the script
+    main_fds: Optional[int] = None  # peak open files of the main process
+    worker_fds: Optional[int] = None  # of the busiest worker
+
+
+@dataclass(frozen=True)
+class CudaInForkedWorker(Reason):
+    """A loader worker, forked, touched CUDA: "Cannot re-initialize CUDA in forked subprocess"."""
+
+    code: ClassVar[str] = "cuda_in_forked_worker"
+    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -202,3 +235,83 @@ class Straggler(Reason):
     rank: int = 0
     wait_fraction: float = 0.0
     others_wait_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class GrowthOverMemoryBudget(Reason):
+    """Workers' memory grows (copy-on-read): projected to the end of an epoch,
+    the config would not fit. ``per_worker_bytes``: one worker then."""
+
+    code: ClassVar[str] = "growth_over_memory_budget"
+    need_bytes: int = 0
+    per_worker_bytes: int = 0
+    growth_per_batch_bytes: float = 0.0
+    epoch_batches: int = 0
+    free_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class OverFdLimit(Reason):
+    """Predicted to open more files than RLIMIT_NOFILE allows one process."""
+
+    code: ClassVar[str] = "over_fd_limit"
+    need_fds: int = 0
+    limit_fds: int = 0
+    process: str = ""  # main | worker
+
+
+# ------------------------------------------------ what more workers break
+
+
+@dataclass(frozen=True)
+class DuplicatedPerWorker(Reason):
+    """An IterableDataset that ignores get_worker_info(): every worker yields the
+    whole stream, so each record arrives once per worker. Evidence: of the
+    epoch's first ``batches_checked`` batches only ``distinct_batches`` differ,
+    and/or an epoch held ``epoch_batches`` batches or more (it may not have
+    ended) against ``single_epoch_batches`` with at most one worker."""
+
+    code: ClassVar[str] = "duplicated_per_worker"
+    dataset: str = ""
+    workers: int = 0
+    batches_checked: int = 0
+    distinct_batches: int = 0
+    part: int = 0  # 0: whole batches; k: their k-th part (an array, a list of names) repeated
+    epoch_batches: Optional[int] = None
+    single_epoch_batches: Optional[int] = None
+    worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
+
+
+@dataclass(frozen=True)
+class WorkerInfoNeverAsked(Reason):
+    """An IterableDataset whose workers never called get_worker_info(), though
+    their batches differed (random data, or sharded some other way)."""
+
+    code: ClassVar[str] = "worker_info_never_asked"
+    dataset: str = ""
+    workers: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryGrows(Reason):
+    """One worker's private memory (USS) grew steadily over the window:
+    copy-on-read of Python objects, most likely."""
+
+    code: ClassVar[str] = "memory_grows"
+    workers: int = 0
+    growth_bytes_per_s: float = 0.0
+    growth_per_batch_bytes: Optional[float] = None  # per batch that worker made
+    window_s: float = 0.0
+    uss_start_bytes: int = 0
+    uss_end_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class OpenFilesNearLimit(Reason):
+    """A process of the job held ``fds`` open files, near its RLIMIT_NOFILE."""
+
+    code: ClassVar[str] = "open_files_near_limit"
+    fds: int = 0
+    limit_fds: int = 0
+    process: str = ""  # main | worker
+    workers: int = 0

@@ -137,7 +137,9 @@ class Verdict(Reason):
     """The headline. ``kind``: faster (a config beats the script's own),
     fewer_workers (the loader is not the limit and fewer workers do as well),
     not_loader (near the ceiling already), no_better (input-bound, yet nothing
-    tried beats the script's own settings)."""
+    tried beats the script's own settings), duplicates (more workers repeat
+    the data: at most one), survives (the script's own settings were killed
+    or failed; the best config that ran)."""
 
     code: ClassVar[str] = "verdict"
     kind: str = ""
@@ -148,6 +150,9 @@ class Verdict(Reason):
     fraction_of_ceiling: Optional[float] = None
     workers_before: Optional[int] = None
     workers_after: Optional[int] = None
+    dataset: str = ""  # kind duplicates: the IterableDataset that repeats its records per worker
+    baseline_state: str = ""  # kind survives: how the script's own settings ended (killed, failed)
+    baseline_config: Config = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -337,3 +342,36 @@ class ThreadsVersusProcesses(Reason):
     thread_rss_bytes: Optional[int] = None
     process_rss_bytes: Optional[int] = None
     threads_do_as_well: bool = False
+
+
+# ---------------------------------------------------- what more workers break
+
+
+@dataclass(frozen=True)
+class WorkersCapped(Reason):
+    """No more than ``max_workers`` are recommended or tried: ``config`` ended
+    ``state`` because of ``because`` (duplicated data, a kill, a hazard)."""
+
+    code: ClassVar[str] = "workers_capped"
+    max_workers: int = 0
+    config: Config = field(default_factory=dict)
+    state: str = ""
+    because: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class MemoryGrowthProjected(Reason):
+    """Workers' memory grows (copy-on-read): one worker's USS now and projected to
+    the end of an epoch, and the whole job's at ``workers``; ``full_copy_bytes``
+    is the most one worker can copy (the main process's memory)."""
+
+    code: ClassVar[str] = "memory_growth_projected"
+    workers: int = 0
+    growth_bytes_per_s: float = 0.0
+    worker_now_bytes: Optional[int] = None
+    worker_epoch_end_bytes: Optional[int] = None
+    total_epoch_end_bytes: Optional[int] = None
+    epoch_s: Optional[float] = None
+    full_copy_bytes: Optional[int] = None
+    budget_bytes: Optional[int] = None
+    persistent: bool = False

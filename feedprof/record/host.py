@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
+from feedprof.record.workers import IN_PROCESS, ProbeSchedule, WorkerProbe
 from feedprof.store import GpuStatus, HostInfo
 
 SHM_PATH = "/dev/shm"
@@ -46,6 +47,12 @@ class TreeReading:
     tree_uss_bytes: Optional[int] = None
     worker_pss_max_bytes: Optional[int] = None
     worker_uss_max_bytes: Optional[int] = None
+    worker_uss_bytes: Optional[int] = None  # one worker's, on record/workers.py's schedule
+    worker_pss_bytes: Optional[int] = None
+    worker_pid: Optional[int] = None
+    main_fds: Optional[int] = None
+    worker_fds_max: Optional[int] = None
+    fd_limit: Optional[int] = None
 
 
 class TargetGone(Exception):
@@ -117,7 +124,7 @@ class ProcessCpu:
 class ProcessTreeProbe:
     def __init__(self, pid: int, children_refresh_s: float = 2.0,
                  memory_detail_interval_s: float = 2.0, shm_path: str = SHM_PATH,
-                 min_children_refresh_s: float = 0.2):
+                 min_children_refresh_s: float = 0.2, worker_probe: ProbeSchedule = IN_PROCESS):
         self.pid = pid
         self.main = psutil.Process(pid)
         self._main_cpu = ProcessCpu(self.main)
@@ -131,6 +138,7 @@ class ProcessTreeProbe:
         self._helpers: set = set()
         self._t_children = float("-inf")
         self._t_detail_due = float("-inf")
+        self._worker_probe = WorkerProbe(self.main, worker_probe)
 
     def refresh_soon(self) -> None:
         """Re-list the tree at the next reading (e.g. a loader just started its workers)."""
@@ -194,6 +202,8 @@ class ProcessTreeProbe:
             detail = self._memory_detail()
             cost_s = time.thread_time() - c0
             self._t_detail_due = t_s + max(self.memory_detail_interval_s, cost_s / MEMORY_DETAIL_BUDGET)
+        workers = {pid: c.proc for pid, c in self._children.items() if pid not in self._helpers}
+        detail.update(self._worker_probe.read(t_s, workers))
         return TreeReading(
             system_cpu_pct=sum(per_core) / len(per_core) if per_core else None,
             per_core_cpu_pct=per_core,
@@ -268,6 +278,21 @@ def _cgroup_cpu_limit(root: str = "/sys/fs/cgroup") -> Optional[float]:
         return quota_us / period_us if quota_us > 0 else None
     except (OSError, ValueError):
         return None
+
+
+def memory_limit_bytes(root: str = "/sys/fs/cgroup") -> Optional[int]:
+    """The container's memory limit (cgroup v2 memory.max, else v1), None if
+    there is none: the OOM killer acts at it, whatever the machine has free."""
+    for name in ("memory.max", os.path.join("memory", "memory.limit_in_bytes")):
+        try:
+            with open(os.path.join(root, name)) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < psutil.virtual_memory().total:
+            return int(text)  # v1 reports "no limit" as a huge number
+        return None
+    return None
 
 
 def usable_cpu_count(cgroup_root: str = "/sys/fs/cgroup") -> int:

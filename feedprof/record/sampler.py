@@ -32,6 +32,7 @@ from feedprof.record.buffer import DecimatingBuffer
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.gpu import NVML_SAMPLE_FLOOR_S, NullGpu, open_gpu
 from feedprof.record.host import ProcessTreeProbe, TargetGone, TreeReading
+from feedprof.record.workers import IN_PROCESS, ProbeSchedule
 from feedprof.reasons import GpuIntervalBelowNvml, GpuUnavailable, Reason, SamplingStopped
 from feedprof.store import GpuSeries, GpuStatus, Peaks, Samples
 
@@ -40,7 +41,8 @@ ROW_CAPACITY = 4096
 
 # Row layout (a plain tuple: cheap to store, thinned by keeping the first of a pair).
 (_T, _SYS, _CORES, _MAIN_CPU, _WORK_CPU, _MAIN_RSS, _WORK_RSS, _NW, _SHM, _PSS, _USS, _MAIN_RUNQ, _WORK_RUNQ,
- _GPU) = range(14)
+ _W_USS, _W_PSS, _W_PID, _MAIN_FDS, _WORK_FDS, _GPU) = range(19)
+_N_TREE = _GPU - 1  # fields a tree reading fills
 
 
 def next_tick(origin_s: float, interval_s: float, now_s: float, last_k: int) -> int:
@@ -59,7 +61,7 @@ class Sampler:
     def __init__(self, pid: Optional[int] = None, interval_s: float = DEFAULT_INTERVAL_S,
                  gpu: Any = True, clock: Clock = MONOTONIC, origin_s: Optional[float] = None,
                  capacity: int = ROW_CAPACITY, memory_detail_interval_s: float = 2.0,
-                 children_refresh_s: float = 2.0):
+                 children_refresh_s: float = 2.0, worker_probe: ProbeSchedule = IN_PROCESS):
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self.pid = os.getpid() if pid is None else pid
@@ -69,7 +71,8 @@ class Sampler:
         self.notes: List[Reason] = []
         self.tree: Optional[ProcessTreeProbe] = ProcessTreeProbe(
             self.pid, children_refresh_s=children_refresh_s,
-            memory_detail_interval_s=memory_detail_interval_s, min_children_refresh_s=interval_s)
+            memory_detail_interval_s=memory_detail_interval_s, min_children_refresh_s=interval_s,
+            worker_probe=worker_probe)
         if gpu is True:
             gpu = open_gpu()
         elif gpu is False or gpu is None:
@@ -82,7 +85,8 @@ class Sampler:
         self._rows: DecimatingBuffer = DecimatingBuffer(capacity, _thin)
         self._n_taken = 0
         self._peak = dict(tree_rss=None, tree_pss=None, tree_uss=None, worker_pss=None,
-                          worker_uss=None, shm=None, n_workers=0)
+                          worker_uss=None, shm=None, n_workers=0, main_fds=None, worker_fds=None)
+        self._fd_limit: Optional[int] = None
         self._peak_gpu_mem: List[Optional[int]] = [None] * len(gpu.devices)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -97,7 +101,7 @@ class Sampler:
         row = (
             t - self.origin_s,
             *(_tree_fields(tree) if tree is not None else
-              (None, (), None, None, None, None, 0, None, None, None, None, None)),
+              (None, (), None, None, None, None, 0) + (None,) * (_N_TREE - 7)),
             gpus,
         )
         with self._lock:
@@ -133,10 +137,13 @@ class Sampler:
             p["tree_rss"] = _max(p["tree_rss"], rss)
             p["tree_pss"] = _max(p["tree_pss"], tree.tree_pss_bytes)
             p["tree_uss"] = _max(p["tree_uss"], tree.tree_uss_bytes)
-            p["worker_pss"] = _max(p["worker_pss"], tree.worker_pss_max_bytes)
-            p["worker_uss"] = _max(p["worker_uss"], tree.worker_uss_max_bytes)
+            p["worker_pss"] = _max(p["worker_pss"], _max(tree.worker_pss_max_bytes, tree.worker_pss_bytes))
+            p["worker_uss"] = _max(p["worker_uss"], _max(tree.worker_uss_max_bytes, tree.worker_uss_bytes))
             p["shm"] = _max(p["shm"], tree.shm_used_bytes)
             p["n_workers"] = max(p["n_workers"], tree.n_workers)
+            p["main_fds"] = _max(p["main_fds"], tree.main_fds)
+            p["worker_fds"] = _max(p["worker_fds"], tree.worker_fds_max)
+            self._fd_limit = tree.fd_limit if tree.fd_limit is not None else self._fd_limit
         for i, reading in enumerate(gpus):
             self._peak_gpu_mem[i] = _max(self._peak_gpu_mem[i], reading.mem_used_bytes)
 
@@ -183,6 +190,7 @@ class Sampler:
             n_taken = self._n_taken
             p = dict(self._peak)
             gpu_peaks = tuple(self._peak_gpu_mem)
+            fd_limit = self._fd_limit
         col = lambda i: tuple(r[i] for r in rows)  # noqa: E731
         gpus = []
         for d, info in enumerate(self.gpu.devices):
@@ -201,11 +209,14 @@ class Sampler:
             main_rss_bytes=col(_MAIN_RSS), workers_rss_bytes=col(_WORK_RSS),
             n_workers=col(_NW), shm_used_bytes=col(_SHM),
             tree_pss_bytes=col(_PSS), tree_uss_bytes=col(_USS),
+            worker_uss_bytes=col(_W_USS), worker_pss_bytes=col(_W_PSS), worker_pid=col(_W_PID),
+            main_fds=col(_MAIN_FDS), worker_fds_max=col(_WORK_FDS), fd_limit=fd_limit,
             gpus=tuple(gpus),
             peaks=Peaks(tree_rss_bytes=p["tree_rss"], tree_pss_bytes=p["tree_pss"],
                         tree_uss_bytes=p["tree_uss"], worker_pss_bytes=p["worker_pss"],
                         worker_uss_bytes=p["worker_uss"], shm_used_bytes=p["shm"],
-                        n_workers=p["n_workers"], gpu_mem_used_bytes=gpu_peaks),
+                        n_workers=p["n_workers"], gpu_mem_used_bytes=gpu_peaks, main_fds=p["main_fds"],
+                        worker_fds=p["worker_fds"]),
             notes=tuple(self.notes),
         )
 
@@ -213,7 +224,8 @@ class Sampler:
 def _tree_fields(r: TreeReading) -> tuple:
     return (r.system_cpu_pct, r.per_core_cpu_pct, r.main_cpu_pct, r.workers_cpu_pct,
             r.main_rss_bytes, r.workers_rss_bytes, r.n_workers, r.shm_used_bytes,
-            r.tree_pss_bytes, r.tree_uss_bytes, r.main_runq_pct, r.workers_runq_pct)
+            r.tree_pss_bytes, r.tree_uss_bytes, r.main_runq_pct, r.workers_runq_pct,
+            r.worker_uss_bytes, r.worker_pss_bytes, r.worker_pid, r.main_fds, r.worker_fds_max)
 
 
 def _add(a: Optional[int], b: Optional[int]) -> Optional[int]:

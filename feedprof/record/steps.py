@@ -22,11 +22,12 @@ and one list append per batch, a couple of microseconds in all.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from feedprof import defaults
 from feedprof.record.buffer import DecimatingBuffer
 from feedprof.record.clock import MONOTONIC
+from feedprof.record.digest import batch_digest
 from feedprof.store import EpochLog, LoaderRecord, StepLog
 
 DEFAULT_WARMUP_BATCHES = defaults.PROFILE_WINDOW.warmup_batches
@@ -59,6 +60,10 @@ class LoaderInfo:
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime
     gap_is_teardown: bool = False  # the time between epochs is the loader's (Keras stops its workers there)
     backend: str = ""  # Keras's backend
+    iterable: bool = False  # an IterableDataset: what each worker yields is up to the dataset
+    # Did the loader's workers call get_worker_info()? Asked when the record is
+    # written (the workers run after construction); None: not observable.
+    worker_info_asked: Optional[Callable[[], Optional[bool]]] = None
 
 
 @dataclass
@@ -113,6 +118,9 @@ class StepRecorder:
         self._t_iter: Optional[float] = None
         self._t_prev: Optional[float] = None
         self._epoch: Optional[list] = None  # [t_start, 1, first_batch_s, n_batches, teardown_s] of the open epoch
+        self.epochs_started = 0
+        self.digests: List[str] = []  # of the first epoch's first batches (see fingerprint)
+        self.digests_wanted = 0
 
     # -- the hot path -----------------------------------------------------
 
@@ -123,6 +131,7 @@ class StepRecorder:
         self._close_epoch()
         self._t_iter = t_s
         self._t_prev = None
+        self.epochs_started += 1
 
     def batch(self, t_req_s: float, t_got_s: float, n_steps: int = 1) -> None:
         """``n_steps`` > 1: several steps ran since the last delivery, timed as one
@@ -156,6 +165,14 @@ class StepRecorder:
         a per-epoch cost like start-up (tf_keras stalls ~5 s here with workers)."""
         if self._epoch is not None:
             self._epoch[4] += seconds
+
+    def fingerprint(self, batch: Any) -> None:
+        """Keep a digest of each of the first epoch's first ``digests_wanted``
+        batches (an IterableDataset's: are they repeated once per worker?)."""
+        if self.epochs_started == 1 and len(self.digests) < self.digests_wanted:
+            self.digests.append(batch_digest(batch))
+        else:
+            self.digests_wanted = 0  # done: off the hot path
 
     # -- snapshots --------------------------------------------------------
 
@@ -199,6 +216,9 @@ class StepRecorder:
             script_config=dict(info.script_config),
             injected=where.injected,
             replayed=where.replayed,
+            iterable=info.iterable,
+            batch_digests=tuple(self.digests),
+            worker_info_asked=info.worker_info_asked() if info.worker_info_asked is not None else None,
             batches=self.batches,
             warmup_batches=self.warmup_batches - self.warmup_left,
             warmup_s=self.warmup_s,

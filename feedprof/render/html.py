@@ -12,6 +12,7 @@ import os
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, wait_fraction
+from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.recommend import score
 from feedprof.render import plots
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
@@ -265,7 +266,8 @@ def trials_table(result: TuneResult) -> str:
         gpu = ", ".join(fmt_pct(None if u is None else u / 100) for u in t.gpu_util_pct) or "—"
         cause = say(t.cause, result.framework) if t.state != TrialState.OK else ""
         cells = [str(t.index), esc(t.role), esc(config_cell(t)), _state(t.state, cause), esc(fmt_num(s)), esc(spread),
-                 esc(f"{s / base:.2f}×" if s and base else ""), esc(fmt_num(t.samples_per_s)),
+                 esc("repeats data" if repeats_records(t) else f"{s / base:.2f}×" if s and base else ""),
+                 esc(fmt_num(t.samples_per_s)),
                  esc(fmt_pct(t.data_wait_fraction)), esc(fmt_seconds(t.time_to_first_batch_s)),
                  esc(fmt_cores(t.main_cpu_pct)), esc(fmt_cores(t.workers_cpu_pct)),
                  esc(fmt_cores(None if t.other_cpu_cores is None else 100 * t.other_cpu_cores)), esc(gpu),

@@ -24,6 +24,7 @@ import textwrap
 import time
 from typing import IO, Any, List, Optional
 
+from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.recommend import score
 from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.render.words import config_words, gpu_status, headline, say
@@ -53,6 +54,8 @@ def _figures(t: Trial, baseline_score: Optional[float]) -> dict:
     if t.batches_per_s and t.batches_per_s_low is not None and t.batches_per_s_high is not None:
         spread = f"±{50 * (t.batches_per_s_high - t.batches_per_s_low) / t.batches_per_s:.0f}%"
     vs = f"{s / baseline_score:.2f}×" if s and baseline_score else ""
+    if repeats_records(t):  # not a speedup: each record arrives once per worker
+        vs = "dupes"
     return dict(bps=fmt_num(s), spread=spread, wait=fmt_pct(t.data_wait_fraction), vs=vs)
 
 

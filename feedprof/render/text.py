@@ -63,6 +63,10 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optio
     if s.peak_shm_used_bytes is not None:
         mem.append(f"/dev/shm peak {fmt_bytes(s.peak_shm_used_bytes)}")
     row("memory", "; ".join(mem))
+    if s.peak_main_fds is not None:
+        worker = f", busiest worker {s.peak_worker_fds}" if s.peak_worker_fds is not None else ""
+        limit = f" (limit {s.fd_limit} per process)" if s.fd_limit else ""
+        row("open files", f"main process {s.peak_main_fds}{worker}{limit}")
     for note in s.notes:
         if not isinstance(note, GpuUnavailable):
             row("note", say(note))

@@ -9,15 +9,12 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from feedprof import reasons as r
+from feedprof.render import hazard_words
 from feedprof.store import GpuStatus
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate
 
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
               "or tf.data.Dataset being iterated")
-SHM_REMEDY = ("the loader ran out of shared memory (/dev/shm): in Docker, run with --shm-size=8g or "
-              "--ipc=host; otherwise use fewer workers or a smaller prefetch_factor")
-OOM_REMEDY = ("killed, most likely by the out-of-memory killer: use fewer workers, a smaller "
-              "prefetch_factor or smaller batches")
 FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size from fit() to the "
                   "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
 HINTS = {"fit_workers_moved": FIT_MOVED_HINT}
@@ -66,6 +63,13 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
     v, describe = verdict, _describer(framework)
     cls = {"highly": "Highly input-bound", "moderately": "Moderately input-bound",
            "not": "Not input-bound", "unknown": "Input-bound: unknown"}.get(v.input_bound, v.input_bound)
+    if v.kind == "duplicates":
+        return (f"{v.dataset or 'The IterableDataset'} repeats every record once per worker: {describe(v.config)} "
+                "until its __iter__ shards by worker (more workers duplicate the data, they are not faster)")
+    if v.kind == "survives":
+        near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""
+        return (f"The script's own settings ({describe(v.baseline_config)}) were {v.baseline_state}: "
+                f"{describe(v.config)} is the best config that ran{near}")
     if v.kind == "fewer_workers":
         freed = (v.workers_before or 0) - (v.workers_after or 0)
         fast = f"{v.speedup:.2f}× as fast" if v.speedup and v.speedup >= 1.005 else "as fast"
@@ -202,10 +206,6 @@ def _script_failed(x: r.ScriptFailed, describe: Callable) -> str:
     return f"{x.error} ({hint})" if hint else x.error
 
 
-def _signal_prefix(sig: str) -> str:
-    return f"{sig}: " if sig else ""
-
-
 _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.Text: lambda x, d: x.text,
     r.Unknown: lambda x, d: "(a finding this version of feedprof cannot word)",
@@ -233,8 +233,6 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.TrialTimedOut: lambda x, d: f"the trial did not finish within its {x.limit_s:.0f} s limit",
     r.NoBatchWithin: lambda x, d: (f"no data loader delivered a batch within {x.limit_s:g} s "
                                    f"(looked for {LOOKED_FOR})"),
-    r.SharedMemoryExhausted: lambda x, d: _signal_prefix(x.signal) + SHM_REMEDY,
-    r.OutOfMemoryKilled: lambda x, d: _signal_prefix(x.signal) + OOM_REMEDY,
     r.KilledBySignal: lambda x, d: f"the script was killed by {x.signal}",
     r.ExitedWithCode: lambda x, d: f"the trial process exited with code {x.exit_code}: {x.last_line or 'no output'}",
     r.ScriptFailed: _script_failed,
@@ -316,6 +314,9 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.TrainerAdviceChecked: _advice,
     r.ThreadsVersusProcesses: _threads,
 }
+
+
+_WORDS.update(hazard_words.words(lambda reason: say(reason)))
 
 
 def say(reason: Optional[r.Reason], framework: str = "") -> str:

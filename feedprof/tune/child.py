@@ -36,15 +36,18 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from feedprof.analyse import stats
 from feedprof.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, Plan
+from feedprof.analyse.diagnose import workers_of
 from feedprof.frameworks.install import install_adapters
-from feedprof.reasons import Reason, ScriptExited, ScriptFailed, WindowNotReached
+from feedprof.reasons import Reason, ScriptExited, WindowNotReached
+from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
 from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
 from feedprof.tune.protocol import Mode, TrialSpec, site_matches
 from feedprof.tune.replay import ReplayCache, ReplayIterator
-from feedprof.tune.userframes import failure_hint, script_traceback, user_call_chain
+from feedprof.tune.failures import failure_cause
+from feedprof.tune.userframes import script_traceback, user_call_chain
 
 
 QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
@@ -195,6 +198,8 @@ class Controller:
         rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
                            warmup_batches=max(self.spec.warmup_batches, handle.info.in_flight),
                            origin_s=self.spec.origin_s, info=handle.info, binding=binding)
+        if handle.info.iterable and not plan.replay:  # does each worker yield the same records?
+            rec.digests_wanted = digests_wanted(workers_of(handle.info.config) or 0)
         self.recorders.append(rec)
         slots.append(LoaderHandle(plan=plan, info=handle.info, ref=handle.ref, rec=rec))
         return rec
@@ -214,6 +219,8 @@ class Controller:
 
     def after_batch(self, it: Any, batch: Any) -> None:
         rec: StepRecorder = it.recorder
+        if rec.digests_wanted:
+            rec.fingerprint(batch)
         if rec.deliveries == 1:
             if rec.info.batch_size is None:
                 rec.info.batch_size = infer_batch_size(batch)
@@ -352,8 +359,7 @@ def run_script(spec: TrialSpec) -> ChildExit:
     except BaseException as exc:  # the script's own error: reported as the script's
         tb = script_traceback(exc)
         sys.stderr.write(tb)
-        cause = ScriptFailed(error=f"{type(exc).__name__}: {exc}".strip(), hint=failure_hint(exc))
-        ctl.write_result(TrialState.FAILED, cause, tb=tb, exit_code=1)
+        ctl.write_result(TrialState.FAILED, failure_cause(exc), tb=tb, exit_code=1)
         return ChildExit(1)
     ctl.write_result(TrialState.OK, exit_code=0)
     return ChildExit(0)

@@ -32,13 +32,14 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
+from feedprof.record.workers import OBSERVED
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
 from feedprof.tune.hosted import JOB_SPEC_ENV
 from feedprof.tune.launch import Launch
 from feedprof.tune.protocol import TrialSpec, read_events
 from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _descendants,
-                                  _tail, _Watch, classify_end, kill_group)
+                                  _tail, _Watch, _with_figures, classify_end, kill_group)
 from feedprof.tune.signals import deferred_signals
 
 RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
@@ -135,7 +136,8 @@ class _JobWatch(_Watch):
             return
         try:  # the job's sampler reads the GPUs; a rank's reads its own process tree
             self.rank_samplers[rank] = Sampler(pid=pid, interval_s=self.opts.interval_s, gpu=False,
-                                               origin_s=self.origin, clock=self.clock).start()
+                                               origin_s=self.origin, clock=self.clock,
+                                               worker_probe=OBSERVED).start()
         except psutil.NoSuchProcess:
             pass
 
@@ -212,7 +214,8 @@ def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _Jo
             child = None
     base = child or Run(kind="trial", rank=RankInfo(rank=rank, pid=(watch.ranks.get(rank) or {}).get("pid")))
     if child is None or child.outcome.state != TrialState.OK:
-        outcome = classify_end(child.outcome if child else None, None, watch.timed_out, interrupted)
+        outcome = _with_figures(classify_end(child.outcome if child else None, None, watch.timed_out, interrupted),
+                                samples, host)
     else:
         outcome = child.outcome
     run = dataclasses.replace(base, kind="rank", host=host, samples=samples, outcome=outcome)

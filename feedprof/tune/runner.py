@@ -31,13 +31,16 @@ import psutil
 from feedprof import defaults
 from feedprof.analyse.diagnose import summarize
 from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin, OutOfMemoryKilled, Reason,
-                              SharedMemoryExhausted, TrialTimedOut)
+                              SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
+from feedprof.record.host import memory_limit_bytes
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
+from feedprof.record.workers import OBSERVED  # a trial is sampled from this process, not the script's
 from feedprof.session import now_iso
-from feedprof.store import HostInfo, Outcome, Run, StoreError, TrialState, Window, WindowEnd, load
+from feedprof.store import HostInfo, Outcome, Run, Samples, StoreError, TrialState, Window, WindowEnd, load
+from feedprof.tune.failures import cause_of_text
 from feedprof.tune.protocol import Mode, TrialSpec, read_events
 from feedprof.tune.signals import deferred_signals
 
@@ -198,7 +201,7 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
         watch = _Watch(proc, origin, opts, paths.events, on_poll, clock)
         try:
             sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
-                              clock=clock).start()
+                              clock=clock, worker_probe=OBSERVED).start()
             watch.sampler = sampler
         except psutil.NoSuchProcess:  # it died before we could look at it
             pass
@@ -322,6 +325,7 @@ def _assemble(script: str, argv: List[str], host: HostInfo, started_at: str, ori
     if child is None or child.outcome.state != TrialState.OK:
         outcome = classify_end(child.outcome if child else None, rc, watch.timed_out, interrupted,
                                _tail(paths.log))
+        outcome = _with_figures(outcome, samples, host)
     else:
         outcome = dataclasses.replace(child.outcome, exit_code=rc if rc is not None else child.outcome.exit_code)
         if interrupted:
@@ -347,10 +351,12 @@ def classify_end(child: Optional[Outcome], returncode: Optional[int], timed_out:
     if timed_out is not None:
         return Outcome(state=TrialState.TIMEOUT, cause=timed_out, exit_code=returncode)
     text = " ".join(filter(None, [getattr(child.cause, "error", "") if child else "", tb, log_tail]))
-    if "Bus error" in text or ("No space left on device" in text and "shm" in text):
-        return Outcome(state=TrialState.KILLED, cause=SharedMemoryExhausted(), exit_code=returncode, traceback=tb)
-    if "killed by signal: Killed" in text:
-        return Outcome(state=TrialState.KILLED, cause=OutOfMemoryKilled(), exit_code=returncode, traceback=tb)
+    known = cause_of_text(text)
+    # a worker the kernel killed surfaces as the script's error; a script that
+    # wrote no result says in its output what it died of
+    if known is not None and (known[0] == TrialState.KILLED or child is None):
+        return Outcome(state=known[0], cause=known[1], exit_code=returncode,
+                       traceback=tb if known[0] == TrialState.KILLED else tb or log_tail)
     if child is not None:
         return dataclasses.replace(child, exit_code=returncode)
     if returncode is not None and returncode < 0:
@@ -362,3 +368,25 @@ def classify_end(child: Optional[Outcome], returncode: Optional[int], timed_out:
     last = log_tail.strip().splitlines()[-1] if log_tail.strip() else ""
     return Outcome(state=TrialState.FAILED, cause=ExitedWithCode(exit_code=returncode, last_line=last),
                    exit_code=returncode, traceback=log_tail)
+
+
+def _with_figures(outcome: Outcome, samples: Optional[Samples], host: HostInfo) -> Outcome:
+    """A kill's or a hazard's cause, with what this trial measured (None where
+    nothing was): memory per worker, /dev/shm, open files."""
+    cause = outcome.cause
+    if samples is None or not isinstance(cause, (OutOfMemoryKilled, SharedMemoryExhausted, TooManyOpenFiles)):
+        return outcome
+    p = samples.peaks
+    workers = p.n_workers or None
+    if isinstance(cause, OutOfMemoryKilled):
+        worker = max((b for b in (p.worker_pss_bytes, *samples.worker_pss_bytes) if b is not None), default=None)
+        cause = dataclasses.replace(cause, workers=workers, worker_pss_bytes=worker,
+                                    tree_pss_bytes=p.tree_pss_bytes or p.tree_rss_bytes,
+                                    ram_bytes=memory_limit_bytes() or host.ram_bytes or None)
+    elif isinstance(cause, SharedMemoryExhausted):
+        cause = dataclasses.replace(cause, workers=workers, shm_total_bytes=host.shm_total_bytes,
+                                    shm_peak_bytes=p.shm_used_bytes)
+    else:
+        cause = dataclasses.replace(cause, workers=workers, limit_fds=samples.fd_limit, main_fds=p.main_fds,
+                                    worker_fds=p.worker_fds)
+    return dataclasses.replace(outcome, cause=cause)

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set
 
 from feedprof.analyse import noise
+from feedprof.analyse.limits import usable, worker_cap
 from feedprof.analyse.recommend import Measured, config_key, measured_configs, pick, score
 from feedprof.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
-                              PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, said_once)
+                              PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, WorkersCapped, said_once)
 from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.space import Config, Space, job_cores
 
@@ -130,9 +131,15 @@ class LadderStrategy(_History):
         self.tol = tol
         self.min_gain = min_gain
         self.confirm_rounds = confirm_rounds
+        self.cap: Optional[WorkersCapped] = None  # from the history, at every ask (analyse/limits.py)
+
+    def _ok(self, trials: Sequence[Trial]) -> List[Trial]:
+        """Measured trials within the worker cap: what the steps may build on."""
+        return usable(ok_trials(trials), self.cap, self.space.workers, history=self.trials)
 
     def ask(self) -> Optional[Proposal]:
         notes: List[Reason] = []
+        self.cap = worker_cap(self.trials, self.space.workers)
         steps = (self._ceiling, self._ladder, self._refine, self._secondary, self._confirm)
         proposal = next((p for p in (step(notes) for step in steps) if p is not None), None)
         self._notes = said_once(notes)
@@ -145,7 +152,7 @@ class LadderStrategy(_History):
         return score(c) if c else None
 
     def best(self, *phases: Phase) -> Optional[Measured]:
-        return pick(ok_trials(self.of(*phases) if phases else self.trials), self.space.cost, self.tol)
+        return pick(self._ok(self.of(*phases) if phases else self.trials), self.space.cost, self.tol)
 
     def short_epochs(self) -> bool:
         """Would an epoch last under SHORT_EPOCH_S at the compute ceiling?"""
@@ -179,6 +186,8 @@ class LadderStrategy(_History):
         i = 0
         while i < len(rungs):
             n = rungs[i]
+            if self.cap is not None and n > self.cap.max_workers:
+                return self._below_cap(history)
             below = [t for t in self._rung_trials(history) if sp.primary_of(t.config) < n]
             if n > sp.cpu_cap and self._past_cpu_cap_blocked(below, notes):
                 return None
@@ -189,6 +198,8 @@ class LadderStrategy(_History):
                     while i + 1 < len(rungs) and rungs[i] < jump:
                         i += 1
                     n = rungs[i]
+                    if self.cap is not None and n > self.cap.max_workers:
+                        return self._below_cap(history)
                     notes.append(JumpedAhead(knob=sp.primary, n=n))
                     done = self.measured(sp.with_primary(self._base(), n), history)
                 if done is None:
@@ -201,11 +212,24 @@ class LadderStrategy(_History):
         notes.append(MaxWorkersReached(max_workers=sp.max_primary))
         return None
 
+    def _below_cap(self, history: Sequence[Trial]) -> Optional[Proposal]:
+        """The next rung is past the worker cap (a count that duplicated data, was
+        killed or failed): bisect between the best count that worked and it."""
+        sp = self.space
+        upper = self.cap.max_workers + 1
+        done = [sp.primary_of(t.config) for t in self._rung_trials(history)]
+        lower = max(done, default=0)
+        mid = (lower + upper) // 2
+        config = sp.with_primary(self._base(), mid)
+        if mid <= lower or mid >= upper or self.measured(config, history) is not None:
+            return None
+        return Proposal(config, Role.SEARCH, Phase.LADDER)
+
     def _rung_trials(self, history: Sequence[Trial]) -> List[Trial]:
         """Measured configs that are the ladder's base with only the primary knob changed."""
         sp = self.space
         base = self._base()
-        return [t for t in ok_trials(history)
+        return [t for t in self._ok(history)
                 if sp.key(t.config) == sp.key(sp.with_primary(base, sp.primary_of(t.config)))]
 
     def _past_cpu_cap_blocked(self, below: Sequence[Trial], notes: List[Reason]) -> bool:
@@ -285,13 +309,13 @@ class LadderStrategy(_History):
         history = self.of(Phase.BASELINE, Phase.LADDER, Phase.REFINE)
         if sum(t.phase == Phase.REFINE for t in history) >= MAX_REFINE:
             return None
-        best = pick(ok_trials(history), sp.cost, self.tol)
+        best = pick(self._ok(history), sp.cost, self.tol)
         if best is None:
             return None
         n = sp.primary_of(best.config)
         # the largest measured count below the pick (any knobs): the pick is the
         # cheapest within tolerance, so everything measured below it is slower
-        lower = [sp.primary_of(t.config) for t in ok_trials(history) if sp.primary_of(t.config) < n]
+        lower = [sp.primary_of(t.config) for t in self._ok(history) if sp.primary_of(t.config) < n]
         if not lower:
             return None
         lo = max(lower)
@@ -305,7 +329,7 @@ class LadderStrategy(_History):
 
     def _secondary(self, notes: List[Reason]) -> Optional[Proposal]:
         history = self.of(Phase.BASELINE, Phase.LADDER, Phase.REFINE, Phase.SECONDARY)
-        best = pick(ok_trials(history), self.space.cost, self.tol)
+        best = pick(self._ok(history), self.space.cost, self.tol)
         if best is None:
             return None
         tried: Set[tuple] = {self.space.key(t.config) for t in history if t.phase == Phase.SECONDARY}
@@ -321,7 +345,7 @@ class LadderStrategy(_History):
         """Re-measure the pick and its strongest rival, interleaved, when they are
         within noise: round after round until the repeats tell them apart, or
         show them equal within tolerance, or confirm_rounds are done."""
-        before = ok_trials([t for t in self.trials if t.role != Role.CONFIRM])
+        before = self._ok([t for t in self.trials if t.role != Role.CONFIRM])
         chosen = pick(before, self.space.cost, self.tol)
         configs = measured_configs(before)
         if chosen is None or len(configs) < 2:
@@ -344,7 +368,7 @@ class LadderStrategy(_History):
     def _settled(self, chosen: Measured, rival: Measured) -> bool:
         """With the repeats so far: told apart either way, or equal within
         tolerance as precisely as more rounds could say."""
-        groups = {config_key(m.config): [score(t) for t in m.trials] for m in measured_configs(ok_trials(self.trials))}
+        groups = {config_key(m.config): [score(t) for t in m.trials] for m in measured_configs(self._ok(self.trials))}
         a, b = groups[config_key(chosen.config)], groups[config_key(rival.config)]
         measured_noise = noise.repeat_noise([a, b])
         if measured_noise is None:

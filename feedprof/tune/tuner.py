@@ -22,20 +22,22 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from feedprof import defaults
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
+from feedprof.analyse.limits import survivable
 from feedprof.analyse.recommend import PICK_TOLERANCE, recommend, trial_from_run
-from feedprof.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed, NoLoaderAtSite,
-                              NoLoaderIterated, Reason, TuneInterruptedEarly)
+from feedprof.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
+                              NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.host import local_world_size, machine_info, usable_cpu_count
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.launch import Launch
+from feedprof.tune.observer import SilentObserver, TuneObserver
 from feedprof.tune.protocol import Mode, site_matches
 from feedprof.tune.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.tune.signals import deferred_signals
@@ -66,6 +68,7 @@ class TuneOptions:
     trial_timeout_s: Optional[float] = None  # default: 4 × the baseline trial, at least 30 s
     tolerance: float = PICK_TOLERANCE
     fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
+    max_memory_bytes: Optional[int] = None  # RAM the job may use (default: 80 % of what is free, or its container's)
 
 
 class TuneError(Exception):
@@ -82,28 +85,6 @@ class TuneInterrupted(Exception):
     def __init__(self, result: TuneResult):
         super().__init__("interrupted")
         self.result = result
-
-
-class TuneObserver(Protocol):
-    """What a person watching the tune is told (render/progress.py words it)."""
-
-    def tune_started(self, tuner: "Tuner") -> None: ...
-
-    def loader_found(self, loader: LoaderRecord, config_text: str) -> None: ...
-
-    def trial_started(self, index: int, n_planned: Optional[int], role: Role, config_text: str,
-                      elapsed_s: float, budget_s: float) -> None: ...
-
-    def tick(self, elapsed_s: float, budget_s: float) -> None: ...
-
-    def trial_done(self, trial: Trial) -> None: ...
-
-    def tune_done(self) -> None: ...
-
-
-class SilentObserver:
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
 
 
 def default_max_workers(cpu_cap: int) -> int:
@@ -148,7 +129,7 @@ class Tuner:
         self._elapsed_before = previous.duration_s if previous else 0.0
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
-        self.memory = MemoryBudget.of_this_machine()
+        self.memory = MemoryBudget.of_this_machine(options.max_memory_bytes)
         self.cpu_cap = max(1, usable_cpu_count() // local_world_size())
         self.host = host or machine_info(gpu=options.gpu)
 
@@ -175,7 +156,9 @@ class Tuner:
         rec = None
         if self.space is not None and self.trials:
             sp = self.space
-            rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap)
+            rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap,
+                            ram_budget_bytes=self.memory.ram_bytes,
+                            fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None)
             if rec is not None:
                 paste = sp.paste(rec.config, self.loader, self.script, self.argv)
                 rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), code=paste.code,
@@ -321,6 +304,10 @@ class Tuner:
             self.strategy.tell(self._trial_of(proposal, baseline))
             self.save()
         self.observer.tune_done()
+        if baseline.state != TrialState.OK and not any(t.state == TrialState.OK and t.role != Role.CEILING
+                                                       for t in self.trials):
+            reason = BaselineNotMeasured(state=baseline.state.value, cause=baseline.cause)
+            raise TuneError(reason, self.save(False, reason))  # nothing survived: as if the baseline alone ran
         return self.save(stop_reason is None, stop_reason)
 
     def _trial_of(self, proposal: Proposal, baseline: Trial) -> Trial:
@@ -347,6 +334,9 @@ class Tuner:
                               timeout_s=min(limit, max(TIMEOUT_OVER_BUDGET_S, self.remaining() + TIMEOUT_OVER_BUDGET_S)))
         if trial.state == TrialState.OK and proposal.role != Role.CEILING:
             self.memory.learn(trial, workers, in_flight)
+        if trial.state in (TrialState.KILLED, TrialState.FAILED):  # with what the config needed, where known
+            trial = dataclasses.replace(trial, cause=self.memory.explain(trial.cause, workers, in_flight))
+            self.trials[trial.index] = trial
         if trial.state != TrialState.OK and proposal.role == Role.CEILING:
             self.notes.append(CeilingFailed(state=trial.state.value, cause=trial.cause))
         return trial
@@ -356,7 +346,7 @@ class Tuner:
         training loader found, the search space built around it."""
         o = self.opts
         saved = next((t for t in self._saved if t.role == Role.BASELINE), None)
-        if saved is not None and saved.state == TrialState.OK:
+        if saved is not None and (saved.state == TrialState.OK or survivable(saved)):
             self.trials = list(self._saved)
             for t in self.trials:
                 self.observer.trial_done(t)
@@ -392,7 +382,7 @@ class Tuner:
     def _training_loader(self, baseline: Trial) -> LoaderRecord:
         run = baseline.run
         rec = training_loader(run) if run is not None else None
-        if baseline.state != TrialState.OK or rec is None or not baseline.batches_per_s:
+        if not survivable(baseline) and (baseline.state != TrialState.OK or rec is None or not baseline.batches_per_s):
             cause = baseline.cause if baseline.state != TrialState.OK else (
                 NoLoaderIterated() if rec is None else None)
             reason = BaselineNotMeasured(state=baseline.state.value, cause=cause)
