@@ -1,7 +1,7 @@
 """On a machine with an NVIDIA GPU: tune a script that moves batches to CUDA,
 and record what pin_memory did and the GPU's utilisation before and after.
 
-    python benchmarks/gpu_tune.py                       # tunes examples/train_torch.py
+    python benchmarks/gpu_tune.py                       # tunes benchmarks/workloads/gpu_jpeg.py
     python benchmarks/gpu_tune.py --script my_train.py -- --epochs 3
 
 Writes benchmarks/results/gpu-tune-<gpu>.json: the recommendation, every
@@ -17,12 +17,11 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--script", default=os.path.join(REPO, "examples", "train_torch.py"))
+    ap.add_argument("--script", default=os.path.join(HERE, "workloads", "gpu_jpeg.py"))
     ap.add_argument("--budget", type=float, default=180)
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
