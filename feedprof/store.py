@@ -79,13 +79,18 @@ class StepLog:
 class EpochLog:
     """One record per epoch (merged like StepLog on very long runs).
     ``first_batch_s``: from asking for an iterator to its first batch;
-    ``teardown_s``: ending the epoch on the loader's side (stopping workers)."""
+    ``teardown_s``: ending the epoch on the loader's side (stopping workers);
+    ``between_s``: from the loader's end of epoch to the next epoch's iterator
+    (validation, checkpoints: what the loop does once per epoch outside the
+    loader), summed over the ``n_between`` epochs where both were seen."""
 
     t_start_s: Tuple[float, ...] = ()
     n_epochs: Tuple[int, ...] = ()
     first_batch_s: Tuple[float, ...] = ()
     n_batches: Tuple[int, ...] = ()
     teardown_s: Tuple[float, ...] = ()
+    between_s: Tuple[float, ...] = ()
+    n_between: Tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,40 @@ def test_a_loader_rebuilt_every_epoch_is_one_training_loader(tmp_path, no_leftov
     assert run["summary"]["batches_measured"] >= 30  # counted across the rebuilt loaders
 
 
+def test_time_between_epochs_counts_against_throughput(tmp_path, no_leftovers):
+    # Short epochs (20 batches, ~0.1 s of steps) and 0.3 s of validation after
+    # each: the steps run at ~200 b/s, the loop at ~50. The figure configs are
+    # ranked by must be the loop's, as the script's own stopwatch times it.
+    script = write_script(tmp_path, "train.py", """
+        import json, sys, time
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Slow(Dataset):
+            def __len__(self):
+                return 40
+            def __getitem__(self, i):
+                time.sleep(0.0025)
+                return torch.zeros(4)
+
+        train = DataLoader(Slow(), batch_size=2)
+        starts, batches = [], []
+        for epoch in range(12):
+            starts.append(time.perf_counter())
+            batches.append(sum(1 for _ in train))
+            time.sleep(0.3)  # validation, a checkpoint: outside the training loader
+        whole = range(1, len(starts) - 1)  # as feedprof: the first epoch is start-up
+        rate = sum(batches[k] for k in whole) / (starts[-1] - starts[1])
+        json.dump({"batches_per_s": rate}, open(sys.argv[1], "w"))
+        """)
+    own = tmp_path / "own.json"
+    proc, run = profile(tmp_path, script, "--full", "--", str(own))
+    assert proc.returncode == 0, proc.stderr
+    s, truth = run["summary"], json.loads(own.read_text())["batches_per_s"]
+    assert s["batches_per_s"] > 2.5 * truth  # the steps alone look ~4x faster
+    assert s["effective_batches_per_s"] == pytest.approx(truth, rel=0.15)
+
+
 def test_script_that_raises_mid_training(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", """
         import torch

@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 
 from feedprof.analyse import stats
@@ -39,6 +41,18 @@ def test_effective_rate_amortises_startup():
     # 10 batches per epoch at 10 batches/s, 1 s start-up per epoch: 10 / (1 + 0.9)
     assert effective_rate(10.0, 10, 1.0) == pytest.approx(10 / 1.9)
     assert effective_rate(10.0, None, 1.0) == 10.0
+
+
+def test_ranked_figure_counts_the_time_between_epochs():
+    # 40-batch epochs at 400 b/s of steps, 0.3 s of validation after each:
+    # the loop delivers 40 batches every 0.01 + 39/400 + 0.3 s.
+    run = make_run()
+    train = dataclasses.replace(run.loaders[0], batches_per_epoch=40, steps=steps(100, 0.0, 0.0025), epochs=EpochLog(
+        t_start_s=(0.0, 0.41, 0.82), n_epochs=(1, 1, 1), first_batch_s=(0.01,) * 3, n_batches=(40, 40, 20),
+        between_s=(0.3, 0.3, 0.0), n_between=(1, 1, 0)))
+    s = summarize(dataclasses.replace(run, loaders=(train, run.loaders[1])))
+    assert s.batches_per_s == pytest.approx(400.0)  # the steps' own rate
+    assert s.effective_batches_per_s == pytest.approx(40 / (0.01 + 39 / 400 + 0.3))
 
 
 def make_run():

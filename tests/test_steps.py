@@ -99,6 +99,31 @@ def test_watched_iterator_times_with_injected_clock():
     assert rec.info.batch_size == 4  # read off the first batch
 
 
+def test_time_between_epochs_is_measured_from_the_loaders_end_of_epoch():
+    clock = FakeClock(0.0)
+
+    class Source:
+        def __len__(self):
+            return 4
+
+        def __iter__(self):
+            for i in range(4):
+                clock.advance(0.01)
+                yield [i]
+            clock.advance(0.1)  # the loader ending its epoch (workers stopped)
+
+    rec = StepRecorder(0, warmup_batches=0)
+    watched = Watched(Source(), rec, now=clock.now_s)
+    for _ in range(3):
+        for _ in watched:
+            clock.advance(0.02)
+        clock.advance(0.5)  # validation, outside the loader
+    e = rec.snapshot().epochs
+    assert e.teardown_s == pytest.approx((0.1, 0.1, 0.1))
+    assert e.between_s == pytest.approx((0.5, 0.5, 0.0))  # the last epoch's next one never came
+    assert e.n_between == (1, 1, 0)
+
+
 def test_watched_is_transparent():
     data = [1, 2, 3]
     watched = Watched(data, StepRecorder(0))

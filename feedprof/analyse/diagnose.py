@@ -85,6 +85,15 @@ def epoch_teardown(rec: LoaderRecord) -> Optional[float]:
     return sum(t for t, _ in ended) / sum(n for _, n in ended)
 
 
+def between_epochs(rec: LoaderRecord) -> Optional[float]:
+    """Mean time per epoch from the loader's end of epoch to the next epoch's
+    iterator: what the loop does once per epoch outside the loader (validation,
+    checkpoints), which its steps never see. None: no epoch boundary seen."""
+    e = rec.epochs
+    n = sum(e.n_between)
+    return sum(e.between_s) / n if n else None
+
+
 def effective_rate(batches_per_s: Optional[float], batches_per_epoch: Optional[int],
                    startup_s: Optional[float]) -> Optional[float]:
     """Throughput with one epoch's start-up spread over the epoch's batches."""
@@ -118,7 +127,8 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
         batches_per_s_low=low,
         batches_per_s_high=high,
         n_chunks=len(rates),
-        effective_batches_per_s=effective_rate(rate, rec.batches_per_epoch, _per_epoch_cost(rec, first, later, teardown)),
+        effective_batches_per_s=effective_rate(rate, rec.batches_per_epoch,
+                                               _per_epoch_cost(rec, first, later, teardown)),
         batch_size=rec.batch_size,
         samples_per_s=rate * rec.batch_size if rate is not None and rec.batch_size else None,
         data_wait_fraction=waited,
@@ -146,13 +156,14 @@ def _step_notes(rec: LoaderRecord, measured: int) -> List[Reason]:
 
 def _per_epoch_cost(rec: LoaderRecord, first: Optional[float], later: Optional[float],
                     teardown: Optional[float]) -> Optional[float]:
-    """Start-up plus teardown paid per epoch. Without a later epoch measured, the
-    first epoch's start-up stands in for every epoch's, except with persistent
-    workers: they start once per run."""
-    startup = later if later is not None else (None if rec.config.get("persistent_workers") else first)
-    if teardown:
-        startup = (startup or 0.0) + teardown
-    return startup
+    """Start-up, teardown and the time between epochs, paid per epoch. Without a
+    later epoch measured, the first epoch's start-up stands in for every
+    epoch's, except with persistent workers: they start once per run."""
+    cost = later if later is not None else (None if rec.config.get("persistent_workers") else first)
+    for per_epoch_s in (teardown, between_epochs(rec)):
+        if per_epoch_s:
+            cost = (cost or 0.0) + per_epoch_s
+    return cost
 
 
 def other_cores(s: Samples) -> Tuple[Optional[float], ...]:

@@ -40,7 +40,7 @@ def _merge_steps(a: tuple, b: tuple) -> tuple:
 
 
 def _merge_epochs(a: tuple, b: tuple) -> tuple:
-    return (a[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
+    return (a[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4], a[5] + b[5], a[6] + b[6])
 
 
 @dataclass
@@ -117,7 +117,9 @@ class StepRecorder:
         self._epochs: DecimatingBuffer = DecimatingBuffer(EPOCH_CAPACITY, _merge_epochs)
         self._t_iter: Optional[float] = None
         self._t_prev: Optional[float] = None
-        self._epoch: Optional[list] = None  # [t_start, 1, first_batch_s, n_batches, teardown_s] of the open epoch
+        # The open epoch: [t_start, 1, first_batch_s, n_batches, teardown_s, between_s, n_between]
+        self._epoch: Optional[list] = None
+        self._t_stop: Optional[float] = None  # when the open epoch's iterator ended (StopIteration)
         self.epochs_started = 0
         self.digests: List[str] = []  # of the first epoch's first batches (see fingerprint)
         self.digests_wanted = 0
@@ -128,6 +130,10 @@ class StepRecorder:
         if self.info.gap_is_teardown and self._epoch is not None and self.t_last is not None:
             # the loader's own end of epoch happens between the last batch and now
             self._epoch[4] += max(0.0, t_s - self.t_last)
+        elif self._epoch is not None and self._t_stop is not None:
+            self._epoch[5] += max(0.0, t_s - self._t_stop)
+            self._epoch[6] += 1
+        self._t_stop = None
         self._close_epoch()
         self._t_iter = t_s
         self._t_prev = None
@@ -144,7 +150,7 @@ class StepRecorder:
         self._t_prev = t_got_s
         if prev is None:  # first batch of an epoch: start-up, not a step
             t_iter = self._t_iter if self._t_iter is not None else t_req_s
-            self._epoch = [t_iter, 1, t_got_s - t_iter, n_steps, 0.0]
+            self._epoch = [t_iter, 1, t_got_s - t_iter, n_steps, 0.0, 0.0, 0]
             return
         self._epoch[3] += n_steps
         wall = t_got_s - prev
@@ -165,6 +171,11 @@ class StepRecorder:
         a per-epoch cost like start-up (tf_keras stalls ~5 s here with workers)."""
         if self._epoch is not None:
             self._epoch[4] += seconds
+
+    def epoch_ended(self, t_req_s: float, t_end_s: float) -> None:
+        """The iterator said StopIteration: asked at ``t_req_s``, told at ``t_end_s``."""
+        self.epoch_teardown(t_end_s - t_req_s)
+        self._t_stop = t_end_s
 
     def fingerprint(self, batch: Any) -> None:
         """Keep a digest of each of the first epoch's first ``digests_wanted``
@@ -229,6 +240,8 @@ class StepRecorder:
                 first_batch_s=tuple(e[2] for e in epochs),
                 n_batches=tuple(e[3] for e in epochs),
                 teardown_s=tuple(e[4] for e in epochs),
+                between_s=tuple(e[5] for e in epochs),
+                n_between=tuple(e[6] for e in epochs),
             ),
         )
 
@@ -263,7 +276,7 @@ class WatchedIterator:
         try:
             batch = self._next()
         except StopIteration:  # the loader ending its epoch (shutting workers down) is its cost
-            self.recorder.epoch_teardown(now() - t_req)
+            self.recorder.epoch_ended(t_req, now())
             raise
         self.recorder.batch(t_req, now())
         if self.after is not None:
