@@ -24,7 +24,7 @@ For each workload in benchmarks/workloads/:
 The grid runs through the same tuner with ``GridStrategy`` (every config
 cold, a fresh interpreter each, as a sweep by hand would: no fork server,
 no ceiling, its own baseline first); the tuner forks its trials from a process
-that imported the framework once (feedprof/tune/zygote.py), which is part of
+that imported the framework once (feedprof/trial/zygote.py), which is part of
 what it is for. A workload whose module sets ``LAUNCH`` (ddp_io.py: torchrun,
 2 ranks) is tuned, gridded and re-measured as that multi-process job.
 
@@ -53,7 +53,7 @@ from feedprof.analyse.recommend import score
 from feedprof.codec import write_text_atomic
 from feedprof.record.host import usable_cpu_count
 from feedprof.store import Phase, Role
-from feedprof.tune.launch import parse_launch
+from feedprof.trial.launch import parse_launch
 from feedprof.tune.strategy import GridStrategy
 from feedprof.tune.tuner import TuneOptions, Tuner
 from feedprof.units import fmt_bytes

@@ -14,7 +14,7 @@ from typing import IO, Any, List, Optional, Sequence
 
 from feedprof.outdir import claimed
 from feedprof.store import Run, TuneResult, save
-from feedprof.tune.launch import Launch
+from feedprof.trial.launch import Launch
 from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
 
 
@@ -71,7 +71,7 @@ def _tune_here(script: str, argv: Sequence[str], out_dir: str, options: TuneOpti
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
-        from feedprof.tune.signals import deferred_signals
+        from feedprof.trial.signals import deferred_signals
 
         with deferred_signals():
             if observer is not None:
@@ -95,8 +95,8 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool
     job, every rank): (run, interrupted). Writes run.json; OutDirInUse if
     another feedprof is writing to ``out_dir``."""
     from feedprof.record.host import machine_info
-    from feedprof.tune.jobrunner import run_job
-    from feedprof.tune.runner import TrialInterrupted, run_trial
+    from feedprof.trial.jobrunner import run_job
+    from feedprof.trial.runner import TrialInterrupted, run_trial
 
     host = machine_info(gpu=gpu)
     trial_dir = os.path.join(out_dir, "trial")

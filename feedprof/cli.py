@@ -36,7 +36,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.app import run_profile, write_tensorboard
     from feedprof.render.text import format_summary
     from feedprof.render.words import LOOKED_FOR, say
-    from feedprof.tune.runner import TrialOptions
+    from feedprof.trial.runner import TrialOptions
 
     script, script_args, launch = _what_to_run(args.script, script_args, "profile")
     out_dir = check_out_dir(args.out)
@@ -137,7 +137,7 @@ def _what_to_run(script: Optional[str], script_args: List[str], command: str) ->
     if not script_args:
         raise UsageError(f"feedprof {command}: the training script is required, or a launch command after -- "
                          f"(feedprof {command} -- torchrun --nproc-per-node 2 train.py)")
-    from feedprof.tune.launch import LaunchError, parse_launch
+    from feedprof.trial.launch import LaunchError, parse_launch
 
     try:
         launch = parse_launch(script_args)

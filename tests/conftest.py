@@ -43,7 +43,7 @@ def leftover_trial_processes(mark=None):
             if mark is not None and env.get(TEST_MARK) != mark:
                 continue
             cmdline = " ".join(p.cmdline())
-            if "FEEDPROF_TRIAL_DIR" in env or "feedprof.tune.zygote" in cmdline:
+            if "FEEDPROF_TRIAL_DIR" in env or "feedprof.trial.zygote" in cmdline:
                 found.append((p.pid, cmdline))
         except psutil.Error:
             continue

@@ -6,8 +6,8 @@ import pytest
 
 from feedprof.frameworks.contract import Plan
 from feedprof.record.steps import LoaderInfo
-from feedprof.tune.child import QUEUE_MULTIPLE, Controller, StopTrial
-from feedprof.tune.protocol import Mode, TrialSpec
+from feedprof.trial.child import QUEUE_MULTIPLE, Controller, StopTrial
+from feedprof.trial.protocol import Mode, TrialSpec
 from tests.fakes import FakeClock
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.conftest import run_feedprof, write_script
-from feedprof.tune.jobrunner import free_port
+from feedprof.trial.jobrunner import free_port
 from tests.scripts_jobs import DATA_PARALLEL, MPI_INIT, MULTI_WORKER, START_TWO_WORKERS, ddp, mirrored
 
 pytest.importorskip("torch")
@@ -134,9 +134,9 @@ def test_ranks_in_sessions_of_their_own_end_with_the_job(tmp_path, monkeypatch, 
 
     from feedprof.record.host import machine_info
     from feedprof.tune import runner
-    from feedprof.tune.jobrunner import run_job
-    from feedprof.tune.launch import parse_launch
-    from feedprof.tune.runner import TrialInterrupted, TrialOptions
+    from feedprof.trial.jobrunner import run_job
+    from feedprof.trial.launch import parse_launch
+    from feedprof.trial.runner import TrialInterrupted, TrialOptions
 
     monkeypatch.setattr(runner, "KNOWN_REFRESH_S", 1e9)
     launcher = write_script(tmp_path, "launcher.py", LAUNCHER_OF_SESSIONS)

@@ -1,7 +1,7 @@
 """The files parent and trial child exchange: the spec, the events, --loader sites."""
 import json
 
-from feedprof.tune.protocol import Mode, TrialSpec, read_events, site_matches
+from feedprof.trial.protocol import Mode, TrialSpec, read_events, site_matches
 
 
 def test_spec_round_trip_keeps_the_mode_typed():

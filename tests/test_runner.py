@@ -7,7 +7,7 @@ from feedprof.reasons import (CudaInForkedWorker, ExitedWithCode, Interrupted, K
                               OutOfMemoryKilled, ScriptFailed, SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
 from feedprof.record.host import memory_limit_bytes
 from feedprof.store import HostInfo, Outcome, Peaks, Samples, TrialState
-from feedprof.tune.runner import EXIT_GRACE_S, TrialOptions, _Watch, _with_figures, classify_end
+from feedprof.trial.runner import EXIT_GRACE_S, TrialOptions, _Watch, _with_figures, classify_end
 from tests.fakes import FakeClock
 
 

@@ -9,7 +9,7 @@ from feedprof.reasons import BudgetCutShort, OutOfMemoryKilled, OverMemoryBudget
 from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
                             Window)
 from feedprof.tune.budget import MemoryBudget
-from feedprof.tune.protocol import Mode
+from feedprof.trial.protocol import Mode
 from feedprof.tune.tuner import TuneError, TuneOptions, Tuner
 from tests.fakes import FakeClock
 

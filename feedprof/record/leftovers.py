@@ -34,8 +34,8 @@ from feedprof.record.gpu_procs import describe_process
 from feedprof.codes import GpuStatus
 from feedprof.store_procs import GpuMemoryHeld, Leftovers
 
-TRIAL_ENV = "FEEDPROF_TRIAL_DIR"  # set for every trial child by tune/runner.py, inherited by its descendants
-FORK_SERVER_ENV = "FEEDPROF_FORK_SERVER"  # one mark per fork server (tune/zygote.py)
+TRIAL_ENV = "FEEDPROF_TRIAL_DIR"  # set for every trial child by trial/runner.py, inherited by its descendants
+FORK_SERVER_ENV = "FEEDPROF_FORK_SERVER"  # one mark per fork server (trial/zygote.py)
 CLOCK_SLACK_S = 0.05  # psutil's create_time counts clock ticks (10 ms)
 
 

@@ -10,7 +10,7 @@ from feedprof.store_procs import Leftovers
 from feedprof.units import fmt_bytes
 
 COMMAND_WIDTH = 40
-FEEDPROF_COMMANDS = ("feedprof.tune.child", "feedprof.tune.zygote")  # what a fork of a trial inherits
+FEEDPROF_COMMANDS = ("feedprof.trial.child", "feedprof.trial.zygote")  # what a fork of a trial inherits
 
 
 def _where(cuda_index: Optional[int], uuid: str) -> str:

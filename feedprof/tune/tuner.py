@@ -36,14 +36,14 @@ from feedprof.record.host import local_world_size, machine_info, usable_cpu_coun
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
 from feedprof.tune.budget import MemoryBudget
-from feedprof.tune.launch import Launch
+from feedprof.trial.launch import Launch
 from feedprof.tune.observer import SilentObserver, TuneObserver
-from feedprof.tune.protocol import Mode, site_matches
-from feedprof.tune.runner import Injection, TrialInterrupted, TrialOptions, run_trial
-from feedprof.tune.signals import deferred_signals
+from feedprof.trial.protocol import Mode, site_matches
+from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
+from feedprof.trial.signals import deferred_signals
 from feedprof.tune.space import Space, make_space
 from feedprof.tune.strategy import LadderStrategy, Proposal, Strategy
-from feedprof.tune.zygote import FORK_SAFE, Zygote, ZygoteError
+from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError
 
 BUDGET_MARGIN = 0.8  # start a trial only if this share of a typical trial's time is left
 BASELINE_TIMEOUT_MIN_S = 60.0  # the baseline may take the whole budget, and at least this long
@@ -137,7 +137,7 @@ class Tuner:
 
     def _run_job(self, script: str, argv: Sequence[str], trial_dir: str, host: HostInfo, opts: TrialOptions,
                  what: Injection, on_poll: Any, clock: Clock) -> Any:
-        from feedprof.tune.jobrunner import run_job
+        from feedprof.trial.jobrunner import run_job
 
         return run_job(self.launch, trial_dir, host, opts, what, on_poll, clock)
 

@@ -2,7 +2,7 @@
 
 NOTE [ Why fork trials from a pre-imported process ]
 
-    tuner ── requests (JSON lines on stdin) ──► zygote (python -m feedprof.tune.zygote torch)
+    tuner ── requests (JSON lines on stdin) ──► zygote (python -m feedprof.trial.zygote torch)
           ◄── {"pid": N} / {"exit": N, "code": C} ──   │ imported torch once (~2.7 s here)
                                                        └─ fork ─► trial child: setsid, output to
                                                           the trial's log, run the script, _exit
@@ -51,7 +51,7 @@ class Zygote:
         # A mark in its exec-time environment, which every fork of it shows in /proc (record/leftovers.py)
         env = {**(os.environ if env is None else env), FORK_SERVER_ENV: f"{os.getpid()}-{id(self)}"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "feedprof.tune.zygote", *preload],
+            [sys.executable, "-m", "feedprof.trial.zygote", *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, env=env, text=True, bufsize=1)
         self._exits: Dict[int, int] = {}
@@ -171,7 +171,7 @@ def _child(req: dict) -> None:
         os.chdir(req["cwd"])
         os.environ.update(req["env"])
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        from feedprof.tune.child import run_spec_file
+        from feedprof.trial.child import run_spec_file
 
         end = run_spec_file(req["spec"])
         code = end.code

@@ -2,7 +2,7 @@
 
 NOTE [ Every rank instrumented, the script untouched ]
 
-    jobrunner: env FEEDPROF_JOB_SPEC=job.json, PYTHONPATH=feedprof/tune/bootstrap:...
+    jobrunner: env FEEDPROF_JOB_SPEC=job.json, PYTHONPATH=feedprof/trial/bootstrap:...
       launcher (torchrun, mpirun, a shell script...) ─► rank processes: python train.py
         sitecustomize.py (at interpreter start) ─► maybe_host():
           a rank? (its launcher's environment, record/ranks.py; or the job's own script)
@@ -28,9 +28,9 @@ from feedprof.reasons import ScriptExited, ScriptFailed
 from feedprof.record.ranks import rank_from_env
 from feedprof.store import RankInfo, TrialState
 from feedprof.frameworks.install import install_adapters
-from feedprof.tune.child import Controller
-from feedprof.tune.protocol import TrialSpec
-from feedprof.tune.userframes import failure_hint, script_traceback
+from feedprof.trial.child import Controller
+from feedprof.trial.protocol import TrialSpec
+from feedprof.trial.userframes import failure_hint, script_traceback
 
 JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
 

@@ -1,6 +1,6 @@
 """What the parent and a trial child say to each other, through files only.
 
-    parent ── spec.json ──► child (python -m feedprof.tune.child spec.json)
+    parent ── spec.json ──► child (python -m feedprof.trial.child spec.json)
     parent ◄─ events.jsonl ─ child   progress: loaders seen, window started/done
     parent ◄─ result.json ── child   a store.Run without samples/host (the parent adds them)
 

@@ -40,9 +40,9 @@ from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED  # a trial is sampled from this process, not the script's
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, Run, Samples, StoreError, TrialState, Window, WindowEnd, load
-from feedprof.tune.failures import cause_of_text
-from feedprof.tune.protocol import Mode, TrialSpec, read_events
-from feedprof.tune.signals import deferred_signals
+from feedprof.trial.failures import cause_of_text
+from feedprof.trial.protocol import Mode, TrialSpec, read_events
+from feedprof.trial.signals import deferred_signals
 
 POLL_S = 0.05
 EXIT_GRACE_S = 3.0  # after the window is measured, how long the child may take to exit
@@ -65,7 +65,7 @@ class TrialOptions:
     gpu: bool = True
     capture_output: bool = True  # False: the script's output goes to our terminal
     extra_env: Dict[str, str] = field(default_factory=dict)
-    zygote: Any = None  # a tune.zygote.Zygote to fork the trial from (captured output only)
+    zygote: Any = None  # a trial.zygote.Zygote to fork the trial from (captured output only)
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def _launch(spec_path: str, log_path: str, env_extra: Dict[str, str], opts: Tria
     out = open(log_path, "wb") if opts.capture_output else None
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "feedprof.tune.child", spec_path],
+            [sys.executable, "-m", "feedprof.trial.child", spec_path],
             stdout=out, stderr=subprocess.STDOUT if out else None,
             stdin=subprocess.DEVNULL if opts.capture_output else None,
             start_new_session=True,  # its own process group: one killpg reaps its workers

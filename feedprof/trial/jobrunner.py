@@ -35,12 +35,12 @@ from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED
 from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
-from feedprof.tune.hosted import JOB_SPEC_ENV
-from feedprof.tune.launch import Launch
-from feedprof.tune.protocol import TrialSpec, read_events
-from feedprof.tune.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _descendants,
+from feedprof.trial.hosted import JOB_SPEC_ENV
+from feedprof.trial.launch import Launch
+from feedprof.trial.protocol import TrialSpec, read_events
+from feedprof.trial.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _descendants,
                                   _tail, _Watch, _with_figures, classify_end, kill_group)
-from feedprof.tune.signals import deferred_signals
+from feedprof.trial.signals import deferred_signals
 
 RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")

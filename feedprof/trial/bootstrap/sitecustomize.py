@@ -1,6 +1,6 @@
 """Run by every Python process of a job that feedprof launched (this directory
 is first on its PYTHONPATH): a rank of the user's script gets the trial
-controller (feedprof.tune.hosted); every other process, the launcher itself
+controller (feedprof.trial.hosted); every other process, the launcher itself
 or a loader worker started with spawn, is left alone. Then the
 sitecustomize this one shadows, if there is one, runs as it would have."""
 import os
@@ -11,7 +11,7 @@ def _feedprof() -> None:
     if not os.environ.get("FEEDPROF_JOB_SPEC"):
         return
     try:
-        from feedprof.tune.hosted import maybe_host
+        from feedprof.trial.hosted import maybe_host
 
         maybe_host()
     except Exception as exc:  # instrumenting must never stop the user's job from running

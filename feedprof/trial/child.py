@@ -3,7 +3,7 @@ loaders instrumented, measure the training loader's window, then end it.
 
 NOTE [ Trial child ]
 
-    python -m feedprof.tune.child spec.json
+    python -m feedprof.trial.child spec.json
       ├─ post-import hooks: torch.utils.data ─► frameworks.torch.install(ctl)  (frameworks/install.py)
       ├─ sys.argv = [script, *args]; sys.path[0] = script's dir; run as __main__
       │     each loader: ctl.plan (inject? by call site) ─► ctl.created ─► ctl.iterate
@@ -44,10 +44,10 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
 from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
-from feedprof.tune.protocol import Mode, TrialSpec, site_matches
-from feedprof.tune.replay import ReplayCache, ReplayIterator
-from feedprof.tune.failures import failure_cause
-from feedprof.tune.userframes import script_traceback, user_call_chain
+from feedprof.trial.protocol import Mode, TrialSpec, site_matches
+from feedprof.trial.replay import ReplayCache, ReplayIterator
+from feedprof.trial.failures import failure_cause
+from feedprof.trial.userframes import script_traceback, user_call_chain
 
 
 QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight

@@ -1,0 +1,18 @@
+"""Trial: run the user's script (or launch command) once, isolated, and bring
+back a result or a classified failure. Used by `tune` for every trial and by
+`profile` for its one observed run.
+
+    runner.py     one trial: a child process, sampled from outside, bounded in
+                  time, reaped with its whole process group, classified if it ends badly
+    jobrunner.py  the same for a launched job (torchrun, mpirun, a shell script):
+                  every rank instrumented through bootstrap/, the job ended together
+    child.py      inside that process: the script runs as __main__ with its
+                  loaders instrumented (frameworks/ adapters, through
+                  frameworks/contract.py), and ends once its window is measured
+    hosted.py     the same controller inside a launched rank (bootstrap/sitecustomize.py)
+    protocol.py   the files runner and child exchange (spec, events, result)
+    zygote.py     a fork server that imported the framework once, for later trials
+    launch.py     a launch command parsed: which launcher, how many ranks
+    failures.py   a failed child's cause; userframes.py: the user's own frames
+    replay.py     the compute ceiling's replayed batch; signals.py: deferred Ctrl-C
+"""
