@@ -133,7 +133,7 @@ def test_ranks_in_sessions_of_their_own_end_with_the_job(tmp_path, monkeypatch, 
     import psutil
 
     from feedprof.record.host import machine_info
-    from feedprof.tune import runner
+    from feedprof.trial import runner
     from feedprof.trial.jobrunner import run_job
     from feedprof.trial.launch import parse_launch
     from feedprof.trial.runner import TrialInterrupted, TrialOptions
