@@ -127,3 +127,29 @@ def baseline_output(result: TuneResult, out_dir: str) -> str:
     except OSError:
         return ""
     return "".join(line + "\n" for line in tail)
+
+
+def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launch: Optional[Launch] = None,
+                    quiet: bool = False, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> Any:
+    """``feedprof tune --online``: the job runs once while its loader is tuned;
+    results.json and report.html are written at its end, or on Ctrl-C.
+    Returns (result, interrupted)."""
+    from feedprof.render.online import format_online
+    from feedprof.render.progress import format_recommendation, terminal_width
+    from feedprof.tune.online import run_online
+
+    with claimed(out_dir):
+        if not quiet:
+            print("feedprof: tuning inside the run (--online): the job runs once, as written", file=err, flush=True)
+        result, interrupted = run_online(script, argv, out_dir, opts, launch=launch)
+        from feedprof.trial.signals import deferred_signals
+
+        with deferred_signals():
+            write_report(result, os.path.join(out_dir, "report.html"), err)
+            print(format_online(result), file=err, flush=True)
+            if result.recommendation is not None:
+                print(format_recommendation(result.recommendation, result, width=terminal_width(out)),
+                      file=out, flush=True)
+            print(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'results.json'))} and "
+                  f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}", file=err, flush=True)
+    return result, interrupted

@@ -94,6 +94,10 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.render.words import say
     from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
 
+    if args.online:
+        return _tune_online(args, script_args)
+    if args.explore is not None:
+        raise UsageError("--explore goes with --online")
     previous = _previous_tune(args) if args.resume is not None else None
     if previous is not None and previous.launch:
         args.script, script_args = None, list(previous.launch)
@@ -127,6 +131,31 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         return exc.exit_code
     _err(f"feedprof: wrote {written}")
     return EXIT_OK
+
+
+def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
+    """tune --online: the job runs once; feedprof exits with the job's own status."""
+    from feedprof.app import run_online_tune
+    from feedprof.tune.online import OnlineOptions
+
+    if args.resume is not None:
+        raise UsageError("--resume is for offline tunes: an online tune is the run itself")
+    script, script_args, launch = _what_to_run(args.script, script_args, "tune")
+    out_dir = check_out_dir(args.out or DEFAULT_OUT)
+    if args.loader is not None and not looks_like_site(args.loader):
+        raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
+    seconds, share = args.explore or (None, None)
+    opts = OnlineOptions(explore_s=seconds or OnlineOptions.explore_s, explore_share=share,
+                         max_workers=args.max_workers, loader_site=args.loader, interval_s=args.interval,
+                         gpu=not args.no_gpu)
+    result, interrupted = run_online_tune(script, script_args, out_dir, opts, launch=launch,
+                                          quiet=args.quiet)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    code = result.online.exit_code if result.online is not None else None
+    if isinstance(code, int) and code < 0:  # killed by a signal: as the shell reports it
+        return 128 - code
+    return code if isinstance(code, int) and code > 0 else EXIT_OK
 
 
 def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Any]:

@@ -103,6 +103,23 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def explore_budget(text: str) -> Tuple[Optional[float], Optional[float]]:
+    """--explore 60 / 60s (seconds) or 10% (a share of the run so far): (seconds, share)."""
+    t = text.strip().lower()
+    try:
+        if t.endswith("%"):
+            share = float(t[:-1]) / 100
+            if 0 < share <= 1:
+                return None, share
+        else:
+            seconds = float(t[:-1] if t.endswith("s") else t)
+            if seconds > 0:
+                return seconds, None
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected seconds (60, 60s) or a share of the run (10%), got {text!r}")
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -175,6 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
+    t.add_argument("--online", action="store_true",
+                   help="tune inside the real run: the job runs once, to its own end, while the training "
+                        "loader's settings change; nothing the model sees changes (torch DataLoader)")
+    t.add_argument("--explore", type=explore_budget, default=None, metavar="S|N%",
+                   help="--online: explore for at most S seconds (default 60) or N%% of the run so far, "
+                        "then keep the pick for the rest of the run")
     t.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP + "; one run per trial")
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "

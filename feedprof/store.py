@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
 from feedprof.reasons import Reason, Verdict
+from feedprof.store_online import OnlineRecord
 from feedprof.store_procs import Leftovers
 from feedprof.store_samples import GpuSeries, Peaks, Samples  # noqa: F401 (re-exported: part of the run record)
 
@@ -309,6 +310,8 @@ class TuneResult:
     trials: Tuple[Trial, ...] = ()
     notes: Tuple[Reason, ...] = ()
     launch: Tuple[str, ...] = ()  # the launch command of a multi-process job (feedprof tune -- LAUNCH...)
+    online: Optional[OnlineRecord] = None  # tune --online: the real run's windows, switches and failures
+    run: Optional[Run] = None  # tune --online: the real run itself, curves included
 
 
 # ------------------------------------------------------------------ files

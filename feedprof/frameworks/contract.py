@@ -45,6 +45,7 @@ class LoaderHandle:
     info: LoaderInfo
     ref: Any  # weak reference to the loader, or None
     rec: Optional[StepRecorder] = None
+    online: Any = None  # online mode: the loader's frameworks/torch_online.OnlineLoader
 
 
 class Controller(Protocol):

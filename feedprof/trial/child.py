@@ -47,6 +47,7 @@ from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
 from feedprof.trial.failures import failure_cause
+from feedprof.trial.online_child import OnlineTuning
 from feedprof.trial.userframes import script_traceback, user_call_chain
 
 
@@ -101,6 +102,10 @@ class Controller:
         self.notes: List[Reason] = []
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
+        self.online: Optional[OnlineTuning] = None
+        if spec.mode == Mode.ONLINE:
+            self.online = OnlineTuning(spec.decision_path, self.emit, self.now, spec.origin_s,
+                                       spec.window_seconds, spec.min_window_batches)
 
     # -- events -----------------------------------------------------------
 
@@ -215,7 +220,27 @@ class Controller:
         if rec.binding.replayed if replay is None else replay:
             return ReplayIterator(rec, make_iter, self._replay, rec.info.batches_per_epoch,
                                   self.after_batch, self.now)
+        if self.online is not None:
+            make_iter = self._online_epoch(handle, make_iter)
         return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now)
+
+    def _online_epoch(self, handle: LoaderHandle, make_iter: Callable[[], Iterator]) -> Callable[[], Iterator]:
+        """Online mode: a torch loader that can switch mid-epoch is served by an
+        OnlineLoader (frameworks/torch_online.py); any other keeps its own iterator."""
+        loader = handle.ref() if handle.ref is not None else None
+        if handle.online is None and loader is not None and handle.plan.framework == "torch" \
+                and handle.plan.is_target is not False:
+            from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+
+            why_not = online_capable(loader)
+            self.emit("online_loader", loader_id=handle.rec.loader_id, mode="mid_epoch" if why_not is None else "none",
+                      why_not=why_not or "")
+            handle.online = OnlineLoader(loader, self.online, handle.rec.loader_id, handle.info.script_config) \
+                if why_not is None else False
+        if not handle.online:
+            return make_iter
+        self.online.consider(handle.online)
+        return handle.online.epoch
 
     def after_batch(self, it: Any, batch: Any) -> None:
         rec: StepRecorder = it.recorder

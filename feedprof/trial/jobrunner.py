@@ -37,7 +37,7 @@ from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
 from feedprof.trial.hosted import JOB_SPEC_ENV
 from feedprof.trial.launch import Launch
-from feedprof.trial.protocol import TrialSpec, read_events
+from feedprof.trial.protocol import Mode, TrialSpec, read_events
 from feedprof.trial.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _descendants,
                                   _tail, _Watch, _with_figures, classify_end, kill_group)
 from feedprof.trial.signals import deferred_signals
@@ -72,7 +72,8 @@ def _write_job_spec(trial_dir: str, launch: Launch, opts: TrialOptions, what: In
         window_batches=opts.window_batches, window_seconds=opts.window_seconds,
         min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches, mode=what.mode,
         inject=dict(what.config), framework=what.framework,
-        target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full)
+        target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full,
+        decision_path=os.path.join(trial_dir, "decision.json") if what.mode == Mode.ONLINE else "")
     path = os.path.join(trial_dir, "spec.json")
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())

@@ -3,6 +3,7 @@
     parent ── spec.json ──► child (python -m feedprof.trial.child spec.json)
     parent ◄─ events.jsonl ─ child   progress: loaders seen, window started/done
     parent ◄─ result.json ── child   a store.Run without samples/host (the parent adds them)
+    parent ─ decision.json ► child   online mode: the config the tuned loader serves now
 
 Results never come from scraping the script's stdout: it belongs to the user.
 """
@@ -19,6 +20,7 @@ class Mode(Code):
     OBSERVE = "observe"  # no injection: the script's own settings (profile, baseline)
     INJECT = "inject"  # knobs injected at the target loader
     CEILING = "ceiling"  # the target loader replays one cached batch
+    ONLINE = "online"  # the real run, to its end: the tuned loader's config follows decision.json
 
 
 @dataclass
@@ -38,6 +40,7 @@ class TrialSpec:
     target_site: Optional[str] = None  # --loader FILE:LINE, matched against the chain
     inject: Dict[str, Any] = field(default_factory=dict)
     full: bool = False  # run the script to completion
+    decision_path: str = ""  # online mode: the parent's decisions (trial/online_child.py)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,0 +1,305 @@
+"""Online mode for a torch ``DataLoader``: change its workers mid-epoch, invisibly.
+
+NOTE [ Switching a DataLoader's workers mid-epoch ]
+
+    script: for batch in loader:          (the patched __iter__, online mode)
+      OnlineEpoch(loader) ─► the draws the script's own loader makes at iter(): one base
+                             seed from loader.generator (or torch's global RNG); none on a
+                             persistent loader's later epochs
+                          ─► order = iter(loader._index_sampler): the epoch's batches, drawn
+                             lazily and once, where the unmodified run draws them
+      Feed:   batches handed back first, then `order`; each Pool pulls from it and
+              remembers what it took (Segment.taken)
+      Pool:   a DataLoader iterator built from a copy of the loader whose batch sampler
+              is the Feed and whose generator is private (the script's random streams
+              are never drawn); kept across epochs while its config holds
+      switch, at a batch boundary: what the old pool took but did not deliver
+              (taken[delivered:], in order) goes back to the front of the Feed, the
+              old workers are shut down, the new pool starts on the Feed
+
+The loop therefore sees exactly the batches, in the order, that the script's
+own loader would have given it: none lost, none repeated. A worker pool that
+breaks (a worker killed, a hang) hands its batches back the same way and the
+epoch goes on with a safe config; an error raised by the user's dataset is
+raised again from the script's own config, as it would be without feedprof.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import re
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
+TIMED_OUT = "DataLoader timed out after"
+POLL_S = 1.0  # how often a waiting pool checks its workers are alive (torch's own check is every 5 s)
+
+
+def online_capable(loader: Any) -> Optional[str]:
+    """None if the loader can switch mid-epoch, else why not (a reason code)."""
+    import torch.utils.data as tud
+
+    if isinstance(loader.dataset, tud.IterableDataset):
+        return "iterable_dataset"  # the worker count decides its sharding
+    if not getattr(loader, "in_order", True):
+        return "out_of_order"  # delivered batches are not a prefix of those taken
+    if type(loader)._get_iterator is not tud.DataLoader._get_iterator:
+        return "own_iterator"  # a subclass with its own iterator (StatefulDataLoader)
+    return None
+
+
+class Segment:
+    """What one pool pulled from the feed in one epoch, in order."""
+
+    def __init__(self, feed: "Feed"):
+        self.feed = feed
+        self.taken: List[Any] = []
+
+    def __iter__(self) -> "Segment":
+        return self
+
+    def __next__(self) -> Any:
+        feed = self.feed
+        if feed.handed_back:
+            batch = feed.handed_back.popleft()
+        else:
+            batch = next(feed.order)  # StopIteration ends the epoch, as always
+        self.taken.append(batch)
+        return batch
+
+
+class Feed:
+    """The epoch's batch indices, shared by the pools that serve it: what a
+    pool's DataLoader iterator sees as its batch sampler."""
+
+    def __init__(self, length: int):
+        self.length = length
+        self.order: Any = iter(())
+        self.handed_back: Deque[Any] = collections.deque()
+        self.segment: Optional[Segment] = None
+
+    def new_epoch(self, order: Any) -> None:
+        self.order = order
+        self.handed_back.clear()
+
+    def hand_back(self, batches: List[Any]) -> None:
+        self.handed_back.extendleft(reversed(batches))
+
+    def __iter__(self) -> Segment:
+        self.segment = Segment(self)
+        return self.segment
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def _copy_with(loader: Any, feed: Feed, config: Dict[str, Any], base_seed: int, timeout_s: float) -> Any:
+    """A shallow copy of the loader that reads its batches from ``feed`` and
+    draws its workers' seed from a private generator seeded with ``base_seed``."""
+    import torch
+
+    proxy = copy.copy(loader)
+    put = object.__setattr__  # past DataLoader.__setattr__, which guards some of these
+    put(proxy, "batch_sampler" if loader.batch_sampler is not None else "sampler", feed)
+    n = int(config.get("num_workers") or 0)
+    put(proxy, "num_workers", n)
+    put(proxy, "prefetch_factor", (config.get("prefetch_factor") or 2) if n else None)
+    put(proxy, "pin_memory", bool(config.get("pin_memory", loader.pin_memory)))
+    put(proxy, "persistent_workers", True)  # the pool outlives the epoch: switching decides its end
+    put(proxy, "timeout", timeout_s if n else 0)
+    put(proxy, "_iterator", None)
+    gen = torch.Generator()
+    gen.manual_seed(base_seed & 0x7FFF_FFFF_FFFF_FFFF)
+    put(proxy, "generator", gen)
+    return proxy
+
+
+class Pool:
+    """One config's worker pool (or the main process, at 0 workers) serving a feed."""
+
+    def __init__(self, loader: Any, feed: Feed, config: Dict[str, Any], base_seed: int, own_timeout_s: float):
+        from torch.utils.data import dataloader as dl
+
+        self.config = dict(config)
+        self.workers = int(config.get("num_workers") or 0)
+        # the script's own timeout where it set one; else a short poll (see next_batch)
+        self.own_timeout_s = own_timeout_s
+        self.proxy = _copy_with(loader, feed, config, base_seed, own_timeout_s or POLL_S)
+        self.it = (dl._MultiProcessingDataLoaderIter if self.workers else dl._SingleProcessDataLoaderIter)(self.proxy)
+        if self.workers:
+            # torch's SIGCHLD handler raises in the main thread wherever it is, the
+            # script's step included: this pool's deaths are found at next_batch instead
+            dl._utils.signal_handling._remove_worker_pids(id(self.it))
+            self.it._worker_pids_set = False
+        self.segment = feed.segment
+        self.delivered = 0
+
+    def new_epoch(self, feed: Feed) -> None:
+        if self.workers:
+            self.it._reset(self.proxy)
+        else:
+            from torch.utils.data import dataloader as dl
+
+            self.it = dl._SingleProcessDataLoaderIter(self.proxy)
+        self.segment = feed.segment
+        self.delivered = 0
+
+    def worker_pids(self) -> List[int]:
+        return [w.pid for w in getattr(self.it, "_workers", ())] if self.workers else []
+
+    def next_batch(self, hang_after_s: Optional[float], now: Callable[[], float]) -> Any:
+        """The next batch; a pool that is only polling retries until ``hang_after_s``."""
+        t0 = now()
+        while True:
+            try:
+                batch = next(self.it)
+            except RuntimeError as exc:
+                if self.own_timeout_s or TIMED_OUT not in str(exc):
+                    raise
+                if hang_after_s is not None and now() - t0 > hang_after_s:
+                    raise PoolHung(now() - t0) from None
+                continue
+            self.delivered += 1
+            return batch
+
+    def undelivered(self) -> List[Any]:
+        return list(self.segment.taken[self.delivered:]) if self.segment is not None else []
+
+    def close(self) -> None:
+        if self.workers:
+            self.it._shutdown_workers()
+
+
+class PoolHung(Exception):
+    def __init__(self, waited_s: float):
+        super().__init__(f"no batch for {waited_s:.1f} s")
+        self.waited_s = waited_s
+
+
+def failure_kind(exc: BaseException) -> Optional[str]:
+    """killed | hung, for a pool's failure that is not the dataset's own error."""
+    if isinstance(exc, PoolHung):
+        return "hung"
+    if isinstance(exc, RuntimeError) and KILLED.search(str(exc)):
+        return "killed"
+    return None
+
+
+def draw_base_seed(loader: Any) -> int:
+    """The one number the script's own ``iter(loader)`` draws (torch's
+    _BaseDataLoaderIter): drawn here, so the script's streams move as they would."""
+    import torch
+
+    return int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+
+
+class OnlineLoader:
+    """One DataLoader in online mode: its feed, the pool serving it, and the
+    draws its own iterators would make. ``tuning`` (trial/online_child.py) says
+    which config to serve and is told every batch."""
+
+    def __init__(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any]):
+        self.loader = loader
+        self.tuning = tuning
+        self.loader_id = loader_id
+        from feedprof.frameworks.torch import effective
+
+        self.script_config = effective(script_config)  # decisions come in this form too
+        self.own_persistent = bool(script_config.get("persistent_workers")) and bool(script_config.get("num_workers"))
+        self.own_timeout_s = float(loader.timeout or 0)
+        try:
+            self.length = len(loader._index_sampler)
+        except TypeError:  # a sampler without __len__
+            self.length = 0
+        self.feed = Feed(self.length)
+        self.pool: Optional[Pool] = None
+        self.pool_epoch = 0  # the epoch the pool's segment belongs to
+        self.epochs = 0
+        self.base_seed = 0
+
+    def epoch(self) -> "OnlineEpoch":
+        """What the script's ``iter(loader)`` returns."""
+        if not (self.own_persistent and self.epochs):
+            self.base_seed = draw_base_seed(self.loader)
+        self.epochs += 1
+        self.feed.new_epoch(iter(self.loader._index_sampler))
+        if self.script_config.get("num_workers"):
+            # the script's own workers would start fetching now: the sampler draws here
+            try:
+                self.feed.handed_back.append(next(self.feed.order))
+            except StopIteration:
+                pass
+        return OnlineEpoch(self)
+
+    def serve(self, config: Dict[str, Any]) -> Pool:
+        """The pool for this epoch, built or switched to ``config``."""
+        pool = self.pool
+        if pool is not None and pool.config == config:
+            if self.pool_epoch != self.epochs:
+                pool.new_epoch(self.feed)
+                self.pool_epoch = self.epochs
+            return pool
+        self._drop_pool()
+        self.pool = Pool(self.loader, self.feed, config, self.base_seed, self.own_timeout_s)
+        self.pool_epoch = self.epochs
+        self.tuning.switched(self, config)
+        return self.pool
+
+    def _drop_pool(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        if self.pool_epoch == self.epochs:  # taken this epoch, not delivered: the next pool serves them
+            self.feed.hand_back(pool.undelivered())
+        try:
+            pool.close()
+        except (OSError, RuntimeError, AssertionError):  # a broken pool: its group is reaped at the end
+            pass
+
+    def recover(self, exc: BaseException, now: Callable[[], float]) -> Any:
+        """A pool failed mid-epoch: a kill or a hang goes back to a safe config;
+        the dataset's own error is raised again from the script's own config,
+        exactly as the unmodified run raises it."""
+        kind = failure_kind(exc)
+        failed = self.pool.config if self.pool is not None else {}
+        if kind is None and failed == self.script_config:
+            raise exc
+        self.tuning.failed(self, failed, kind or "error", exc)
+        fallback = self.script_config if kind is None else self.tuning.safe_config(self, failed)
+        self._drop_pool()
+        return self.serve(fallback).next_batch(None, now)
+
+
+class OnlineEpoch:
+    """The iterator the script gets for one epoch of an online loader."""
+
+    def __init__(self, ol: OnlineLoader):
+        self.ol = ol
+
+    def __iter__(self) -> "OnlineEpoch":
+        return self
+
+    def __len__(self) -> int:
+        return self.ol.length
+
+    def __next__(self) -> Any:
+        ol, tuning = self.ol, self.ol.tuning
+        now = tuning.now
+        t_req = now()
+        failure: Optional[Exception] = None
+        try:
+            pool = ol.serve(tuning.config_for(ol))  # a switch's cost is this batch's wait
+            batch = pool.next_batch(tuning.hang_limit_s(ol, pool.config), now)
+        except StopIteration:
+            tuning.epoch_ended(ol)
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified by recover(); the user's own is raised again
+            failure = exc
+        if failure is not None:  # (outside the handler: a re-raised error carries no feedprof context)
+            try:
+                batch = ol.recover(failure, now)
+            except StopIteration:
+                tuning.epoch_ended(ol)
+                raise
+        tuning.delivered(ol, t_req, now(), batch)
+        return batch

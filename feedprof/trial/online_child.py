@@ -1,0 +1,188 @@
+"""Inside the real run (``feedprof tune --online``): which config each batch is
+served with, and the windows of the run that measure it.
+
+NOTE [ Online tuning, the script's side ]  (tune/online.py is the parent's)
+
+    decision.json (parent, atomic) ──► OnlineTuning.config_for(): read at most every POLL_S
+    each batch of the tuned loader ──► delivered(): the window grows
+        a new pool's first batches (its workers starting) are warm-up, not window
+        window ≥ window_seconds and ≥ min_window_batches ──► event "online_window"
+          {config, batches, samples, wait_s, workers_cpu_s, t_start_s, t_end_s}
+    a pool that failed ──► event "online_failure"; the config is not served again
+        until the parent decides anew (a later decision)
+
+Only one loader is tuned: the one with the most batches per epoch seen so far
+(a sanity-check validation pass may be iterated first). Every rank of a job
+reads the same decision file and writes its own events.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+POLL_S = 0.05  # how often the decision file is looked at
+HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...
+HANG_BATCHES = 20.0  # ... or this many times the slowest batch so far, if longer
+
+
+@dataclass
+class _Window:
+    config: Dict[str, Any]
+    t_start_s: float
+    batches: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    t_end_s: float = 0.0
+    workers_cpu0_s: Optional[float] = None
+
+
+@dataclass
+class _LoaderState:
+    warmup_left: int = 0
+    window: Optional[_Window] = None
+    slowest_s: float = 0.0
+    pids: List[int] = field(default_factory=list)
+
+
+def _cpu_s(pids: List[int]) -> Optional[float]:
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return None
+        total += t.user + t.system
+    return total
+
+
+def _batch_len(batch: Any) -> int:
+    from feedprof.record.steps import infer_batch_size
+
+    return infer_batch_size(batch) or 0
+
+
+class OnlineTuning:
+    def __init__(self, decision_path: str, emit: Callable[..., None], now: Callable[[], float],
+                 origin_s: float, window_s: float, min_window_batches: int):
+        self.decision_path = decision_path
+        self.origin_s = origin_s
+        self.emit = emit
+        self.now = now
+        self.window_s = window_s
+        self.min_window_batches = min_window_batches
+        self.seq = 0
+        self.config: Optional[Dict[str, Any]] = None  # None: the script's own
+        self.final = False
+        self._t_polled = float("-inf")
+        self._mtime_ns = 0
+        self._banned_until_seq: Dict[str, int] = {}  # a failed config's key -> the decision that may bring it back
+        self.target: Any = None
+        self._state: Dict[int, _LoaderState] = {}
+
+    # -- which loader, which config ---------------------------------------
+
+    def consider(self, ol: Any) -> None:
+        """A loader starts an epoch: the one with the most batches per epoch is tuned."""
+        if self.target is None or (ol is not self.target and ol.length > self.target.length):
+            self.target = ol
+            self.emit("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length)
+
+    def _poll(self) -> None:
+        t = self.now()
+        if t - self._t_polled < POLL_S:
+            return
+        self._t_polled = t
+        try:
+            st = os.stat(self.decision_path)
+        except OSError:
+            return
+        if st.st_mtime_ns == self._mtime_ns:
+            return
+        try:
+            with open(self.decision_path, encoding="utf-8") as fh:
+                d = json.load(fh)
+        except (OSError, ValueError):
+            return  # written atomically: a partial read is a race with a rename; next poll
+        self._mtime_ns = st.st_mtime_ns
+        if d.get("seq", 0) > self.seq:
+            self.seq, self.config, self.final = d["seq"], d.get("config"), bool(d.get("final"))
+
+    def config_for(self, ol: Any) -> Dict[str, Any]:
+        if ol is not self.target:
+            return ol.script_config
+        self._poll()
+        config = self.config if self.config is not None else ol.script_config
+        if self._banned_until_seq.get(_key(config), -1) >= self.seq:
+            return ol.pool.config if ol.pool is not None else ol.script_config
+        return config
+
+    def hang_limit_s(self, ol: Any, config: Dict[str, Any]) -> Optional[float]:
+        """Only an explored config is given up on when it hangs; the script's own,
+        and the settled pick, wait as the unmodified run would."""
+        if ol is not self.target or self.final or config == ol.script_config:
+            return None
+        st = self._state.get(ol.loader_id)
+        return max(HANG_MIN_S, HANG_BATCHES * (st.slowest_s if st else 0.0))
+
+    def safe_config(self, ol: Any, failed: Dict[str, Any]) -> Dict[str, Any]:
+        """After a kill or a hang: the script's own settings (the parent decides what next)."""
+        return ol.script_config
+
+    # -- what happened ------------------------------------------------------
+
+    def switched(self, ol: Any, config: Dict[str, Any]) -> None:
+        st = self._state.setdefault(ol.loader_id, _LoaderState())
+        st.window = None
+        st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate
+        st.pids = ol.pool.worker_pids() if ol.pool is not None else []
+        if ol is self.target:
+            self.emit("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
+
+    def failed(self, ol: Any, config: Dict[str, Any], kind: str, exc: BaseException) -> None:
+        self._banned_until_seq[_key(config)] = self.seq
+        self.emit("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
+                  error=f"{type(exc).__name__}: {exc}"[:500], seq=self.seq)
+
+    def epoch_ended(self, ol: Any) -> None:
+        st = self._state.get(ol.loader_id)
+        if st is not None and st.window is not None:
+            if st.window.batches >= self.min_window_batches:
+                self._close(ol, st)
+            st.window = None
+        if ol is self.target:
+            self.emit("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
+
+    def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any) -> None:
+        if ol is not self.target:
+            return
+        st = self._state.setdefault(ol.loader_id, _LoaderState())
+        st.slowest_s = max(st.slowest_s, t_got_s - t_req_s)
+        if st.warmup_left > 0:
+            st.warmup_left -= 1
+            return
+        w = st.window
+        if w is None:
+            w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s,
+                                    workers_cpu0_s=_cpu_s(st.pids) if st.pids else 0.0)
+        w.batches += 1
+        w.samples += _batch_len(batch)
+        w.wait_s += t_got_s - t_req_s
+        w.t_end_s = t_got_s
+        if w.t_end_s - w.t_start_s >= self.window_s and w.batches >= self.min_window_batches:
+            self._close(ol, st)
+
+    def _close(self, ol: Any, st: _LoaderState) -> None:
+        w, st.window = st.window, None
+        cpu1 = _cpu_s(st.pids) if st.pids else 0.0
+        workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
+        self.emit("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
+                  wait_s=w.wait_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
+                  epoch=ol.epochs, seq=self.seq)
+
+
+def _key(config: Dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)

@@ -1,0 +1,190 @@
+"""``feedprof tune --online``: tune inside the real run, the parent's side.
+
+NOTE [ Online tuning, the parent's side ]  (trial/online_child.py is the script's)
+
+    OnlineTuner.run ─► trial.runner.run_trial / jobrunner.run_job (Mode.ONLINE, full run,
+                       the script's output on the terminal, no time limit)
+      on every poll ─► Decider.poll: new events of every rank ─► History
+                       ─► online_strategy.decide ─► decision.json (atomic, one seq per change)
+      the job ends (or Ctrl-C) ─► online_result.result(): a trial per config explored,
+                       the recommendation, the timeline ─► results.json
+    feedprof's exit status is the job's own.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from feedprof.codec import write_text_atomic
+from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.store_online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWindow
+from feedprof.trial.protocol import read_events
+from feedprof.tune.online_strategy import History, Limits, Step, decide, key_of
+
+DECISION_FILE = "decision.json"
+_RANK = re.compile(r"events-(\d+)\.jsonl$")
+
+
+@dataclass(frozen=True)
+class OnlineOptions:
+    explore_s: float = 60.0  # exploring stops after this long, measured from the first window
+    explore_share: Optional[float] = None  # or: at most this share of the run so far (--explore 10%)
+    window_seconds: float = 0.5
+    min_window_batches: int = 3
+    max_workers: Optional[int] = None
+    loader_site: Optional[str] = None
+    interval_s: float = 0.2
+    gpu: bool = True
+
+
+@dataclass
+class Decider:
+    """Reads every rank's events, keeps the History, writes decisions."""
+
+    trial_dir: str
+    limits: Limits
+    opts: OnlineOptions
+    clock: Clock = MONOTONIC
+    origin_s: float = 0.0
+    history: History = field(default_factory=History)
+    switches: List[OnlineSwitch] = field(default_factory=list)
+    loaders: List[OnlineLoaderMode] = field(default_factory=list)
+    current: Optional[Dict[str, Any]] = None
+    seq: int = 0
+    final: bool = False
+    settled_at_s: Optional[float] = None
+    first_window_s: Optional[float] = None
+    last_why: str = "baseline"
+    _offsets: Dict[str, int] = field(default_factory=dict)
+
+    def poll(self) -> None:
+        if self._read_events() and not self.final and self.history.baseline is not None:
+            self._decide()
+
+    def _read_events(self) -> bool:
+        changed = False
+        for path in sorted(glob.glob(os.path.join(self.trial_dir, "events*.jsonl"))):
+            m = _RANK.search(path)
+            rank = int(m.group(1)) if m else 0
+            events, self._offsets[path] = read_events(path, self._offsets.get(path, 0))
+            for ev in events:
+                changed = self._on_event(rank, ev) or changed
+        return changed
+
+    def _on_event(self, rank: int, ev: Dict[str, Any]) -> bool:
+        kind = ev.get("event")
+        if kind == "online_window":
+            w = OnlineWindow(rank=rank, config=ev["config"], batches=ev["batches"], samples=ev["samples"],
+                             wait_s=ev["wait_s"], t_start_s=ev["t_start_s"], t_end_s=ev["t_end_s"],
+                             workers_cpu_s=ev.get("workers_cpu_s"), epoch=ev.get("epoch", 0))
+            self.history.windows.append(w)
+            if self.first_window_s is None:
+                self.first_window_s = w.t_start_s
+            return True
+        if kind == "online_switch":
+            if self.history.baseline is None and ev.get("seq", 0) == 0:
+                self.history.baseline = ev["config"]  # the script's own settings
+                self.current = ev["config"]
+            why = "recovered" if self._recovering(ev["config"]) else self.last_why
+            self.switches.append(OnlineSwitch(rank=rank, t_s=ev["t_s"], config=ev["config"], why=why))
+            return True
+        if kind == "online_failure":
+            self.history.failures.append(OnlineFailure(rank=rank, config=ev["config"], kind=ev["kind"],
+                                                       error=ev.get("error", ""), t_s=ev["t_s"]))
+            return True
+        if kind == "online_loader" and rank == 0:
+            self.loaders.append(OnlineLoaderMode(loader_id=ev["loader_id"], mode=ev["mode"], why_not=ev["why_not"]))
+        return False
+
+    def _recovering(self, config: Dict[str, Any]) -> bool:
+        return bool(self.history.failures) and key_of(config) == key_of(self.history.baseline or {}) \
+            and self.current is not None and key_of(self.current) != key_of(config)
+
+    def explore_left_s(self) -> float:
+        if self.first_window_s is None:
+            return self.opts.explore_s
+        now_s = self.clock.now_s() - self.origin_s
+        spent = now_s - self.first_window_s
+        budget = self.opts.explore_s
+        if self.opts.explore_share is not None:  # a share of the run so far, at least a few windows' worth
+            budget = max(5.0, self.opts.explore_share * now_s)
+        return budget - spent
+
+    def ranks(self) -> int:
+        return max(1, len(self._offsets))
+
+    def _decide(self) -> None:
+        # each local rank has its own loader and workers: the CPUs are shared among them
+        limits = Limits(cpu_cap=max(1, self.limits.cpu_cap // self.ranks()), max_workers=self.limits.max_workers)
+        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s())
+        if step.final:
+            self.final = True
+            self.settled_at_s = self.clock.now_s() - self.origin_s
+        if key_of(step.config) != key_of(self.current or {}) or step.final:
+            self._write(step)
+
+    def _write(self, step: Step) -> None:
+        self.seq += 1
+        self.current, self.last_why = step.config, step.why
+        payload = {"seq": self.seq, "config": step.config, "final": step.final, "why": step.why}
+        write_text_atomic(os.path.join(self.trial_dir, DECISION_FILE), json.dumps(payload))
+
+    def explored_s(self) -> float:
+        if self.first_window_s is None:
+            return 0.0
+        end = self.settled_at_s if self.settled_at_s is not None else self.clock.now_s() - self.origin_s
+        return max(0.0, end - self.first_window_s)
+
+
+def limits_for(opts: OnlineOptions, cpu_cap: int) -> Limits:
+    from feedprof.tune.tuner import default_max_workers
+
+    return Limits(cpu_cap=cpu_cap, max_workers=opts.max_workers or default_max_workers(cpu_cap))
+
+
+def trial_paths(out_dir: str) -> Tuple[str, str]:
+    """(the run's directory, its decision file)."""
+    run_dir = os.path.join(out_dir, "run")
+    return run_dir, os.path.join(run_dir, DECISION_FILE)
+
+
+def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
+               clock: Clock = MONOTONIC) -> Tuple[Any, bool]:
+    """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
+    from feedprof.session import now_iso
+    from feedprof.record.host import machine_info, usable_cpu_count
+    from feedprof.store import save
+    from feedprof.trial.protocol import Mode
+    from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
+    from feedprof.tune.online_result import online_result
+
+    host = machine_info(gpu=opts.gpu)
+    run_dir, decision = trial_paths(out_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    if os.path.exists(decision):
+        os.remove(decision)
+    decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock)
+    topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
+                         min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
+                         loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)
+    what = Injection(mode=Mode.ONLINE, site=opts.loader_site)
+    started_at, interrupted = now_iso(), False
+    decider.origin_s = clock.now_s()
+    try:
+        if launch is None:
+            run = run_trial(script, argv, run_dir, host, topts, what, on_poll=decider.poll, clock=clock)
+        else:
+            from feedprof.trial.jobrunner import run_job
+
+            run = run_job(launch, run_dir, host, topts, what, on_poll=decider.poll, clock=clock)
+    except TrialInterrupted as stop:
+        run, interrupted = stop.run, True
+    decider.poll()
+    result = online_result(script, argv, host, started_at, clock.now_s() - decider.origin_s, run, decider,
+                           launch, complete=not interrupted)
+    save(result, os.path.join(out_dir, "results.json"))
+    return result, interrupted

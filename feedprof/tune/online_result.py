@@ -1,0 +1,122 @@
+"""An online tune's results.json: every config the real run explored is a
+trial whose figures come from its windows; the compute ceiling is the step
+time when data is ready; the recommendation and its paste line are made as
+an offline tune makes them (analyse/recommend.py, the space's paste)."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Dict, List, Optional, Sequence
+
+from feedprof.analyse.diagnose import classify
+from feedprof.analyse.recommend import recommend, trial_from_run
+from feedprof.reasons import KilledBySignal, OutOfMemoryKilled, Reason, TrialTimedOut
+from feedprof.store import HostInfo, Outcome, Phase, Role, Run, Summary, Trial, TrialState, TuneResult
+from feedprof.store_online import OnlineFailure, OnlineRecord, OnlineWindow
+from feedprof.tune.online_strategy import History, key_of, workers
+
+PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
+
+
+def _summary(h: History, config: Dict[str, Any]) -> Optional[Summary]:
+    ws = h.of(config)
+    if not ws:
+        return None
+    rate = h.rate(config)
+    rates = [w.batches_per_s for w in ws]
+    wall = sum(w.wall_s for w in ws)
+    wait = sum(w.wait_s for w in ws)
+    cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+    per_batch = sum(w.samples for w in ws) / max(1, sum(w.batches for w in ws))
+    return Summary(framework="torch", batches_measured=sum(w.batches for w in ws), measured_s=wall,
+                   batches_per_s=rate, batches_per_s_low=min(rates), batches_per_s_high=max(rates),
+                   n_chunks=len(ws), effective_batches_per_s=rate,
+                   batch_size=round(per_batch) or None, samples_per_s=rate * per_batch if rate else None,
+                   data_wait_fraction=wait / wall if wall else None, data_wait_s=wait,
+                   input_bound=classify(wait / wall if wall else None), num_workers=workers(config),
+                   workers_cpu_pct=100 * statistics.median(cores) if cores and workers(config) else None)
+
+
+def _failure_cause(f: OnlineFailure) -> Reason:
+    if f.kind == "hung":
+        return TrialTimedOut(limit_s=0.0)
+    if "Bus error" in f.error:
+        from feedprof.reasons import SharedMemoryExhausted
+
+        return SharedMemoryExhausted(signal="SIGBUS", workers=workers(f.config))
+    if "Killed" in f.error:
+        return OutOfMemoryKilled(signal="SIGKILL", workers=workers(f.config))
+    return KilledBySignal(signal=f.error[:120])
+
+
+def _config_run(h: History, config: Dict[str, Any]) -> Run:
+    failure = next((f for f in h.failures if key_of(f.config) == key_of(config)), None)
+    state = TrialState.OK if failure is None else TrialState.KILLED
+    outcome = Outcome(state=state, cause=None if failure is None else _failure_cause(failure))
+    ws = h.of(config)
+    return Run(kind="trial", outcome=outcome, summary=_summary(h, config),
+               duration_s=sum(w.wall_s for w in ws))
+
+
+def _configs_in_order(h: History, switch_configs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    seen: Dict[str, Dict[str, Any]] = {}
+    for c in [h.baseline or {}, *switch_configs, *(w.config for w in h.windows), *(f.config for f in h.failures)]:
+        if c:
+            seen.setdefault(key_of(c), c)
+    return [c for c in seen.values() if h.of(c) or h.failed(c)]
+
+
+def _trials(h: History, decider: Any, space: Any) -> List[Trial]:
+    whys = {key_of(s.config): s.why for s in reversed(decider.switches)}
+    trials: List[Trial] = []
+    for config in _configs_in_order(h, [s.config for s in decider.switches]):
+        base = key_of(config) == key_of(h.baseline or {})
+        role = Role.BASELINE if base else Role.SEARCH
+        phase = Phase.BASELINE if base else PHASE_OF_WHY.get(whys.get(key_of(config), ""), Phase.SEARCH)
+        trials.append(trial_from_run(len(trials), role, config, _config_run(h, config), phase=phase,
+                                     config_text=space.describe(config)))
+    ceiling = h.ceiling()
+    if ceiling and h.baseline is not None:
+        run = Run(kind="trial", summary=Summary(framework="torch", batches_per_s=ceiling,
+                                                effective_batches_per_s=ceiling, n_chunks=len(h.windows)))
+        trials.append(trial_from_run(len(trials), Role.CEILING, dict(h.baseline), run, phase=Phase.CEILING))
+    return trials
+
+
+def _target_loader(run: Optional[Run]) -> Any:
+    if run is None:
+        return None
+    runs = run.ranks or (run,)
+    loaders = [rec for r in runs[:1] for rec in r.loaders]
+    return max(loaders, key=lambda r: r.batches_per_epoch or 0, default=None)
+
+
+def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,
+                  run: Optional[Run], decider: Any, launch: Any, complete: bool) -> TuneResult:
+    from feedprof.record.host import usable_cpu_count
+    from feedprof.tune.space import make_space
+
+    h = decider.history
+    cpu_cap = max(1, usable_cpu_count() // decider.ranks())
+    rec, trials, loader = None, [], _target_loader(run)
+    if h.baseline is not None:
+        space = make_space("torch", dict(h.baseline), cpu_cap, decider.limits.max_workers,
+                           run.cuda_used if run is not None else None)
+        trials = _trials(h, decider, space)
+        rec = recommend(trials, space, cpu_cap=cpu_cap)
+        if rec is not None:
+            paste = space.paste(rec.config, loader, script, list(argv))
+            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), code=paste.code,
+                                      loader_site=loader.site if loader else "",
+                                      reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes()))
+    exit_code = run.outcome.exit_code if run is not None else None
+    online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),
+                          settled_at_s=decider.settled_at_s, settled_config=dict(decider.current or {}),
+                          windows=tuple(h.windows), switches=tuple(decider.switches), failures=tuple(h.failures),
+                          loaders=tuple(decider.loaders),
+                          workers_changed=any(key_of(s.config) != key_of(h.baseline or {}) for s in decider.switches),
+                          exit_code=exit_code)
+    return TuneResult(script=script, argv=tuple(argv), framework="torch" if h.baseline is not None else "",
+                      loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,
+                      budget_s=decider.opts.explore_s, complete=complete, host=host, recommendation=rec,
+                      trials=tuple(trials), launch=tuple(launch.command) if launch else (), online=online, run=run)

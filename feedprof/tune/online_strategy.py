@@ -1,0 +1,212 @@
+"""Online search: the next config for the real run, as a function of the
+windows measured so far (Optuna's habit, as in strategy.py: no private cursor).
+
+NOTE [ The online search ]
+
+    the script's own config ─► NEED windows ─► not input-bound (wait < 5 %)? settle on it
+    climb: jump to the worker count predicted to reach the ceiling (rate × ceiling / rate,
+           at least double), capped by the CPU rule and by any kill; stop when a rung is
+           within 10 % of the ceiling, gains < GAIN, or the cap is reached
+    refine: bisect below the best for the cheapest count within noise of it
+    confirm: the pick and the fastest measured once more each, interleaved (A B A B),
+             so drift hits both; then settle on the cheapest within noise
+    the explore budget spent ─► settle on the pick so far
+
+The compute ceiling is the step time when data is ready (a window's wall
+time less its data wait): no batch is replayed inside a real run. Rates are a
+job's: the slowest rank's median window, per config.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from feedprof.store_online import OnlineFailure, OnlineWindow
+
+NEED = 2  # windows per config before it is judged
+CONFIRM = 3  # windows of the pick and its rival before settling
+GAIN = 0.05  # a climb that gains less is flat
+NEAR_CEILING = 0.90
+NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
+IO_BOUND_CPU = 0.5  # workers using less than this share of a core each wait on I/O
+
+
+def key_of(config: Dict[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+@dataclass
+class History:
+    """Everything measured so far in the run."""
+
+    baseline: Optional[Dict[str, Any]] = None
+    windows: List[OnlineWindow] = field(default_factory=list)
+    failures: List[OnlineFailure] = field(default_factory=list)
+
+    def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
+        k = key_of(config)
+        return [w for w in self.windows if key_of(w.config) == k]
+
+    def rate(self, config: Dict[str, Any]) -> Optional[float]:
+        """The job's rate at this config: the slowest rank's median window."""
+        by_rank: Dict[int, List[float]] = {}
+        for w in self.of(config):
+            by_rank.setdefault(w.rank, []).append(w.batches_per_s)
+        return min((statistics.median(r) for r in by_rank.values()), default=None)
+
+    def n_windows(self, config: Dict[str, Any]) -> int:
+        ranks: Dict[int, int] = {}
+        for w in self.of(config):
+            ranks[w.rank] = ranks.get(w.rank, 0) + 1
+        return min(ranks.values(), default=0)
+
+    def wait_fraction(self, config: Dict[str, Any]) -> Optional[float]:
+        ws = self.of(config)
+        return statistics.median(w.wait_fraction for w in ws) if ws else None
+
+    def ceiling(self) -> Optional[float]:
+        rates = [c for c in (w.ceiling_batches_per_s for w in self.windows) if c]
+        return statistics.median(rates) if rates else None
+
+    def noise(self) -> float:
+        """Relative spread of windows of one config, the worst measured config's (≥ GAIN)."""
+        spreads = []
+        for config in self.measured():
+            rates = [w.batches_per_s for w in self.of(config)]
+            if len(rates) >= 2 and statistics.median(rates) > 0:
+                spreads.append((max(rates) - min(rates)) / (2 * statistics.median(rates)))
+        return max([GAIN] + [min(s, 0.25) for s in spreads])
+
+    def measured(self) -> List[Dict[str, Any]]:
+        seen: Dict[str, Dict[str, Any]] = {}
+        for w in self.windows:
+            seen.setdefault(key_of(w.config), w.config)
+        return [c for c in seen.values() if self.n_windows(c) >= NEED]
+
+    def failed(self, config: Dict[str, Any]) -> bool:
+        return any(key_of(f.config) == key_of(config) for f in self.failures)
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_cap: int  # the CPUs a CPU-bound loader may use (per rank)
+    max_workers: int
+
+
+@dataclass(frozen=True)
+class Step:
+    config: Dict[str, Any]
+    final: bool = False
+    why: str = ""  # a code: baseline, climb, refine, confirm, settled, not_input_bound, budget
+
+
+def workers(config: Dict[str, Any]) -> int:
+    return int(config.get("num_workers") or 0)
+
+
+def with_workers(base: Dict[str, Any], n: int) -> Dict[str, Any]:
+    out = dict(base)
+    out["num_workers"] = n
+    out["prefetch_factor"] = (base.get("prefetch_factor") or 2) if n else None
+    out["persistent_workers"] = bool(base.get("persistent_workers")) and n > 0
+    return out
+
+
+def worker_cap(h: History, limits: Limits) -> int:
+    """The CPU rule (past the CPUs only while the workers wait on I/O) and the kills."""
+    io_bound = False
+    for config in h.measured():
+        n = workers(config)
+        cores = [w.workers_cpu_cores for w in h.of(config) if w.workers_cpu_cores is not None]
+        if n and cores and statistics.median(cores) / n < IO_BOUND_CPU:
+            io_bound = True
+    cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
+    for f in h.failures:
+        cap = min(cap, workers(f.config) - 1)
+    return max(cap, 0)
+
+
+def pick(h: History) -> Optional[Dict[str, Any]]:
+    """The cheapest measured config within noise of the fastest."""
+    measured = [c for c in h.measured() if not h.failed(c)]
+    if not measured:
+        return None
+    best = max(h.rate(c) or 0.0 for c in measured)
+    tol = h.noise()
+    within = [c for c in measured if (h.rate(c) or 0.0) >= (1 - tol) * best]
+    return min(within, key=workers)
+
+
+def fastest(h: History) -> Optional[Dict[str, Any]]:
+    measured = [c for c in h.measured() if not h.failed(c)]
+    return max(measured, key=lambda c: h.rate(c) or 0.0, default=None)
+
+
+def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float) -> Step:
+    base = h.baseline
+    if base is None:
+        return Step(current, why="baseline")
+    if h.n_windows(base) < NEED:
+        return Step(base, why="baseline")
+    if not h.failed(current) and h.n_windows(current) < NEED:
+        return Step(current, why="measuring")
+    settled = pick(h) or base
+    if explore_left_s <= 0:
+        return Step(settled, final=True, why="budget")
+    if (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
+        return Step(base, final=True, why="not_input_bound")
+    step = _climb(h, limits, base) or _refine(h, base) or _confirm(h)
+    return step or Step(settled, final=True, why="settled")
+
+
+def _tried(h: History, n: int, base: Dict[str, Any]) -> bool:
+    c = with_workers(base, n)
+    return h.n_windows(c) >= NEED or h.failed(c)
+
+
+def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
+    best = fastest(h)
+    ceiling = h.ceiling()
+    if best is None or not ceiling:
+        return None
+    rate, n_best = h.rate(best) or 0.0, workers(best)
+    if rate >= NEAR_CEILING * ceiling or (h.wait_fraction(best) or 0.0) < 2 * NOT_INPUT_BOUND:
+        return None
+    higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best)
+    if higher:  # a larger count was measured and was not faster: the climb has flattened
+        return None
+    lanes = max(n_best, 1)
+    want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
+    n = min(want, worker_cap(h, limits))
+    if n <= n_best or _tried(h, n, base):
+        return None
+    return Step(with_workers(base, n), why="climb")
+
+
+def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
+    best = fastest(h)
+    if best is None:
+        return None
+    n_best, top = workers(best), h.rate(best) or 0.0
+    tol = h.noise()
+    slower = [workers(c) for c in h.measured() if workers(c) < n_best and (h.rate(c) or 0.0) < (1 - tol) * top]
+    within = [workers(c) for c in h.measured() if workers(c) < n_best and (h.rate(c) or 0.0) >= (1 - tol) * top]
+    lo = max(slower, default=0)
+    hi = min(within, default=n_best)
+    mid = (lo + hi) // 2
+    if lo < mid < hi and not _tried(h, mid, base):
+        return Step(with_workers(base, mid), why="refine")
+    return None
+
+
+def _confirm(h: History) -> Optional[Step]:
+    chosen, best = pick(h), fastest(h)
+    if chosen is None or best is None or key_of(chosen) == key_of(best):
+        return None
+    for c in sorted((chosen, best), key=lambda c: h.n_windows(c)):
+        if h.n_windows(c) < CONFIRM:
+            return Step(c, why="confirm")
+    return None
