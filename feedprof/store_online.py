@@ -19,6 +19,7 @@ class OnlineWindow:
     t_start_s: float
     t_end_s: float
     workers_cpu_s: Optional[float] = None  # CPU time of the pool's workers over the window
+    load_cpu_s: float = 0.0  # the loop thread's CPU time inside next() (at 0 workers: the loading itself)
     epoch: int = 0
 
     @property
@@ -38,6 +39,12 @@ class OnlineWindow:
         """The rate were data always ready: the window's batches over its time not waiting."""
         busy_s = self.wall_s - self.wait_s
         return self.batches / busy_s if busy_s > 0 else None
+
+    @property
+    def load_cpu_fraction(self) -> Optional[float]:
+        """Of the time the loop waited, the share its own thread computed (0 workers: near 1 when
+        loading is CPU-bound, near 0 when it waits on I/O)."""
+        return self.load_cpu_s / self.wait_s if self.wait_s > 0 else None
 
     @property
     def workers_cpu_cores(self) -> Optional[float]:

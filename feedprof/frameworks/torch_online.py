@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import copy
 import re
+import time
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
@@ -125,12 +126,19 @@ class Pool:
         # the script's own timeout where it set one; else a short poll (see next_batch)
         self.own_timeout_s = own_timeout_s
         self.proxy = _copy_with(loader, feed, config, base_seed, own_timeout_s or POLL_S)
-        self.it = (dl._MultiProcessingDataLoaderIter if self.workers else dl._SingleProcessDataLoaderIter)(self.proxy)
         if self.workers:
-            # torch's SIGCHLD handler raises in the main thread wherever it is, the
-            # script's step included: this pool's deaths are found at next_batch instead
-            dl._utils.signal_handling._remove_worker_pids(id(self.it))
+            # torch's SIGCHLD handler raises in the main thread wherever it is, the script's
+            # step included: this pool's workers are never registered with it, and their
+            # deaths are found at next_batch instead
+            handling = dl._utils.signal_handling
+            register, handling._set_worker_pids = handling._set_worker_pids, lambda *_: None
+            try:
+                self.it = dl._MultiProcessingDataLoaderIter(self.proxy)
+            finally:
+                handling._set_worker_pids = register
             self.it._worker_pids_set = False
+        else:
+            self.it = dl._SingleProcessDataLoaderIter(self.proxy)
         self.segment = feed.segment
         self.delivered = 0
 
@@ -213,6 +221,7 @@ class OnlineLoader:
             self.length = 0
         self.feed = Feed(self.length)
         self.pool: Optional[Pool] = None
+        self.starting: Dict[str, Any] = self.script_config
         self.pool_epoch = 0  # the epoch the pool's segment belongs to
         self.epochs = 0
         self.base_seed = 0
@@ -240,6 +249,7 @@ class OnlineLoader:
                 self.pool_epoch = self.epochs
             return pool
         self._drop_pool()
+        self.starting = config  # (a pool that fails to start is that config's failure)
         self.pool = Pool(self.loader, self.feed, config, self.base_seed, self.own_timeout_s)
         self.pool_epoch = self.epochs
         self.tuning.switched(self, config)
@@ -261,7 +271,7 @@ class OnlineLoader:
         the dataset's own error is raised again from the script's own config,
         exactly as the unmodified run raises it."""
         kind = failure_kind(exc)
-        failed = self.pool.config if self.pool is not None else {}
+        failed = self.pool.config if self.pool is not None else self.starting
         if kind is None and failed == self.script_config:
             raise exc
         self.tuning.failed(self, failed, kind or "error", exc)
@@ -285,7 +295,7 @@ class OnlineEpoch:
     def __next__(self) -> Any:
         ol, tuning = self.ol, self.ol.tuning
         now = tuning.now
-        t_req = now()
+        t_req, cpu0_s = now(), time.thread_time()
         failure: Optional[Exception] = None
         try:
             pool = ol.serve(tuning.config_for(ol))  # a switch's cost is this batch's wait
@@ -301,5 +311,5 @@ class OnlineEpoch:
             except StopIteration:
                 tuning.epoch_ended(ol)
                 raise
-        tuning.delivered(ol, t_req, now(), batch)
+        tuning.delivered(ol, t_req, now(), batch, time.thread_time() - cpu0_s)
         return batch

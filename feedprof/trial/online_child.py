@@ -7,7 +7,7 @@ NOTE [ Online tuning, the script's side ]  (tune/online.py is the parent's)
     each batch of the tuned loader ──► delivered(): the window grows
         a new pool's first batches (its workers starting) are warm-up, not window
         window ≥ window_seconds and ≥ min_window_batches ──► event "online_window"
-          {config, batches, samples, wait_s, workers_cpu_s, t_start_s, t_end_s}
+          {config, batches, samples, wait_s, load_cpu_s, workers_cpu_s, t_start_s, t_end_s}
     a pool that failed ──► event "online_failure"; the config is not served again
         until the parent decides anew (a later decision)
 
@@ -34,6 +34,7 @@ class _Window:
     batches: int = 0
     samples: int = 0
     wait_s: float = 0.0
+    load_cpu_s: float = 0.0  # the loop's own CPU time inside next() (at 0 workers: the loading itself)
     t_end_s: float = 0.0
     workers_cpu0_s: Optional[float] = None
 
@@ -150,13 +151,14 @@ class OnlineTuning:
     def epoch_ended(self, ol: Any) -> None:
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
-            if st.window.batches >= self.min_window_batches:
+            w = st.window  # an epoch's tail is a window only when it is most of one
+            if w.batches >= self.min_window_batches and w.t_end_s - w.t_start_s >= self.window_s / 2:
                 self._close(ol, st)
             st.window = None
         if ol is self.target:
             self.emit("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
 
-    def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any) -> None:
+    def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
             return
         st = self._state.setdefault(ol.loader_id, _LoaderState())
@@ -171,6 +173,7 @@ class OnlineTuning:
         w.batches += 1
         w.samples += _batch_len(batch)
         w.wait_s += t_got_s - t_req_s
+        w.load_cpu_s += cpu_s
         w.t_end_s = t_got_s
         if w.t_end_s - w.t_start_s >= self.window_s and w.batches >= self.min_window_batches:
             self._close(ol, st)
@@ -180,7 +183,7 @@ class OnlineTuning:
         cpu1 = _cpu_s(st.pids) if st.pids else 0.0
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
         self.emit("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
-                  wait_s=w.wait_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
+                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
                   epoch=ol.epochs, seq=self.seq)
 
 

@@ -119,9 +119,14 @@ def worker_cap(h: History, limits: Limits) -> int:
     """The CPU rule (past the CPUs only while the workers wait on I/O) and the kills."""
     io_bound = False
     for config in h.measured():
-        n = workers(config)
-        cores = [w.workers_cpu_cores for w in h.of(config) if w.workers_cpu_cores is not None]
-        if n and cores and statistics.median(cores) / n < IO_BOUND_CPU:
+        n, ws = workers(config), h.of(config)
+        if n:  # the workers' own CPU use, per worker
+            cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+            share = statistics.median(cores) / n if cores else None
+        else:  # in the loop itself: the CPU it spent while it waited for the batch
+            fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
+            share = statistics.median(fractions) if fractions else None
+        if share is not None and share < IO_BOUND_CPU:
             io_bound = True
     cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
     for f in h.failures:
@@ -181,6 +186,9 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
     lanes = max(n_best, 1)
     want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
     n = min(want, worker_cap(h, limits))
+    killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best]
+    if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
+        n = min(n, (n_best + min(killed)) // 2)
     if n <= n_best or _tried(h, n, base):
         return None
     return Step(with_workers(base, n), why="climb")
