@@ -12,7 +12,8 @@ NOTE [ Switching a DataLoader's workers mid-epoch ]
               remembers what it took (Segment.taken)
       Pool:   a DataLoader iterator built from a copy of the loader whose batch sampler
               is the Feed and whose generator is private (the script's random streams
-              are never drawn); kept across epochs while its config holds
+              are never drawn); started anew each epoch unless the script's own loader
+              keeps its workers (persistent_workers), as the script's own loader does
       switch, at a batch boundary: what the old pool took but did not deliver
               (taken[delivered:], in order) goes back to the front of the Feed, the
               old workers are shut down, the new pool starts on the Feed
@@ -143,14 +144,16 @@ class Pool:
         self.delivered = 0
 
     def new_epoch(self, feed: Feed) -> None:
-        if self.workers:
-            self.it._reset(self.proxy)
-        else:
-            from torch.utils.data import dataloader as dl
-
-            self.it = dl._SingleProcessDataLoaderIter(self.proxy)
-        self.segment = feed.segment
         self.delivered = 0
+        try:
+            if self.workers:
+                self.it._reset(self.proxy)
+            else:
+                from torch.utils.data import dataloader as dl
+
+                self.it = dl._SingleProcessDataLoaderIter(self.proxy)
+        finally:
+            self.segment = feed.segment
 
     def worker_pids(self) -> List[int]:
         return [w.pid for w in getattr(self.it, "_workers", ())] if self.workers else []
@@ -243,16 +246,27 @@ class OnlineLoader:
     def serve(self, config: Dict[str, Any]) -> Pool:
         """The pool for this epoch, built or switched to ``config``."""
         pool = self.pool
-        if pool is not None and pool.config == config:
+        same = pool is not None and pool.config == config
+        if same and (self.pool_epoch == self.epochs or self.own_persistent):
             if self.pool_epoch != self.epochs:
-                pool.new_epoch(self.feed)
                 self.pool_epoch = self.epochs
+                pool.new_epoch(self.feed)  # (its segment is this epoch's even if the reset fails)
             return pool
+        # A new epoch of a loader without persistent workers starts fresh workers, as the script's
+        # own loader does: they see the dataset as the main process left it (set_epoch() and the like).
+        restart = same
         self._drop_pool()
         self.starting = config  # (a pool that fails to start is that config's failure)
-        self.pool = Pool(self.loader, self.feed, config, self.base_seed, self.own_timeout_s)
+        before = self.feed.segment
+        try:
+            self.pool = Pool(self.loader, self.feed, config, self.base_seed, self.own_timeout_s)
+        except BaseException:
+            started = self.feed.segment  # what its workers took before it failed: served by the next pool
+            if started is not None and started is not before:
+                self.feed.hand_back(started.taken)
+            raise
         self.pool_epoch = self.epochs
-        self.tuning.switched(self, config)
+        self.tuning.switched(self, config, restart=restart)
         return self.pool
 
     def _drop_pool(self) -> None:

@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from feedprof.store import TuneResult
 from feedprof.units import fmt_seconds
 
+FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker"}
 WHY_NOT = {"iterable_dataset": "an IterableDataset: the worker count decides what each worker yields",
            "out_of_order": "in_order=False: batches may arrive out of order, so a switch could lose some",
            "own_iterator": "a DataLoader subclass with its own iterator"}
@@ -23,7 +24,10 @@ def online_lines(result: TuneResult) -> List[str]:
     if o is None:
         return []
     configs = {repr(sorted(s.config.items())) for s in o.switches}
-    lines = [f"The job ran once, to its own end; feedprof explored {len(configs)} config(s) over "
+    ended = "to its own end" if not o.exit_code else f"and ended with its own status {o.exit_code}"
+    if not result.complete:
+        ended = "until it was interrupted"
+    lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
              f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows)"]
     if o.settled_at_s is not None:
         lines.append(f"settled on {describe_config(o.settled_config)} at {fmt_seconds(o.settled_at_s)} "
@@ -31,8 +35,9 @@ def online_lines(result: TuneResult) -> List[str]:
     else:
         lines.append("the run ended before the search settled; the pick is from what was measured")
     for f in o.failures:
-        lines.append(f"{describe_config(f.config)} failed at {fmt_seconds(f.t_s)} ({f.kind}): the batches in "
-                     f"flight were fetched again and the run went on; that many workers are not tried again")
+        lines.append(f"{describe_config(f.config)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
+                     f"the batches in flight were fetched again with the script's own settings and the run "
+                     f"went on; no config with as many workers was tried after")
     for mode in o.loaders:
         if mode.mode != "mid_epoch":
             lines.append(f"loader {mode.loader_id} was not tuned online: {WHY_NOT.get(mode.why_not, mode.why_not)}")

@@ -135,11 +135,15 @@ class OnlineTuning:
 
     # -- what happened ------------------------------------------------------
 
-    def switched(self, ol: Any, config: Dict[str, Any]) -> None:
+    def switched(self, ol: Any, config: Dict[str, Any], restart: bool = False) -> None:
+        """A new pool serves ``config``: a switch, or (``restart``) the config's own start of an
+        epoch, which is its cost and stays inside its window."""
         st = self._state.setdefault(ol.loader_id, _LoaderState())
+        st.pids = ol.pool.worker_pids() if ol.pool is not None else []
+        if restart:
+            return
         st.window = None
         st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate
-        st.pids = ol.pool.worker_pids() if ol.pool is not None else []
         if ol is self.target:
             self.emit("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
 

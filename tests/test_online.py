@@ -1,0 +1,130 @@
+"""feedprof tune --online, end to end: real scripts, real workers, real signals.
+
+The run under feedprof must see what the run as written sees: the same samples
+in the same order every epoch, the same final weights, the same draw from
+torch's global RNG afterwards. Timing targets live in benchmarks/online_vs_offline.py."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_feedprof, write_script
+from scripts_online import DDP, SEEDED
+
+pytest.importorskip("torch")
+
+
+def _as_written(script, report, *args):
+    proc = subprocess.run([sys.executable, script, "--report", str(report), *args], capture_output=True, text=True,
+                          timeout=120)
+    return proc, (json.loads(report.read_text()) if report.exists() else None)
+
+
+def _online(tmp_path, script, report, *args, extra=()):
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", "--online", script, "--out", str(out), *extra, "--", "--report", str(report), *args],
+                        timeout=180)
+    seen = json.loads(report.read_text()) if report.exists() else None
+    results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
+    return proc, seen, results
+
+
+@pytest.mark.parametrize("variant", [[], ["--generator"], ["--workers", "2", "--persistent"]],
+                         ids=["global_rng", "loader_generator", "persistent_workers"])
+def test_the_run_sees_what_it_would_see_without_feedprof(tmp_path, no_leftovers, variant):
+    script = write_script(tmp_path, "train.py", SEEDED)
+    plain, want = _as_written(script, tmp_path / "plain.json", *variant)
+    assert plain.returncode == 0, plain.stderr
+    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
+    assert proc.returncode == 0, proc.stderr
+    assert got["epochs"] == want["epochs"]  # the same samples, in the same order, every epoch
+    assert got["weights"] == want["weights"]
+    assert got["next_rand"] == want["next_rand"]  # the script's random stream was not drawn from
+    online = results["online"]
+    explored = {s["config"]["num_workers"] for s in online["switches"]}
+    assert len(explored) >= 2, online["switches"]  # it did switch, mid-run
+    assert results["schema"].startswith("feedprof.tune/")
+
+
+def test_an_io_bound_script_is_recommended_several_workers(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", SEEDED)
+    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", "--epochs", "4")
+    assert proc.returncode == 0, proc.stderr
+    rec = results["recommendation"]
+    assert rec["config"]["num_workers"] >= 4, rec
+    assert rec["speedup"] > 2
+    assert "num_workers" in proc.stdout  # the recommendation and its paste line, on stdout
+    assert (tmp_path / "out" / "report.html").exists()
+
+
+def test_workers_killed_while_exploring_lose_and_repeat_nothing(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", SEEDED)
+    plain, want = _as_written(script, tmp_path / "plain.json", "--kill-above", "4", "--epochs", "4")
+    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", "--kill-above", "4", "--epochs", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert got["epochs"] == want["epochs"] and got["weights"] == want["weights"]
+    failures = results["online"]["failures"]
+    assert failures and all(f["config"]["num_workers"] > 4 and f["kind"] == "killed" for f in failures)
+    assert results["recommendation"]["config"]["num_workers"] <= 4
+
+
+def test_the_datasets_own_error_is_the_scripts(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", SEEDED)
+    plain, _ = _as_written(script, tmp_path / "plain.json", "--fail-at", "37")
+    proc, _, results = _online(tmp_path, script, tmp_path / "online.json", "--fail-at", "37")
+    assert plain.returncode == 1 and proc.returncode == 1
+    assert "ValueError: corrupt record 37" in plain.stderr
+    assert "ValueError: corrupt record 37" in proc.stderr
+    traceback = proc.stderr.split("Traceback")[-1].split("ValueError: corrupt record 37")[0]
+    assert "feedprof" not in traceback  # the script's own traceback, without feedprof's frames
+    assert results is not None and results["online"]["windows"]  # what was measured is kept
+
+
+def test_feedprof_exits_with_the_jobs_own_status(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", SEEDED)
+    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", "--exit", "3", "--epochs", "1")
+    assert proc.returncode == 3, proc.stderr
+    assert got is not None and results["online"]["exit_code"] == 3
+
+
+def test_ctrl_c_keeps_what_was_measured(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "train.py", SEEDED)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--online", script, "--out", str(out),
+                             "--", "--report", str(tmp_path / "r.json"), "--epochs", "50"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    events = out / "run" / "events.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not (events.exists() and "online_window" in events.read_text()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    results = json.loads((out / "results.json").read_text())
+    assert results["online"]["windows"] and not results["complete"]
+    assert (out / "report.html").exists()
+
+
+def test_a_torchrun_job_is_tuned_on_every_rank(tmp_path, no_leftovers):
+    script = write_script(tmp_path, "ddp.py", DDP)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    plain = subprocess.run([*launch, script, "--report", str(tmp_path / "plain")], capture_output=True, text=True,
+                           timeout=180)
+    assert plain.returncode == 0, plain.stderr
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", "--online", "--out", str(out), "--", *launch, script,
+                         "--report", str(tmp_path / "online")], timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    for rank in (0, 1):
+        want = json.loads((tmp_path / f"plain.{rank}").read_text())
+        got = json.loads((tmp_path / f"online.{rank}").read_text())
+        assert got["epochs"] == want["epochs"] and got["weights"] == want["weights"]
+    results = json.loads((out / "results.json").read_text())
+    ranks = {w["rank"] for w in results["online"]["windows"]}
+    assert ranks == {0, 1}
+    assert {s["rank"] for s in results["online"]["switches"] if s["config"]["num_workers"]} == {0, 1}
