@@ -234,9 +234,12 @@ def render_tune(result: TuneResult) -> str:
                     "whiskers span the slowest and fastest chunk of the window. Green: recommended; orange: "
                     "the script's own settings. Dashed: the compute ceiling (one cached batch replayed), "
                     "dotted: the baseline.</p>")
-    body.append("<h2>Utilisation over time, every trial</h2>")
-    body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
-                            no_gpu(result.host))
+    if result.online is not None:
+        body += online_section(result)
+    else:
+        body.append("<h2>Utilisation over time, every trial</h2>")
+        body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
+                                no_gpu(result.host))
     body.append("<h2>All trials</h2>")
     body.append(trials_table(result))
     if result.notes:
@@ -247,6 +250,23 @@ def render_tune(result: TuneResult) -> str:
         body.append(f"<h2>Trial #{t.index}: the script's error</h2><pre>{esc(t.run.outcome.traceback)}</pre>")
     body.append(_footer(result.host))
     return _page(f"feedprof tune — {os.path.basename(result.script)}", body)
+
+
+def online_section(result: TuneResult) -> List[str]:
+    """tune --online: what the run did, its timeline, and its utilisation curves."""
+    from feedprof.render.online import online_lines, timeline_svg
+
+    body = ["<h2>The run, as it was tuned</h2><ul class=\"reasons\">" +
+            "".join(f"<li>{esc(line)}</li>" for line in online_lines(result)) + "</ul>"]
+    svg = timeline_svg(result)
+    if svg:
+        body.append(svg)
+        body.append("<p class=\"note\">Each segment is a window of the real run at the config in force "
+                    "(its colour): its batches per second above, the share of it the loop waited for data below. "
+                    "Dashed: the search settled; dotted red: a worker pool failed and the run went on.</p>")
+    if result.run is not None:
+        body += curves_section([("the run", result.run)], no_gpu(result.host))
+    return body
 
 
 def trials_table(result: TuneResult) -> str:

@@ -1,7 +1,7 @@
 """Words and the timeline for an online tune (``feedprof tune --online``)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List
 
 from feedprof.store import TuneResult
 from feedprof.units import fmt_seconds
@@ -52,12 +52,14 @@ def format_online(result: TuneResult) -> str:
     return "\n".join(["feedprof --online: " + lines[0]] + [f"  - {line}" for line in lines[1:]]) if lines else ""
 
 
-def timeline(result: TuneResult) -> Tuple[List[float], List[float], List[float], List[str]]:
-    """(window mid-times s, batches/s, data-wait %, config words) of rank 0, in time order: what the
-    report's timeline draws."""
+def timeline_svg(result: TuneResult) -> str:
+    """The report's timeline of an online run (rank 0's windows), or "" without windows."""
+    from feedprof.render import plots
+
     o = result.online
-    if o is None:
-        return [], [], [], []
-    ws = sorted((w for w in o.windows if w.rank == 0), key=lambda w: w.t_start_s)
-    return ([(w.t_start_s + w.t_end_s) / 2 for w in ws], [w.batches_per_s for w in ws],
-            [100 * w.wait_fraction for w in ws], [describe_config(w.config) for w in ws])
+    ws = sorted((w for w in o.windows if w.rank == 0), key=lambda w: w.t_start_s) if o is not None else []
+    if not ws:
+        return ""
+    return plots.draw_timeline([(w.t_start_s, w.t_end_s) for w in ws], [w.batches_per_s for w in ws],
+                               [100 * w.wait_fraction for w in ws], [describe_config(w.config) for w in ws],
+                               o.settled_at_s, [f.t_s for f in o.failures])

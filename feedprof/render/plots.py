@@ -271,3 +271,31 @@ def draw_curves(curves: Sequence[TrialCurves], gpu_note: str = "") -> str:
                                 bbox_to_anchor=(0.0, 1.0), ncol=3, borderaxespad=0.2, handlelength=1.2)
     fig.subplots_adjust(hspace=0.25, wspace=0.25)
     return to_svg(fig)
+
+
+def draw_timeline(t_s: Sequence[Tuple[float, float]], rates: Sequence[float], wait_pct: Sequence[float],
+                  labels: Sequence[str], settled_at_s: Optional[float], failures_t_s: Sequence[float]) -> str:
+    """An online run (tune --online): each window of the run as a segment at its rate and its
+    data wait, coloured by the config in force; the moment the search settled; failed pools."""
+    fig = _figure(8.0, 3.4)
+    top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2, sharex=None)
+    _style(top, "batches/s")
+    _style(bottom, "data wait %")
+    colours: dict = {}
+    for (t0, t1), rate, wait, label in zip(t_s, rates, wait_pct, labels):
+        first = label not in colours  # one legend entry per config
+        colour = colours.setdefault(label, PALETTE[len(colours) % len(PALETTE)])
+        top.plot([t0, t1], [rate, rate], color=colour, linewidth=3, solid_capstyle="butt",
+                 label=label if first else None)
+        bottom.plot([t0, t1], [wait, wait], color=colour, linewidth=3, solid_capstyle="butt")
+    for ax in (top, bottom):
+        if settled_at_s is not None:
+            ax.axvline(settled_at_s, color=INK, linestyle="--", linewidth=0.8)
+        for t in failures_t_s:
+            ax.axvline(t, color=PALETTE[3], linestyle=":", linewidth=1)
+    top.set_ylim(bottom=0)
+    bottom.set_ylim(0, 100)
+    bottom.set_xlabel("seconds into the run", color=INK, fontsize=8)
+    if colours:
+        top.legend(fontsize=7, frameon=False, loc="lower right", labelcolor=INK)
+    return to_svg(fig)

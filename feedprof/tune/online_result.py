@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import recommend, trial_from_run
-from feedprof.reasons import KilledBySignal, OutOfMemoryKilled, Reason, TrialTimedOut
+from feedprof.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
 from feedprof.store import HostInfo, Outcome, Phase, Role, Run, Summary, Trial, TrialState, TuneResult
 from feedprof.store_online import OnlineFailure, OnlineRecord, OnlineWindow
 from feedprof.tune.online_strategy import History, key_of, workers
@@ -49,10 +49,18 @@ def _failure_cause(f: OnlineFailure) -> Reason:
     return KilledBySignal(signal=f.error[:120])
 
 
+def _outcome(failure: Optional[OnlineFailure]) -> Outcome:
+    if failure is None:
+        return Outcome(state=TrialState.OK)
+    if failure.kind == "error":  # an error raised in a worker (not by the script's own settings: it went on)
+        return Outcome(state=TrialState.FAILED, cause=ScriptFailed(error=failure.error))
+    state = TrialState.TIMEOUT if failure.kind == "hung" else TrialState.KILLED
+    return Outcome(state=state, cause=_failure_cause(failure))
+
+
 def _config_run(h: History, config: Dict[str, Any]) -> Run:
     failure = next((f for f in h.failures if key_of(f.config) == key_of(config)), None)
-    state = TrialState.OK if failure is None else TrialState.KILLED
-    outcome = Outcome(state=state, cause=None if failure is None else _failure_cause(failure))
+    outcome = _outcome(failure)
     ws = h.of(config)
     return Run(kind="trial", outcome=outcome, summary=_summary(h, config),
                duration_s=sum(w.wall_s for w in ws))

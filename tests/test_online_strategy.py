@@ -1,0 +1,90 @@
+"""The online search as a function of the windows measured so far (no processes, no clock)."""
+from feedprof.store_online import OnlineFailure, OnlineWindow
+from feedprof.tune.online_strategy import History, Limits, decide, pick, with_workers, worker_cap
+
+BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}
+LIMITS = Limits(cpu_cap=2, max_workers=32)
+
+
+def window(config, rate, wait_fraction, t=0.0, workers_cpu_s=None, load_cpu_s=0.0, rank=0, wall_s=1.0):
+    return OnlineWindow(rank=rank, config=config, batches=round(rate * wall_s), samples=16 * round(rate * wall_s),
+                        wait_s=wait_fraction * wall_s, t_start_s=t, t_end_s=t + wall_s,
+                        workers_cpu_s=workers_cpu_s, load_cpu_s=load_cpu_s)
+
+
+def io_bound_baseline():
+    # 20 b/s, 90 % waiting, the loop's thread idle while it waits: I/O, so the step alone runs at 200 b/s
+    h = History(baseline=BASE)
+    h.windows += [window(BASE, 20, 0.9, t=0, load_cpu_s=0.01), window(BASE, 20, 0.9, t=1, load_cpu_s=0.01)]
+    return h
+
+
+def test_the_baseline_is_measured_first():
+    h = History(baseline=BASE, windows=[window(BASE, 20, 0.9)])
+    assert decide(h, LIMITS, BASE, 60).config == BASE
+
+
+def test_an_io_bound_loader_jumps_to_the_predicted_worker_count():
+    step = decide(io_bound_baseline(), LIMITS, BASE, 60)
+    assert step.why == "climb" and step.config["num_workers"] >= 10  # 200 / 20 b/s, past the 2 CPUs
+
+
+def test_a_cpu_bound_loader_stays_within_the_cpus():
+    h = History(baseline=BASE)
+    h.windows += [window(BASE, 20, 0.9, t=0, load_cpu_s=0.85), window(BASE, 20, 0.9, t=1, load_cpu_s=0.85)]
+    assert decide(h, LIMITS, BASE, 60).config["num_workers"] == 2
+
+
+def test_workers_that_idle_lift_the_cpu_cap():
+    h = History(baseline=BASE)
+    two = with_workers(BASE, 2)
+    h.windows += [window(two, 40, 0.8, workers_cpu_s=0.1), window(two, 40, 0.8, t=1, workers_cpu_s=0.1)]
+    assert worker_cap(h, LIMITS) == 32
+    busy = History(baseline=BASE, windows=[window(two, 40, 0.8, workers_cpu_s=1.9),
+                                           window(two, 40, 0.8, t=1, workers_cpu_s=1.9)])
+    assert worker_cap(busy, LIMITS) == 2
+
+
+def test_not_input_bound_settles_on_the_scripts_own_settings():
+    h = History(baseline=BASE, windows=[window(BASE, 100, 0.01), window(BASE, 100, 0.02, t=1)])
+    step = decide(h, LIMITS, BASE, 60)
+    assert step.final and step.config == BASE and step.why == "not_input_bound"
+
+
+def test_a_kill_caps_the_workers_and_the_next_try_bisects():
+    h = io_bound_baseline()
+    twenty = with_workers(BASE, 20)
+    h.failures.append(OnlineFailure(rank=0, config=twenty, kind="killed", error="", t_s=2))
+    step = decide(h, LIMITS, twenty, 60)
+    assert step.config["num_workers"] == 10  # between 0 (ran) and 20 (killed)
+    assert worker_cap(h, LIMITS) == 19
+
+
+def test_the_cheapest_within_noise_is_picked_and_confirmed_interleaved():
+    h = io_bound_baseline()
+    eight, sixteen = with_workers(BASE, 8), with_workers(BASE, 16)
+    h.windows += [window(sixteen, 180, 0.05, t=2, workers_cpu_s=0.5), window(sixteen, 182, 0.05, t=3, workers_cpu_s=0.5),
+                  window(eight, 178, 0.06, t=4, workers_cpu_s=0.5), window(eight, 179, 0.06, t=5, workers_cpu_s=0.5)]
+    assert pick(h) == eight
+    steps = []
+    for _ in range(6):  # refine below 8 is done once 4 is slower; then the pick and its rival alternate
+        step = decide(h, LIMITS, steps[-1].config if steps else eight, 60)
+        steps.append(step)
+        if step.final:
+            break
+        rate = {0: 20, 4: 90, 8: 179, 16: 181}.get(step.config["num_workers"], 150)
+        h.windows += [window(step.config, rate, 0.1, t=10 + len(steps), workers_cpu_s=0.5)] * 2
+    assert steps[-1].final and steps[-1].config == eight
+
+
+def test_the_slowest_rank_sets_a_configs_rate():
+    h = History(baseline=BASE)
+    h.windows += [window(BASE, 20, 0.9, rank=0), window(BASE, 10, 0.95, rank=1),
+                  window(BASE, 22, 0.9, t=1, rank=0), window(BASE, 11, 0.95, t=1, rank=1)]
+    assert h.rate(BASE) == 10.5
+
+
+def test_the_explore_budget_spent_settles_on_the_pick_so_far():
+    h = io_bound_baseline()
+    step = decide(h, LIMITS, BASE, 0)
+    assert step.final and step.why == "budget"
