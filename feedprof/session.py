@@ -43,7 +43,8 @@ def cuda_in_use() -> Optional[bool]:
 class Profile:
     def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
                  warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches, clock: Clock = MONOTONIC,
-                 sample: bool = True):
+                 sample: bool = True, tune: bool = False, explore_s: float = 60.0,
+                 max_workers: Optional[int] = None):
         self.interval_s = interval_s
         self.gpu = gpu
         self.warmup_batches = warmup_batches
@@ -56,6 +57,9 @@ class Profile:
         self._started_at = ""
         self._stopped_at: Optional[float] = None
         self._host = None
+        self.tune = tune  # tune the watched DataLoaders' settings inside this loop (tune/inprocess.py)
+        self._online_opts = (explore_s, max_workers)
+        self._tuner: Any = None
 
     # -- lifecycle --------------------------------------------------------
 
@@ -75,6 +79,13 @@ class Profile:
         self._started_at = now_iso()
         gpu = open_gpu(cuda_uuids=torch_cuda_uuids()) if self.gpu else NullGpu(GpuStatus.OFF)
         self._host = host_info(gpu)
+        if self.tune:
+            from feedprof.tune.inprocess import InProcessTuner
+            from feedprof.tune.online import OnlineOptions
+
+            explore_s, max_workers = self._online_opts
+            self._tuner = InProcessTuner(self.clock, self._origin_s,
+                                         OnlineOptions(explore_s=explore_s, max_workers=max_workers, gpu=self.gpu))
         if self.sample:
             self._sampler = Sampler(pid=os.getpid(), interval_s=self.interval_s, gpu=gpu,
                                     clock=self.clock, origin_s=self._origin_s).start()
@@ -83,6 +94,8 @@ class Profile:
         return self
 
     def stop(self) -> None:
+        if self._tuner is not None:
+            self._tuner.close()
         if self._sampler is not None and self._samples is None:
             self._samples = self._sampler.stop()
         if self._stopped_at is None and self._origin_s is not None:
@@ -101,6 +114,8 @@ class Profile:
             info.batch_size = batch_size
         rec = self.recorder(framework, name=name, info=info)
         rec.binding = Binding(site=code_site(sys._getframe(1)))
+        if self._tuner is not None and framework == "torch":
+            iterable = self._tuner.wrap(iterable, rec.loader_id) or iterable
         return Watched(iterable, rec, now=self.clock.now_s)
 
     def recorder(self, framework: str, name: str = "", info: Optional[LoaderInfo] = None) -> StepRecorder:
@@ -137,6 +152,12 @@ class Profile:
                                               t_end_s=last, end=WindowEnd.FULL_RUN))
         return _replace(run, summary=summarize(run))
 
+    def tuned(self) -> Any:
+        """profile(tune=True): the online search's result (a TuneResult, as tune --online writes)."""
+        if self._tuner is None:
+            raise RuntimeError("this profile does not tune: use feedprof.profile(tune=True)")
+        return self._tuner.result(self.run)
+
     def summary(self) -> Summary:
         """What the run says about its training loader; ``print()`` it for words."""
         return PrintableSummary.of(self.run.summary)
@@ -150,9 +171,10 @@ class Profile:
         return path
 
     def report(self, path: str = "feedprof.html") -> str:
+        """The HTML page: the run's, or with ``tune=True`` the online tune's (its timeline and pick)."""
         from feedprof.render.html import write_report
 
-        return write_report(self.run, path)
+        return write_report(self.tuned() if self._tuner is not None else self.run, path)
 
     def to_tensorboard(self, logdir: str) -> str:
         """Write the run as TensorBoard event files in ``logdir`` (``pip install 'feedprof[tensorboard]'``)."""

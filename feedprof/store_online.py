@@ -21,10 +21,11 @@ class OnlineWindow:
     workers_cpu_s: Optional[float] = None  # CPU time of the pool's workers over the window
     load_cpu_s: float = 0.0  # the loop thread's CPU time inside next() (at 0 workers: the loading itself)
     epoch: int = 0
+    span_s: Optional[float] = None  # its stretches' time, when it spans an epoch boundary (else the clock's)
 
     @property
     def wall_s(self) -> float:
-        return max(self.t_end_s - self.t_start_s, 1e-9)
+        return max(self.span_s if self.span_s is not None else self.t_end_s - self.t_start_s, 1e-9)
 
     @property
     def batches_per_s(self) -> float:
@@ -63,6 +64,22 @@ class OnlineFailure:
 
 
 @dataclass(frozen=True)
+class OnlineWarmup:
+    """A new pool filling: ``warm_batches`` delivered ``warm_s`` after the first was asked for.
+    ``per_epoch``: the script's loader starts its workers anew every epoch, so the run pays
+    this again at each epoch's start."""
+
+    rank: int
+    config: Dict[str, Any]
+    warm_batches: int
+    warm_s: float
+    restart: bool  # an epoch's start (not a switch)
+    per_epoch: bool
+    batches_per_epoch: int
+    t_s: float
+
+
+@dataclass(frozen=True)
 class OnlineSwitch:
     """The tuned loader started serving ``config`` at ``t_s`` (on ``rank``)."""
 
@@ -90,6 +107,7 @@ class OnlineRecord:
     windows: Tuple[OnlineWindow, ...] = ()
     switches: Tuple[OnlineSwitch, ...] = ()
     failures: Tuple[OnlineFailure, ...] = ()
+    warmups: Tuple[OnlineWarmup, ...] = ()
     loaders: Tuple[OnlineLoaderMode, ...] = ()
     workers_changed: bool = False  # the run's own workers' randomness (augmentation) was not the script's
     exit_code: Optional[int] = None  # the job's own

@@ -269,6 +269,10 @@ class OnlineLoader:
         self.tuning.switched(self, config, restart=restart)
         return self.pool
 
+    def close(self) -> None:
+        """The run is over: no worker outlives it."""
+        self._drop_pool()
+
     def _drop_pool(self) -> None:
         pool, self.pool = self.pool, None
         if pool is None:

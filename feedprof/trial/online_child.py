@@ -29,8 +29,13 @@ HANG_BATCHES = 20.0  # ... or this many times the slowest batch so far, if longe
 
 @dataclass
 class _Window:
+    """Stretches of the run under one config: an epoch's tail goes on in the next epoch (after its
+    workers' start, which is counted apart), so short epochs with many workers still fill a window."""
+
     config: Dict[str, Any]
     t_start_s: float
+    span_s: float = 0.0  # the stretches' time, between epochs left out
+    t_last_s: Optional[float] = None  # the stretch's last delivery (None: a new stretch begins)
     batches: int = 0
     samples: int = 0
     wait_s: float = 0.0
@@ -42,6 +47,9 @@ class _Window:
 @dataclass
 class _LoaderState:
     warmup_left: int = 0
+    warm_t0_s: Optional[float] = None  # when the new pool's first batch was asked for
+    warm_batches: int = 0
+    restart: bool = False
     window: Optional[_Window] = None
     slowest_s: float = 0.0
     pids: List[int] = field(default_factory=list)
@@ -90,11 +98,12 @@ class OnlineTuning:
         """A loader starts an epoch: the one with the most batches per epoch is tuned."""
         if self.target is None or (ol is not self.target and ol.length > self.target.length):
             self.target = ol
-            self.emit("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length)
+            self.emit("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
+                      per_epoch=not ol.own_persistent)
 
     def _poll(self) -> None:
         t = self.now()
-        if t - self._t_polled < POLL_S:
+        if not self.decision_path or t - self._t_polled < POLL_S:
             return
         self._t_polled = t
         try:
@@ -111,6 +120,11 @@ class OnlineTuning:
         self._mtime_ns = st.st_mtime_ns
         if d.get("seq", 0) > self.seq:
             self.seq, self.config, self.final = d["seq"], d.get("config"), bool(d.get("final"))
+
+    def apply(self, decision: Dict[str, Any]) -> None:
+        """A decision made in this process (the in-process decider's publish)."""
+        if decision.get("seq", 0) > self.seq:
+            self.seq, self.config, self.final = decision["seq"], decision.get("config"), bool(decision.get("final"))
 
     def config_for(self, ol: Any) -> Dict[str, Any]:
         if ol is not self.target:
@@ -140,11 +154,13 @@ class OnlineTuning:
         epoch, which is its cost and stays inside its window."""
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.pids = ol.pool.worker_pids() if ol.pool is not None else []
-        if restart:
-            return
-        st.window = None
-        st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate
-        if ol is self.target:
+        if st.window is not None:
+            st.window.workers_cpu0_s = None  # other workers now: their CPU is not comparable
+        if not restart:
+            st.window = None
+        st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate ...
+        st.warm_t0_s, st.warm_batches, st.restart = None, 0, restart  # ... but its cost (online_warmup)
+        if ol is self.target and not restart:
             self.emit("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
 
     def failed(self, ol: Any, config: Dict[str, Any], kind: str, exc: BaseException) -> None:
@@ -155,10 +171,7 @@ class OnlineTuning:
     def epoch_ended(self, ol: Any) -> None:
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
-            w = st.window  # an epoch's tail is a window only when it is most of one
-            if w.batches >= self.min_window_batches and w.t_end_s - w.t_start_s >= self.window_s / 2:
-                self._close(ol, st)
-            st.window = None
+            st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
         if ol is self.target:
             self.emit("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
 
@@ -168,26 +181,42 @@ class OnlineTuning:
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.slowest_s = max(st.slowest_s, t_got_s - t_req_s)
         if st.warmup_left > 0:
-            st.warmup_left -= 1
+            self._warming(ol, st, t_req_s, t_got_s)
             return
         w = st.window
+        if w is not None and w.config != ol.pool.config:
+            w = st.window = None
         if w is None:
             w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s,
                                     workers_cpu0_s=_cpu_s(st.pids) if st.pids else 0.0)
+        w.span_s += t_got_s - (t_req_s if w.t_last_s is None else w.t_last_s)
+        w.t_last_s = t_got_s
         w.batches += 1
         w.samples += _batch_len(batch)
         w.wait_s += t_got_s - t_req_s
         w.load_cpu_s += cpu_s
         w.t_end_s = t_got_s
-        if w.t_end_s - w.t_start_s >= self.window_s and w.batches >= self.min_window_batches:
+        if w.span_s >= self.window_s and w.batches >= self.min_window_batches:
             self._close(ol, st)
+
+    def _warming(self, ol: Any, st: _LoaderState, t_req_s: float, t_got_s: float) -> None:
+        """A new pool's first batches: once it is full, what starting it cost (workers forked,
+        the first fetch), which the run pays again every epoch where the loader restarts its workers."""
+        if st.warm_t0_s is None:
+            st.warm_t0_s = t_req_s
+        st.warm_batches += 1
+        st.warmup_left -= 1
+        if st.warmup_left == 0:
+            self.emit("online_warmup", loader_id=ol.loader_id, config=ol.pool.config, warm_batches=st.warm_batches,
+                      warm_s=t_got_s - st.warm_t0_s, restart=st.restart, per_epoch=not ol.own_persistent,
+                      batches_per_epoch=ol.length)
 
     def _close(self, ol: Any, st: _LoaderState) -> None:
         w, st.window = st.window, None
         cpu1 = _cpu_s(st.pids) if st.pids else 0.0
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
         self.emit("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
-                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
+                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
                   epoch=ol.epochs, seq=self.seq)
 
 

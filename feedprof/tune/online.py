@@ -17,11 +17,11 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from feedprof.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.store_online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWindow
+from feedprof.store_online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
 from feedprof.trial.protocol import read_events
 from feedprof.tune.online_strategy import History, Limits, Step, decide, key_of
 
@@ -59,6 +59,7 @@ class Decider:
     settled_at_s: Optional[float] = None
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
+    publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
     _offsets: Dict[str, int] = field(default_factory=dict)
 
     def poll(self) -> None:
@@ -80,7 +81,7 @@ class Decider:
         if kind == "online_window":
             w = OnlineWindow(rank=rank, config=ev["config"], batches=ev["batches"], samples=ev["samples"],
                              wait_s=ev["wait_s"], t_start_s=ev["t_start_s"], t_end_s=ev["t_end_s"],
-                             workers_cpu_s=ev.get("workers_cpu_s"), load_cpu_s=ev.get("load_cpu_s", 0.0),
+                             workers_cpu_s=ev.get("workers_cpu_s"), load_cpu_s=ev.get("load_cpu_s", 0.0), span_s=ev.get("span_s"),
                              epoch=ev.get("epoch", 0))
             self.history.windows.append(w)
             if self.first_window_s is None:
@@ -93,10 +94,20 @@ class Decider:
             why = "recovered" if self._recovering(ev["config"]) else self.last_why
             self.switches.append(OnlineSwitch(rank=rank, t_s=ev["t_s"], config=ev["config"], why=why))
             return True
+        if kind == "online_warmup":
+            self.history.warmups.append(OnlineWarmup(
+                rank=rank, config=ev["config"], warm_batches=ev["warm_batches"], warm_s=ev["warm_s"],
+                restart=bool(ev.get("restart")), per_epoch=bool(ev.get("per_epoch")),
+                batches_per_epoch=ev.get("batches_per_epoch") or 0, t_s=ev["t_s"]))
+            return True
         if kind == "online_failure":
             self.history.failures.append(OnlineFailure(rank=rank, config=ev["config"], kind=ev["kind"],
                                                        error=ev.get("error", ""), t_s=ev["t_s"]))
             return True
+        if kind == "online_target":
+            self.history.batches_per_epoch = ev.get("batches_per_epoch") or 0
+            self.history.restarts_per_epoch = bool(ev.get("per_epoch"))
+            return False
         if kind == "online_loader" and rank == 0:
             self.loaders.append(OnlineLoaderMode(loader_id=ev["loader_id"], mode=ev["mode"], why_not=ev["why_not"]))
         return False
@@ -132,7 +143,15 @@ class Decider:
         self.seq += 1
         self.current, self.last_why = step.config, step.why
         payload = {"seq": self.seq, "config": step.config, "final": step.final, "why": step.why}
-        write_text_atomic(os.path.join(self.trial_dir, DECISION_FILE), json.dumps(payload))
+        if self.publish is not None:  # in the user's own process (feedprof.profile(tune=True))
+            self.publish(payload)
+        else:
+            write_text_atomic(os.path.join(self.trial_dir, DECISION_FILE), json.dumps(payload))
+
+    def tell(self, ev: Dict[str, Any]) -> None:
+        """An event from the loop in this very process (no files): decide at once."""
+        if self._on_event(0, ev) and not self.final and self.history.baseline is not None:
+            self._decide()
 
     def explored_s(self) -> float:
         if self.first_window_s is None:

@@ -28,9 +28,10 @@ def _summary(h: History, config: Dict[str, Any]) -> Optional[Summary]:
     wait = sum(w.wait_s for w in ws)
     cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
     per_batch = sum(w.samples for w in ws) / max(1, sum(w.batches for w in ws))
+    steady = h.steady_rate(config)
     return Summary(framework="torch", batches_measured=sum(w.batches for w in ws), measured_s=wall,
-                   batches_per_s=rate, batches_per_s_low=min(rates), batches_per_s_high=max(rates),
-                   n_chunks=len(ws), effective_batches_per_s=rate,
+                   batches_per_s=steady, batches_per_s_low=min(rates), batches_per_s_high=max(rates),
+                   n_chunks=len(ws), effective_batches_per_s=rate, epoch_startup_s=h.epoch_cost_s(config),
                    batch_size=round(per_batch) or None, samples_per_s=rate * per_batch if rate else None,
                    data_wait_fraction=wait / wall if wall else None, data_wait_s=wait,
                    input_bound=classify(wait / wall if wall else None), num_workers=workers(config),
@@ -121,6 +122,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
     online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),
                           settled_at_s=decider.settled_at_s, settled_config=dict(decider.current or {}),
                           windows=tuple(h.windows), switches=tuple(decider.switches), failures=tuple(h.failures),
+                          warmups=tuple(h.warmups),
                           loaders=tuple(decider.loaders),
                           workers_changed=any(key_of(s.config) != key_of(h.baseline or {}) for s in decider.switches),
                           exit_code=exit_code)

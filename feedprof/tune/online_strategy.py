@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from feedprof.store_online import OnlineFailure, OnlineWindow
+from feedprof.store_online import OnlineFailure, OnlineWarmup, OnlineWindow
 
 NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
@@ -32,6 +32,7 @@ GAIN = 0.05  # a climb that gains less is flat
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
 IO_BOUND_CPU = 0.5  # workers using less than this share of a core each wait on I/O
+EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
 def key_of(config: Dict[str, Any]) -> str:
@@ -45,17 +46,40 @@ class History:
     baseline: Optional[Dict[str, Any]] = None
     windows: List[OnlineWindow] = field(default_factory=list)
     failures: List[OnlineFailure] = field(default_factory=list)
+    warmups: List[OnlineWarmup] = field(default_factory=list)
+    batches_per_epoch: int = 0  # of the tuned loader (0: unknown)
+    restarts_per_epoch: bool = False  # its workers start anew every epoch (no persistent_workers)
 
     def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
         k = key_of(config)
         return [w for w in self.windows if key_of(w.config) == k]
 
-    def rate(self, config: Dict[str, Any]) -> Optional[float]:
-        """The job's rate at this config: the slowest rank's median window."""
+    def steady_rate(self, config: Dict[str, Any]) -> Optional[float]:
+        """The job's steady rate at this config: the slowest rank's median window."""
         by_rank: Dict[int, List[float]] = {}
         for w in self.of(config):
             by_rank.setdefault(w.rank, []).append(w.batches_per_s)
         return min((statistics.median(r) for r in by_rank.values()), default=None)
+
+    def epoch_cost_s(self, config: Dict[str, Any]) -> Optional[float]:
+        """What starting this config's workers costs beyond its steady rate (median over its starts)."""
+        steady = self.steady_rate(config)
+        k = key_of(config)
+        costs = [max(0.0, w.warm_s - w.warm_batches / steady) for w in self.warmups
+                 if key_of(w.config) == k and steady]
+        return statistics.median(costs) if costs else None
+
+    def rate(self, config: Dict[str, Any]) -> Optional[float]:
+        """What configs are ranked by: the steady rate with the workers' start-up amortised over the
+        epoch, where the script's loader starts them anew every epoch (as an offline tune does)."""
+        steady = self.steady_rate(config)
+        cost = self.epoch_cost_s(config)
+        k = key_of(config)
+        per_epoch = next((w for w in self.warmups if key_of(w.config) == k and w.per_epoch), None)
+        if steady is None or not cost or per_epoch is None or not per_epoch.batches_per_epoch:
+            return steady
+        bpe = per_epoch.batches_per_epoch
+        return bpe / (bpe / steady + cost)
 
     def n_windows(self, config: Dict[str, Any]) -> int:
         ranks: Dict[int, int] = {}
@@ -129,6 +153,8 @@ def worker_cap(h: History, limits: Limits) -> int:
         if share is not None and share < IO_BOUND_CPU:
             io_bound = True
     cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
+    if h.restarts_per_epoch and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
+        cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
     for f in h.failures:
         cap = min(cap, workers(f.config) - 1)
     return max(cap, 0)
@@ -177,7 +203,7 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
     ceiling = h.ceiling()
     if best is None or not ceiling:
         return None
-    rate, n_best = h.rate(best) or 0.0, workers(best)
+    rate, n_best = h.steady_rate(best) or 0.0, workers(best)  # (the ceiling is a steady rate too)
     if rate >= NEAR_CEILING * ceiling or (h.wait_fraction(best) or 0.0) < 2 * NOT_INPUT_BOUND:
         return None
     higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best)
