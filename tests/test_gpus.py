@@ -130,7 +130,7 @@ def test_a_command_line_cannot_write_to_the_terminal():
         p.wait()
 
 
-def test_cli_names_the_orphan_and_its_dead_parent(orphan):
+def test_cli_names_the_orphan_and_its_dead_parent(orphan, e2e):
     pid, job = orphan
     env = {"PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tests", "fake_nvml"), os.environ.get("PYTHONPATH", "")]),
            "FEEDPROF_FAKE_NVML_PROCESSES": f"{os.getpid()}:{GIB},{pid}:{6 * GIB}"}
@@ -144,7 +144,7 @@ def test_cli_names_the_orphan_and_its_dead_parent(orphan):
     assert psutil.pid_exists(pid)  # named, never ended by feedprof
 
 
-def test_cli_without_a_gpu_is_one_line(tmp_path):
+def test_cli_without_a_gpu_is_one_line(tmp_path, e2e):
     env = {"CUDA_VISIBLE_DEVICES": ""}  # hides every GPU, whatever this machine has
     proc = run_feedprof(["gpus"], env=env, timeout=60)
     assert proc.returncode == 0
