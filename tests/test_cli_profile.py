@@ -174,6 +174,14 @@ def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message, cli):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("via", ["module", "console-script"])
+def test_bad_usage_from_the_real_entry_points(tmp_path, via, e2e):
+    """The usage tests above run in-process; the exit status and the one line
+    without a traceback also hold for `feedprof` and `python -m feedprof`."""
+    proc = run_feedprof(["profile", "missing.py"], via=via, cwd=str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == "feedprof: no such script: missing.py"
+
+
 def test_a_second_run_into_a_directory_in_use_is_bad_usage(tmp_path, no_leftovers, torch):
     """Two runs writing one --out would clear each other's trial directories:
     the second is refused (exit 2, one line naming the first's PID); the first
