@@ -54,7 +54,7 @@ def test_single_process_runs_are_one_rank_each_named_by_host_or_position_and_gro
     ([], "needs the runs of two or more nodes"),
     ([node("a", rank(0), rank(1)), node("a", rank(1), rank(0))], r"ranks \[0, 1\] appear in more than one run"),
     ([Run(host=HostInfo(hostname="a")), Run(host=HostInfo(hostname="a"))], r"ranks \[0\] appear in more than one run"),
-])
+], ids=["one run", "no run", "one node twice", "one process twice"])
 def test_runs_that_are_not_the_nodes_of_one_job(runs, message):
     with pytest.raises(MergeError, match=message):
         merge_runs(runs)
