@@ -58,17 +58,11 @@ def DataLoader(torch):  # noqa: N802 (named as the class it gives, so test bodie
     return torch.utils.data.DataLoader
 
 
-class Ran:
-    """What ``cli`` returns: the fields of subprocess.CompletedProcess the tests read."""
-
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
 @pytest.fixture
 def cli(capsys, monkeypatch):
-    """``feedprof ARGS`` in this process: feedprof.cli.main(argv), its output from capsys.
-    For argument handling, which needs no process of its own."""
+    """``feedprof ARGS`` in this process: feedprof.cli.main(argv), its output from
+    capsys, as the CompletedProcess run_feedprof gives. For argument handling,
+    which needs no process of its own."""
     from feedprof.cli import main
 
     def run(args, cwd=None):
@@ -80,7 +74,7 @@ def cli(capsys, monkeypatch):
         except SystemExit as exc:  # argparse's own exits (--help)
             code = exc.code
         out, err = capsys.readouterr()
-        return Ran(code, out, err)
+        return subprocess.CompletedProcess(list(args), code, out, err)
 
     return run
 
