@@ -12,7 +12,6 @@ from tests.conftest import run_feedprof, write_script
 
 pytestmark = pytest.mark.usefixtures("torch")  # every script here is a torch one
 
-
 QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1",
          "--quiet"]
 

@@ -1,11 +1,8 @@
 """`feedprof tune` end to end on tiny sleep-bound scripts (real trials, short windows)."""
 import json
 
-import pytest
-
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
-
 
 QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
          "--interval", "0.1", "--quiet"]

@@ -12,7 +12,6 @@ from tests.conftest import run_feedprof, write_script
 from feedprof.trial.jobrunner import free_port
 from tests.scripts_jobs import DATA_PARALLEL, MPI_INIT, MULTI_WORKER, START_TWO_WORKERS, ddp, mirrored
 
-
 QUICK = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
