@@ -19,8 +19,69 @@ def write_script(directory, name, body):
     return path
 
 
+# ------------------------------------------------ the two tiers
+# ./tests/run runs the fast tier (-m "not e2e"), ./tests/run --all everything. A test
+# is end-to-end by what it does, not by a hand-written mark: it requests the e2e
+# fixture, itself or through a fixture that starts processes (no_leftovers, a
+# module's tune), and notebooks run by nbmake are e2e too.
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "e2e" in getattr(item, "fixturenames", ()) or item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def e2e():
+    """Marks the test that requests it end-to-end (see pytest_collection_modifyitems)."""
+
+
+def _module_or_skip(name):
+    """A session fixture giving module ``name``, or skipping the tests that need it
+    where it is not installed. Imported when a test first needs it, not at
+    collection: the fast tier never pays for TensorFlow it does not use."""
+    return pytest.fixture(scope="session", name=name)(lambda: pytest.importorskip(name))
+
+
+torch = _module_or_skip("torch")
+tensorflow = _module_or_skip("tensorflow")
+keras = _module_or_skip("keras")
+tf_keras = _module_or_skip("tf_keras")
+IPython = _module_or_skip("IPython")
+jsonschema = _module_or_skip("jsonschema")
+tensorboard = _module_or_skip("tensorboard")
+
+
+@pytest.fixture(scope="session")
+def DataLoader(torch):  # noqa: N802 (named as the class it gives, so test bodies read as usual)
+    return torch.utils.data.DataLoader
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``feedprof ARGS`` in this process: feedprof.cli.main(argv), its output from
+    capsys, as the CompletedProcess run_feedprof gives. For argument handling,
+    which needs no process of its own."""
+    from feedprof.cli import main
+
+    def run(args, cwd=None):
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own exits (--help)
+            code = exc.code
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return run
+
+
 def run_feedprof(args, via="module", timeout=240, cwd=None, env=None):
-    """The real CLI in a subprocess: ``python -m feedprof`` or the ``feedprof`` script."""
+    """The real CLI in a subprocess: ``python -m feedprof`` or the ``feedprof`` script.
+    A test that calls it requests ``e2e`` (or ``no_leftovers``)."""
     cmd = [sys.executable, "-m", "feedprof"] if via == "module" else [FEEDPROF_BIN]
     full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout,
@@ -51,7 +112,7 @@ def leftover_trial_processes(mark=None):
 
 
 @pytest.fixture
-def no_leftovers(monkeypatch, request):
+def no_leftovers(monkeypatch, request, e2e):
     mark = f"{os.getpid()}:{request.node.nodeid}"
     monkeypatch.setenv(TEST_MARK, mark)
     yield

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run_feedprof, write_script
 
-pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("torch")  # every script here is a torch one
 
 QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1",
          "--quiet"]
@@ -71,7 +71,6 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.slow
 def test_an_iterable_dataset_that_ignores_the_worker_is_never_a_speedup(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", STREAM.format(shard=False))
     proc, res = tune(tmp_path, script, "--budget", "20", "--max-workers", "8")
@@ -87,7 +86,6 @@ def test_an_iterable_dataset_that_ignores_the_worker_is_never_a_speedup(tmp_path
     assert "repeats data" in (tmp_path / "out" / "report.html").read_text()
 
 
-@pytest.mark.slow
 def test_an_iterable_dataset_sharded_by_worker_tunes_normally(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", STREAM.format(shard=True))
     proc, res = tune(tmp_path, script, "--budget", "20", "--max-workers", "8")
@@ -123,7 +121,6 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.slow
 def test_the_scripts_own_workers_killed_the_tune_learns_the_limit(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", KILLED_PAST_3)
     proc, res = tune(tmp_path, script, "--budget", "30", "--max-workers", "8", "--trial-timeout", "20")
@@ -142,7 +139,6 @@ def test_the_scripts_own_workers_killed_the_tune_learns_the_limit(tmp_path, no_l
 
 # ------------------------------------------------ open files
 
-@pytest.mark.slow
 def test_configs_past_the_open_file_limit_are_rejected_or_named(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", KILLED_PAST_3.replace("info.num_workers >= 4", "False")
                           .replace("num_workers=6", "num_workers=0"))
@@ -244,7 +240,6 @@ def test_cuda_in_a_forked_worker_of_the_scripts_own_loader(tmp_path, no_leftover
     assert json.loads((out / "run.json").read_text())["outcome"]["cause"]["code"] == "cuda_in_forked_worker"
 
 
-@pytest.mark.slow
 def test_cuda_in_forked_workers_that_feedprof_adds(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", CUDA_IN_WORKER.format(workers=0))
     proc, res = tune(tmp_path, script, "--budget", "20", "--max-workers", "4")

@@ -1,4 +1,4 @@
-"""`feedprof profile` as a real subprocess on unmodified scripts."""
+"""`feedprof profile` as a real subprocess on unmodified scripts; its usage errors in-process."""
 import json
 import os
 
@@ -7,7 +7,6 @@ import pytest
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
 
-pytest.importorskip("torch")
 
 FAST = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
 
@@ -20,7 +19,7 @@ def profile(tmp_path, script, *extra, via="module"):
 
 
 @pytest.mark.parametrize("via", ["module", "console-script"])
-def test_input_bound_script(tmp_path, via, no_leftovers):
+def test_input_bound_script(tmp_path, via, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1))
     proc, run = profile(tmp_path, script, via=via)
     assert proc.returncode == 0, proc.stderr
@@ -32,7 +31,7 @@ def test_input_bound_script(tmp_path, via, no_leftovers):
     assert "Traceback" not in proc.stderr
 
 
-def test_compute_bound_script(tmp_path, no_leftovers):
+def test_compute_bound_script(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=20))
     proc, run = profile(tmp_path, script)
     assert proc.returncode == 0, proc.stderr
@@ -41,7 +40,7 @@ def test_compute_bound_script(tmp_path, no_leftovers):
     assert "not input-bound" in proc.stdout
 
 
-def test_half_waiting_script_is_measured_near_the_truth(tmp_path, no_leftovers):
+def test_half_waiting_script_is_measured_near_the_truth(tmp_path, no_leftovers, torch):
     # 2 samples x 5 ms to load, 10 ms to train: the loop waits half the time
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=10))
     proc, run = profile(tmp_path, script)
@@ -50,7 +49,7 @@ def test_half_waiting_script_is_measured_near_the_truth(tmp_path, no_leftovers):
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_workers_with_fork_and_spawn(tmp_path, context, no_leftovers):
+def test_workers_with_fork_and_spawn(tmp_path, context, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=2, step_ms=5, workers=2))
     proc, run = profile(tmp_path, script, "--", "--context", context)
     assert proc.returncode == 0, proc.stderr
@@ -59,7 +58,7 @@ def test_workers_with_fork_and_spawn(tmp_path, context, no_leftovers):
     assert max(run["samples"]["n_workers"]) >= 2
 
 
-def test_script_sees_its_own_argv_name_and_path(tmp_path, no_leftovers):
+def test_script_sees_its_own_argv_name_and_path(tmp_path, no_leftovers, torch):
     (tmp_path / "helper_mod.py").write_text("VALUE = 42\n")
     script = write_script(tmp_path, "train.py", """
         import json, os, sys
@@ -82,7 +81,7 @@ def test_script_sees_its_own_argv_name_and_path(tmp_path, no_leftovers):
     assert run["argv"] == ["--flag", "x y", str(seen)]
 
 
-def test_a_loader_rebuilt_every_epoch_is_one_training_loader(tmp_path, no_leftovers):
+def test_a_loader_rebuilt_every_epoch_is_one_training_loader(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", """
         import time, torch
         from torch.utils.data import DataLoader
@@ -100,7 +99,7 @@ def test_a_loader_rebuilt_every_epoch_is_one_training_loader(tmp_path, no_leftov
     assert run["summary"]["batches_measured"] >= 30  # counted across the rebuilt loaders
 
 
-def test_time_between_epochs_counts_against_throughput(tmp_path, no_leftovers):
+def test_time_between_epochs_counts_against_throughput(tmp_path, no_leftovers, torch):
     # Short epochs (20 batches, ~0.1 s of steps) and 0.3 s of validation after
     # each: the steps run at ~200 b/s, the loop at ~50. The figure configs are
     # ranked by must be the loop's, as the script's own stopwatch times it.
@@ -134,7 +133,7 @@ def test_time_between_epochs_counts_against_throughput(tmp_path, no_leftovers):
     assert s["effective_batches_per_s"] == pytest.approx(truth, rel=0.15)
 
 
-def test_script_that_raises_mid_training(tmp_path, no_leftovers):
+def test_script_that_raises_mid_training(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", """
         import torch
         from torch.utils.data import DataLoader
@@ -150,7 +149,7 @@ def test_script_that_raises_mid_training(tmp_path, no_leftovers):
     assert run["outcome"]["state"] == "failed"
 
 
-def test_full_run_to_completion(tmp_path, no_leftovers):
+def test_full_run_to_completion(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=1, epochs=2, n=40))
     proc, run = profile(tmp_path, script, "--full")
     assert proc.returncode == 0, proc.stderr
@@ -166,16 +165,24 @@ def test_full_run_to_completion(tmp_path, no_leftovers):
     (["profile", "x.py", "--interval", "-1"], "expected a positive number"),
     (["frobnicate"], "invalid choice"),
 ])
-def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message):
+def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message, cli):
     (tmp_path / "x.py").write_text("print('hi')\n")
-    proc = run_feedprof(args, cwd=str(tmp_path))
+    proc = cli(args, cwd=str(tmp_path))
     assert proc.returncode == 2
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr
 
 
-def test_a_second_run_into_a_directory_in_use_is_bad_usage(tmp_path, no_leftovers):
+@pytest.mark.parametrize("via", ["module", "console-script"])
+def test_bad_usage_from_the_real_entry_points(tmp_path, via, e2e):
+    """The usage tests above run in-process; the exit status and the one line
+    without a traceback also hold for `feedprof` and `python -m feedprof`."""
+    proc = run_feedprof(["profile", "missing.py"], via=via, cwd=str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == "feedprof: no such script: missing.py"
+
+
+def test_a_second_run_into_a_directory_in_use_is_bad_usage(tmp_path, no_leftovers, torch):
     """Two runs writing one --out would clear each other's trial directories:
     the second is refused (exit 2, one line naming the first's PID); the first
     runs on untouched."""

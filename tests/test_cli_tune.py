@@ -1,12 +1,8 @@
 """`feedprof tune` end to end on tiny sleep-bound scripts (real trials, short windows)."""
 import json
 
-import pytest
-
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
-
-pytest.importorskip("torch")
 
 QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
          "--interval", "0.1", "--quiet"]
@@ -19,8 +15,7 @@ def tune(tmp_path, script, *extra, timeout=300):
     return proc, (json.loads(path.read_text()) if path.exists() else None)
 
 
-@pytest.mark.slow
-def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers):
+def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, torch):
     # 4 samples x 5 ms of waiting per batch, 2 ms of training: input-bound, and sleep scales with workers
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     proc, res = tune(tmp_path, script, "--budget", "90", "--max-workers", "16")
@@ -47,8 +42,7 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers):
     assert "Recommendation" in proc.stdout and "Paste this" in proc.stdout
 
 
-@pytest.mark.slow
-def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers):
+def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=50, workers=4, n=400, epochs=50))
     proc, res = tune(tmp_path, script, "--budget", "60")
     assert proc.returncode == 0, proc.stderr
@@ -60,8 +54,7 @@ def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers):
     assert len(res["trials"]) <= 5  # near the ceiling at once: no ladder to climb
 
 
-@pytest.mark.slow
-def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers):
+def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     proc, res = tune(tmp_path, script, "--budget", "12")
     assert proc.returncode == 0, proc.stderr
@@ -72,17 +65,17 @@ def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers):
     assert "budget" in proc.stdout
 
 
-def test_tune_bad_usage(tmp_path):
+def test_tune_bad_usage(tmp_path, cli):
     (tmp_path / "x.py").write_text("print(1)\n")
     for args, message in [(["--budget", "-1"], "expected a positive number"),
                           (["--max-workers", "abc"], "expected a whole number"),
                           (["--loader", "nocolon"], "--loader expects FILE:LINE")]:
-        proc = run_feedprof(["tune", str(tmp_path / "x.py"), *args])
+        proc = cli(["tune", str(tmp_path / "x.py"), *args])
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_tune_of_a_script_that_fails_exits_1_with_its_traceback(tmp_path, no_leftovers):
+def test_tune_of_a_script_that_fails_exits_1_with_its_traceback(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", """
         import torch
         from torch.utils.data import DataLoader

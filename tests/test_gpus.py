@@ -41,6 +41,60 @@ def orphan():
             pass
 
 
+@pytest.fixture
+def live():
+    """A live process with a live parent (this test), whose own group leader may
+    be gone: the suite's, when it was started from a shell that has exited (the
+    test process itself could even have been adopted, so it is not the subject)."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+# A job (its own session and group) under a subreaper that is not init; its leader is
+# killed: its child is adopted by the subreaper, the grandchild still has its parent.
+TREE = """
+import ctypes, subprocess, sys, time
+role, me = sys.argv[1], [sys.executable, sys.argv[0]]
+if role == "reaper":  # orphans below come to it, as to a container's init
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    leader = subprocess.Popen(me + ["leader"], start_new_session=True, stdout=subprocess.PIPE, text=True)
+    print(leader.pid, leader.stdout.readline().strip(), flush=True)
+    leader.kill()
+    leader.wait()
+    print("leader gone", flush=True)
+elif role == "leader":
+    child = subprocess.Popen(me + ["child"], stdout=subprocess.PIPE, text=True)
+    print(child.pid, child.stdout.readline().strip(), flush=True)
+else:  # the job's child, with a child of its own
+    print(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]).pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_job_whose_leader_exited_flags_only_the_process_that_lost_its_parent(tmp_path):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE)
+    reaper = subprocess.Popen([sys.executable, str(script), "reaper"], stdout=subprocess.PIPE, text=True)
+    try:
+        leader, child, grandchild = map(int, reaper.stdout.readline().split())
+        assert reaper.stdout.readline().strip() == "leader gone"
+        c, g = describe_process(child), describe_process(grandchild)
+        assert c.ppid == reaper.pid and c.pgid == leader and c.group_leader_alive is False
+        assert c.orphan == ORPHAN_JOB_GONE  # its parent now is the subreaper, outside the job's session
+        assert g.ppid == child and g.pgid == leader and g.group_leader_alive is False
+        assert g.orphan == ""  # its parent goes on: so does the job
+    finally:
+        for p in psutil.Process(reaper.pid).children(recursive=True) + [psutil.Process(reaper.pid)]:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        reaper.wait()
+        reaper.stdout.close()
+
+
 def test_an_orphan_is_named_with_its_dead_parent(orphan):
     pid, job = orphan
     p = describe_process(pid)
@@ -50,9 +104,9 @@ def test_an_orphan_is_named_with_its_dead_parent(orphan):
     assert p.user == psutil.Process().username()
 
 
-def test_a_live_process_is_not_flagged():
-    p = describe_process(os.getpid())
-    assert p.orphan == "" and p.parent_alive is True and p.ppid == os.getppid()
+def test_a_live_process_is_not_flagged(live):
+    p = describe_process(live)
+    assert p.orphan == "" and p.parent_alive is True and p.ppid == os.getpid()
 
 
 def test_a_pid_from_another_namespace_is_not_visible():
@@ -73,6 +127,7 @@ def test_adoption_rules(pid, ppid, pgid, sid, parent, expected):
 
 def test_job_gone_and_unowned_kernel(tmp_path):
     assert orphan_code("python train.py", 50, False, 40, False) == ORPHAN_JOB_GONE
+    assert orphan_code("python train.py", 50, False, 40, False, parent_in_session=True) == ""
     assert orphan_code("python train.py", 50, False, 50, None) == ""
     cmd = f"python -m ipykernel_launcher -f {tmp_path}/kernel-1.json"
     assert orphan_code(cmd, 50, False, 50, None) == ORPHAN_KERNEL_UNOWNED
@@ -80,9 +135,9 @@ def test_job_gone_and_unowned_kernel(tmp_path):
     assert orphan_code(cmd, 50, False, 50, None) == ""
 
 
-def test_view_of_fake_gpus_joined_with_real_processes(orphan):
+def test_view_of_fake_gpus_joined_with_real_processes(orphan, live):
     pid, job = orphan
-    me = os.getpid()
+    me = live
     nv = fake_pynvml(["GPU-a", "GPU-b"], names=["A100", "H100"],
                      compute={0: [(me, 3 * GIB), (pid, 5 * GIB)], 1: [(me, None)]}, graphics={1: [(me, GIB)]})
     gpu = open_gpu(nvml=nv, visible_devices="1,0")
@@ -130,21 +185,21 @@ def test_a_command_line_cannot_write_to_the_terminal():
         p.wait()
 
 
-def test_cli_names_the_orphan_and_its_dead_parent(orphan):
+def test_cli_names_the_orphan_and_its_dead_parent(orphan, live, e2e):
     pid, job = orphan
     env = {"PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tests", "fake_nvml"), os.environ.get("PYTHONPATH", "")]),
-           "FEEDPROF_FAKE_NVML_PROCESSES": f"{os.getpid()}:{GIB},{pid}:{6 * GIB}"}
+           "FEEDPROF_FAKE_NVML_PROCESSES": f"{live}:{GIB},{pid}:{6 * GIB}"}
     proc = run_feedprof(["gpus"], env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "Fake GPU (tests)" in out and "driver 555.42.06" in out
-    assert re.search(rf"^!\s+{pid}\s", out, re.M) and re.search(rf"^\s+{os.getpid()}\s", out, re.M)
+    assert re.search(rf"^!\s+{pid}\s", out, re.M) and re.search(rf"^\s+{live}\s", out, re.M)
     assert f"PID {pid} holds 6.0 GiB on cuda:0: its parent is gone" in out
     assert f"process group {job}, has ended" in out and f"end it with: kill {pid}" in out
     assert psutil.pid_exists(pid)  # named, never ended by feedprof
 
 
-def test_cli_without_a_gpu_is_one_line(tmp_path):
+def test_cli_without_a_gpu_is_one_line(tmp_path, e2e):
     env = {"CUDA_VISIBLE_DEVICES": ""}  # hides every GPU, whatever this machine has
     proc = run_feedprof(["gpus"], env=env, timeout=60)
     assert proc.returncode == 0

@@ -14,7 +14,6 @@ from feedprof.record.digest import batch_digest, digests_wanted
 from feedprof.store import EpochLog, LoaderRecord, Peaks, Phase, Role, Run, Samples, Trial, TrialState, Window
 from feedprof.tune.space import TorchSpace
 
-torch = pytest.importorskip("torch")
 MiB = 2**20
 
 
@@ -25,7 +24,7 @@ def workers_of(config):
 # ------------------------------------------------------------ fingerprints
 
 
-def test_a_batch_fingerprint_depends_only_on_its_contents():
+def test_a_batch_fingerprint_depends_only_on_its_contents(torch):
     x = torch.arange(200_000, dtype=torch.float32).reshape(1000, 200)
     assert batch_digest((x, torch.tensor([1, 2]))) == batch_digest((x.clone(), torch.tensor([1, 2])))
     assert batch_digest((x, torch.tensor([1, 2]))) != batch_digest((x, torch.tensor([1, 3])))

@@ -90,7 +90,7 @@ def harness_children():
     return found
 
 
-def test_forced_config_wins_at_its_site_only_and_nothing_outlives_the_run(tmp_path):
+def test_forced_config_wins_at_its_site_only_and_nothing_outlives_the_run(tmp_path, e2e):
     script = write_script(tmp_path, "train.py", TORCH_SCRIPT)
     cfg = {"num_workers": 2, "persistent_workers": True}
     r = independent.measure(script, "torch", cfg, site=f"train.py:{TRAIN_LINE}", window_s=2.0)
@@ -109,7 +109,7 @@ def test_forced_config_wins_at_its_site_only_and_nothing_outlives_the_run(tmp_pa
     assert harness_children() == []
 
 
-def test_zero_workers_is_legalised_and_a_site_that_matches_nothing_is_reported(tmp_path):
+def test_zero_workers_is_legalised_and_a_site_that_matches_nothing_is_reported(tmp_path, e2e):
     script = write_script(tmp_path, "train.py", TORCH_SCRIPT)
     r = independent.measure(script, "torch", {"num_workers": 0, "prefetch_factor": 4, "persistent_workers": True},
                             window_s=0.5)
@@ -119,7 +119,7 @@ def test_zero_workers_is_legalised_and_a_site_that_matches_nothing_is_reported(t
     assert r["state"] == "not forced"
 
 
-def test_cli_times_a_sleep_bound_loop_at_its_known_rate(tmp_path):
+def test_cli_times_a_sleep_bound_loop_at_its_known_rate(tmp_path, e2e):
     """10 ms of sleep per step, loading nearly free: at most 100 steps/s, and well
     above 60 even on a busy machine."""
     script = write_script(tmp_path, "train.py", TORCH_SCRIPT)
@@ -163,7 +163,7 @@ model.fit(Batches(workers=1), epochs=100, verbose=0)
 """
 
 
-def test_keras_pydataset_fit_forced_workers_timed_by_callback_and_from_outside(tmp_path):
+def test_keras_pydataset_fit_forced_workers_timed_by_callback_and_from_outside(tmp_path, e2e):
     """20 ms per batch: one worker cannot pass 50 steps/s; eight threads must. Four
     steps per execution: one callback per four steps, each counted."""
     script = write_script(tmp_path, "fit.py", KERAS_SCRIPT)
@@ -206,7 +206,7 @@ if __name__ == "__main__":
 """
 
 
-def test_tfdata_map_forced_with_a_private_pool_in_fit_and_timed_in_a_loop(tmp_path):
+def test_tfdata_map_forced_with_a_private_pool_in_fit_and_timed_in_a_loop(tmp_path, e2e):
     """8 ms per element, 8 per batch: at most ~16 batches/s with one call at a time;
     8 parallel calls on an 8-thread private pool go several times faster."""
     fit = write_script(tmp_path, "fit.py", TFDATA_SCRIPT.format(fit=True))

@@ -12,8 +12,6 @@ from tests.conftest import run_feedprof, write_script
 from feedprof.trial.jobrunner import free_port
 from tests.scripts_jobs import DATA_PARALLEL, MPI_INIT, MULTI_WORKER, START_TWO_WORKERS, ddp, mirrored
 
-pytest.importorskip("torch")
-
 QUICK = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
@@ -26,7 +24,7 @@ def profile(tmp_path, launch, *extra, timeout=240):
     return proc, run
 
 
-def test_a_torchrun_job_is_profiled_rank_by_rank(tmp_path, no_leftovers):
+def test_a_torchrun_job_is_profiled_rank_by_rank(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ddp())
     proc, run = profile(tmp_path, [*TORCHRUN, script])
     assert proc.returncode == 0, proc.stderr
@@ -43,7 +41,7 @@ def test_a_torchrun_job_is_profiled_rank_by_rank(tmp_path, no_leftovers):
     assert "rank  local" in proc.stdout and "highly input-bound" in proc.stdout
 
 
-def test_a_failing_rank_fails_the_job_with_its_own_traceback(tmp_path, no_leftovers):
+def test_a_failing_rank_fails_the_job_with_its_own_traceback(tmp_path, no_leftovers, torch):
     fault = 'if dist.get_rank() == 1 and step == 5:\n                raise ValueError("rank one has a bad shard")'
     script = write_script(tmp_path, "train.py", ddp(fault=fault))
     proc, run = profile(tmp_path, [*TORCHRUN, script])
@@ -54,7 +52,7 @@ def test_a_failing_rank_fails_the_job_with_its_own_traceback(tmp_path, no_leftov
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (openmpi-bin) is not installed")
-def test_mpirun_ranks_are_found_from_open_mpi_s_environment(tmp_path, no_leftovers):
+def test_mpirun_ranks_are_found_from_open_mpi_s_environment(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ddp(init=MPI_INIT))
     mpirun = ["mpirun", "--oversubscribe", "-np", "2"] + (["--allow-run-as-root"] if os.getuid() == 0 else [])
     proc, run = profile(tmp_path, [*mpirun, sys.executable, script])
@@ -62,7 +60,7 @@ def test_mpirun_ranks_are_found_from_open_mpi_s_environment(tmp_path, no_leftove
     assert [(r["rank"]["rank"], r["rank"]["launcher"]) for r in run["ranks"]] == [(0, "mpi"), (1, "mpi")]
 
 
-def test_a_shell_script_that_starts_its_own_ranks(tmp_path, no_leftovers):
+def test_a_shell_script_that_starts_its_own_ranks(tmp_path, no_leftovers, torch):
     """Two MultiWorkerMirroredStrategy workers started by a shell script, each
     with its TF_CONFIG: feedprof finds both ranks from it."""
     pytest.importorskip("tensorflow")
@@ -80,7 +78,7 @@ def test_a_shell_script_that_starts_its_own_ranks(tmp_path, no_leftovers):
     assert all(r["summary"]["framework"] == "tf.data" and r["summary"]["batches_measured"] >= 30 for r in run["ranks"])
 
 
-def test_the_runs_of_two_nodes_merge_into_one_report(tmp_path, no_leftovers):
+def test_the_runs_of_two_nodes_merge_into_one_report(tmp_path, no_leftovers, torch):
     """Two "nodes" on this machine (torchrun --nnodes 2), each profiled on its
     own as on a cluster, then merged by feedprof report."""
     script = write_script(tmp_path, "train.py", ddp())
@@ -104,9 +102,9 @@ def test_the_runs_of_two_nodes_merge_into_one_report(tmp_path, no_leftovers):
     assert "Data wait per rank" in html
 
 
-def test_a_launch_command_that_cannot_run_is_bad_usage(tmp_path):
+def test_a_launch_command_that_cannot_run_is_bad_usage(tmp_path, cli):
     for command in ("profile", "tune"):
-        proc = run_feedprof([command, "--out", str(tmp_path / "out"), "--", "no-such-launcher", "train.py"])
+        proc = cli([command, "--out", str(tmp_path / "out"), "--", "no-such-launcher", "train.py"])
         assert proc.returncode == 2 and "no such command: no-such-launcher" in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
 
@@ -155,8 +153,7 @@ def test_ranks_in_sessions_of_their_own_end_with_the_job(tmp_path, monkeypatch, 
     assert stopped.value.run.leftovers.processes == ()
 
 
-@pytest.mark.slow
-def test_a_torchrun_job_is_tuned_per_rank(tmp_path, no_leftovers):
+def test_a_torchrun_job_is_tuned_per_rank(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ddp(load_s=0.004))
     out = tmp_path / "out"
     proc = run_feedprof(["tune", "--out", str(out), "--budget", "120", "--max-workers", "16", "--window-seconds", "0.8",
@@ -178,8 +175,7 @@ TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup
               "--quiet"]
 
 
-@pytest.mark.slow
-def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers):
+def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", DATA_PARALLEL)
     out = tmp_path / "out"
     proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "50", "--max-workers", "16", *TUNE_QUICK])
@@ -188,8 +184,7 @@ def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_left
     assert rec["config"]["num_workers"] >= 2 and rec["speedup"] > 2
 
 
-@pytest.mark.slow
-def test_fit_under_a_mirrored_strategy_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers):
+def test_fit_under_a_mirrored_strategy_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers, torch):
     pytest.importorskip("tensorflow")
     script = write_script(tmp_path, "train.py", mirrored())
     out = tmp_path / "out"
@@ -200,7 +195,7 @@ def test_fit_under_a_mirrored_strategy_is_tuned_as_an_ordinary_script(tmp_path, 
     assert rec["framework"] == "tf.data" and rec["speedup"] > 2
 
 
-def test_a_custom_loop_over_a_distributed_dataset_is_measured(tmp_path, no_leftovers):
+def test_a_custom_loop_over_a_distributed_dataset_is_measured(tmp_path, no_leftovers, torch):
     pytest.importorskip("tensorflow")
     script = write_script(tmp_path, "train.py", mirrored(custom_loop=True))
     out = tmp_path / "out"

@@ -11,8 +11,8 @@ from tests.conftest import run_feedprof, write_script
 from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_FIT_EACH_EPOCH, TFDATA_FIT_STEP_LOG,
                                  TFDATA_LOOP, pydataset)
 
-pytest.importorskip("tensorflow")
-pytest.importorskip("keras")
+# Every test here runs Keras in processes of its own; TensorFlow is imported at set-up, never at collection.
+pytestmark = pytest.mark.usefixtures("e2e", "tensorflow", "keras")
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup-batches", "3",
@@ -35,7 +35,6 @@ def profile(tmp_path, script, *extra, env=None):
     return proc, run
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_io_bound_pydataset_gets_more_workers(tmp_path, backend, no_leftovers):
     if backend == "torch":
@@ -53,7 +52,6 @@ def test_io_bound_pydataset_gets_more_workers(tmp_path, backend, no_leftovers):
         assert res["trials"][0]["data_wait_fraction"] > 0.5
 
 
-@pytest.mark.slow
 def test_tfdata_pipeline_beats_autotune(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", TFDATA_LOOP)
     proc, res = tune(tmp_path, script, "--budget", "80", "--max-workers", "32")
@@ -155,7 +153,6 @@ def test_pydataset_that_skips_super_init_is_measured_and_called_out(tmp_path, no
     assert run["summary"]["batches_measured"] >= 30
 
 
-@pytest.mark.slow
 def test_multiprocessing_trial_that_hangs_is_classified(tmp_path, no_leftovers):
     # Loading is pure-Python work (it holds the GIL), so after the thread ladder the tune
     # tries use_multiprocessing=True, and here its worker processes never answer.

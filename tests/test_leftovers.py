@@ -151,8 +151,7 @@ def test_memory_the_driver_frees_a_moment_later_is_not_reported(tmp_path):
     assert not lo and calls["n"] == 3
 
 
-def test_profile_says_what_its_script_left_behind(tmp_path, no_leftovers):
-    pytest.importorskip("torch")
+def test_profile_says_what_its_script_left_behind(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ESCAPE + torch_loop(load_ms=1, step_ms=1, n=200, epochs=10))
     pids = tmp_path / "escaped.txt"
     out = tmp_path / "out"
@@ -173,9 +172,7 @@ def test_profile_says_what_its_script_left_behind(tmp_path, no_leftovers):
         kill_listed(pids)
 
 
-@pytest.mark.slow
-def test_tune_names_what_each_forked_trial_left_behind(tmp_path, no_leftovers):
-    pytest.importorskip("torch")
+def test_tune_names_what_each_forked_trial_left_behind(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ESCAPE + torch_loop(load_ms=2, step_ms=1, n=400, epochs=50))
     pids = tmp_path / "escaped.txt"
     out = tmp_path / "out"

@@ -8,14 +8,8 @@ import textwrap
 
 import pytest
 
-pytest.importorskip("IPython")
-torch = pytest.importorskip("torch")
-
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-
 from feedprof.reasons import ScriptFailed, Verdict
-from feedprof.store import Recommendation, Trial, TuneResult, save  # noqa: E402
+from feedprof.store import Recommendation, Trial, TuneResult, save
 
 SETUP = """
 import time
@@ -48,8 +42,10 @@ with feedprof.profile(interval_s=0.05) as prof:
 
 
 @pytest.fixture
-def shell():
+def shell(IPython, torch):
     """A fresh IPython shell, as a notebook kernel has one (get_ipython() returns it)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
     InteractiveShell.clear_instance()
     sh = InteractiveShell.instance()
     yield sh
@@ -57,7 +53,7 @@ def shell():
 
 
 @pytest.fixture(scope="module")
-def run():
+def run(torch):
     ns = {}
     exec(compile(WATCHED, "loop.py", "exec"), ns)
     return ns["prof"].run
@@ -102,7 +98,7 @@ def test_a_tune_result_shows_its_recommendation_and_curves(shell, run):
     assert "#1 recommended" in page and "over &lt;RAM&gt;" in page and "<script" not in page
 
 
-def test_cell_magic_times_the_loaders_the_cell_iterates(shell, tmp_path):
+def test_cell_magic_times_the_loaders_the_cell_iterates(shell, tmp_path, DataLoader):
     shell.run_cell("%load_ext feedprof")
     original = DataLoader.__dict__["__iter__"]
     out = tmp_path / "cell.json"
@@ -128,7 +124,7 @@ def test_cell_magic_without_a_loader_and_with_bad_options(shell, capsys):
     assert "unrecognized arguments: --bogus" in capsys.readouterr().err
 
 
-def test_cell_magic_when_the_cell_itself_imports_torch(tmp_path):
+def test_cell_magic_when_the_cell_itself_imports_torch(tmp_path, IPython, torch, e2e):
     """The kernel has not imported torch yet: the patch waits for the cell's import."""
     code = textwrap.dedent(f"""
         import sys

@@ -8,7 +8,7 @@ from feedprof.record.others import OtherLoad
 from feedprof.store import OtherProcess, Role, Run, Trial, TrialState
 
 
-def test_a_busy_process_outside_the_job_is_named():
+def test_a_busy_process_outside_the_job_is_named(e2e):  # spinning processes
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.2)
@@ -25,7 +25,7 @@ def test_a_busy_process_outside_the_job_is_named():
     assert all(p.cpu_cores >= 0.05 for p in load.stop(job_pids=()))
 
 
-def test_an_unrelated_busy_process_is_named():
+def test_an_unrelated_busy_process_is_named(e2e):
     # double fork: the spinner's parent exits, so it is not one of ours
     launcher = subprocess.run([sys.executable, "-c", (
         "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'while True: pass'], "

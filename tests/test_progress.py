@@ -124,9 +124,7 @@ def test_the_recommendation_wraps_its_words_never_the_line_to_paste():
     assert any(line.startswith("    ") and line.strip() and code not in line for line in lines)  # hanging indent
 
 
-@pytest.mark.slow
-def test_a_tune_piped_to_a_file_has_one_line_per_trial(tmp_path, no_leftovers):
-    pytest.importorskip("torch")
+def test_a_tune_piped_to_a_file_has_one_line_per_trial(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     out = tmp_path / "out"
     proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "15", "--window-seconds", "0.6",

@@ -10,14 +10,13 @@ import feedprof
 from feedprof.render.words import headline
 from tests.conftest import run_feedprof, write_script
 
-pytest.importorskip("torch")
 
 XSS = "<script>alert(1)</script>"
 REQUIRE_BROWSER = os.environ.get("FEEDPROF_REQUIRE_BROWSER") == "1"  # set by .ci/run
 
 
 @pytest.fixture(scope="module")
-def tuned(tmp_path_factory):
+def tuned(tmp_path_factory, e2e, torch):
     """A real quick tune of a script whose path and arguments carry an XSS payload."""
     root = tmp_path_factory.mktemp("report")
     evil_dir = root / "<script>alert(1)<"
@@ -72,7 +71,7 @@ def test_rerendering_a_saved_tune_gives_the_same_page(tuned, tmp_path):
     assert again.read_bytes() == (tuned / "report.html").read_bytes()
 
 
-def test_report_of_a_profile_run(tmp_path):
+def test_report_of_a_profile_run(tmp_path, e2e, torch):
     script = write_script(tmp_path, "train.py", """
         import time, torch
         from torch.utils.data import DataLoader
@@ -94,11 +93,11 @@ def test_report_of_a_profile_run(tmp_path):
     ("{not json", "not JSON"),
     ('{"hello": "world"}', "not a feedprof file"),
 ])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, content, message, cli):
     path = tmp_path / "x.json"
     if content is not None:
         path.write_text(content)
-    proc = run_feedprof(["report", str(path)])
+    proc = cli(["report", str(path)])
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert "Traceback" not in proc.stderr

@@ -16,7 +16,6 @@ from feedprof.codec import to_dict
 from feedprof.store import SCHEMA_RUN, SCHEMA_TUNE, Recommendation, Run, Trial, TuneResult
 from tests.conftest import invalid_feedprof_json
 
-jsonschema = pytest.importorskip("jsonschema")
 
 # Released versions: their files never change (hash of the parsed JSON, keys sorted).
 # A record that changes shape gets a new version; add it here when it is released.
@@ -49,7 +48,7 @@ def test_released_schema_files_are_frozen():
             f"that version are checked against it. Put the new shape in a new version (store.py), then `{schema.REGENERATE}`")
 
 
-def test_every_shipped_schema_is_a_valid_draft_2020_12_schema():
+def test_every_shipped_schema_is_a_valid_draft_2020_12_schema(jsonschema):
     assert set(schema.shipped()) >= {SCHEMA_RUN, SCHEMA_TUNE, "feedprof.run/1", "feedprof.tune/1"}
     for tag in schema.shipped():
         s = schema.load_schema(tag)
@@ -79,7 +78,7 @@ class Outer:
     config: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def test_generator_follows_the_codec_rules():
+def test_generator_follows_the_codec_rules(jsonschema):
     s = schema.generate("feedprof.toy/1", Outer)
     props = s["$defs"]["Outer"]["properties"]
     assert s["$ref"] == "#/$defs/Outer" and set(s["$defs"]) == {"Outer", "Inner"}
@@ -111,7 +110,7 @@ def run_dict(**changes):
     (("from_the_future",), 1, "$"),  # a field this version does not have
     (("schema",), "feedprof.tune/1", None),  # a run file claiming to be a tune
 ])
-def test_validate_catches_what_does_not_fit(path, value, where):
+def test_validate_catches_what_does_not_fit(path, value, where, jsonschema):
     data = run_dict()
     target = data
     for key in path[:-1]:
@@ -123,7 +122,7 @@ def test_validate_catches_what_does_not_fit(path, value, where):
         assert err.value.json_path.startswith(where)
 
 
-def test_validate_accepts_none_where_optional_and_picks_the_schema_by_tag():
+def test_validate_accepts_none_where_optional_and_picks_the_schema_by_tag(jsonschema):
     data = run_dict(summary=None, cuda_used=None)
     data["samples"]["main_cpu_pct"] = [None, 12.5]
     assert schema.validate(data) == SCHEMA_RUN
@@ -156,7 +155,7 @@ def test_missing_jsonschema_says_what_to_install(monkeypatch):
 # ---------------------------------------------------- command line and suite
 
 
-def test_command_line_validates_files(tmp_path):
+def test_command_line_validates_files(tmp_path, e2e):
     good = tmp_path / "good" / "run.json"
     good.parent.mkdir()
     good.write_text(json.dumps(run_dict()))

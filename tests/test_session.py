@@ -3,23 +3,24 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
-from torch.utils.data import DataLoader, Dataset  # noqa: E402
-
-import feedprof  # noqa: E402
-from feedprof.session import NullProfile  # noqa: E402
+import feedprof
+from feedprof.session import NullProfile
 
 
-class SleepyDataset(Dataset):
-    def __init__(self, n, sleep_s):
-        self.n, self.sleep_s = n, sleep_s
+@pytest.fixture(scope="module")
+def SleepyDataset(torch):  # noqa: N802 (the class it gives, defined once torch is known to be there)
+    class SleepyDataset(torch.utils.data.Dataset):
+        def __init__(self, n, sleep_s):
+            self.n, self.sleep_s = n, sleep_s
 
-    def __len__(self):
-        return self.n
+        def __len__(self):
+            return self.n
 
-    def __getitem__(self, i):
-        time.sleep(self.sleep_s)
-        return torch.zeros(3), i
+        def __getitem__(self, i):
+            time.sleep(self.sleep_s)
+            return torch.zeros(3), i
+
+    return SleepyDataset
 
 
 def train(prof, loader, step_s, epochs=1):
@@ -28,7 +29,7 @@ def train(prof, loader, step_s, epochs=1):
             time.sleep(step_s)
 
 
-def test_input_bound_loop():
+def test_input_bound_loop(DataLoader, SleepyDataset):
     loader = DataLoader(SleepyDataset(40, 0.01), batch_size=2)  # 20 ms to load, 1 ms to train
     with feedprof.profile(interval_s=0.05, warmup_batches=2) as prof:
         for _ in prof.watch(loader):
@@ -40,7 +41,7 @@ def test_input_bound_loop():
     assert s.samples_per_s == pytest.approx(2 * s.batches_per_s)
 
 
-def test_compute_bound_loop_with_workers():
+def test_compute_bound_loop_with_workers(DataLoader, SleepyDataset, e2e):  # worker processes
     # Each batch from a worker still costs ~2 ms of IPC here (a socket round trip
     # per tensor under the file_descriptor strategy), so the step must be long.
     loader = DataLoader(SleepyDataset(48, 0.001), batch_size=2, num_workers=2)
@@ -56,7 +57,7 @@ def test_compute_bound_loop_with_workers():
     assert s.time_to_first_batch_s is not None and s.time_to_first_batch_s > 0
 
 
-def test_the_busiest_loader_is_the_training_loader(tmp_path):
+def test_the_busiest_loader_is_the_training_loader(tmp_path, DataLoader, SleepyDataset):
     train_loader = DataLoader(SleepyDataset(30, 0.0), batch_size=1)
     val_loader = DataLoader(SleepyDataset(5, 0.0), batch_size=1)
     with feedprof.profile(interval_s=0.05) as prof:
@@ -88,7 +89,7 @@ def test_any_iterable_can_be_watched():
     assert s.input_bound == "highly"
 
 
-def test_summary_prints_in_plain_words():
+def test_summary_prints_in_plain_words(DataLoader, SleepyDataset):
     loader = DataLoader(SleepyDataset(20, 0.005), batch_size=1)
     with feedprof.profile(interval_s=0.05, warmup_batches=1) as prof:
         for _ in prof.watch(loader):
@@ -97,7 +98,7 @@ def test_summary_prints_in_plain_words():
     assert "input-bound" in text and "batches/s" in text and "GPU" in text
 
 
-def test_disabled_profiler_hands_the_loader_back_untouched():
+def test_disabled_profiler_hands_the_loader_back_untouched(DataLoader, SleepyDataset):
     loader = DataLoader(SleepyDataset(3, 0.0))
     with feedprof.profile(enabled=False) as prof:
         assert isinstance(prof, NullProfile)

@@ -16,7 +16,7 @@ from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
 from tests.scripts_keras import CALLBACK
 
-pytest.importorskip("tensorboard")
+pytestmark = pytest.mark.usefixtures("tensorboard")
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0"}
 
@@ -40,7 +40,7 @@ def values(points):
 # ------------------------------------------------------------------ profile
 
 
-def test_profile_cli_writes_the_run_as_tensorboard_scalars(tmp_path, no_leftovers):
+def test_profile_cli_writes_the_run_as_tensorboard_scalars(tmp_path, no_leftovers, torch):
     # 100 batches per epoch: the 2 warm-up and 40 measured steps all fall in epoch 0
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=1))
     logdir = tmp_path / "tb"
@@ -93,8 +93,7 @@ def test_gpu_series_per_device_with_gaps(tmp_path):
     assert "gpu0/sm_clock_mhz" not in scalars  # nothing measured: no empty chart
 
 
-def test_profile_context_manager_and_null_profile(tmp_path):
-    torch = pytest.importorskip("torch")
+def test_profile_context_manager_and_null_profile(tmp_path, torch):
     loader = torch.utils.data.DataLoader(list(range(60)), batch_size=2)
     with feedprof.profile(interval_s=0.05, warmup_batches=2) as prof:
         batches = prof.watch(loader)
@@ -110,7 +109,7 @@ def test_profile_context_manager_and_null_profile(tmp_path):
     assert not (tmp_path / "off").exists()
 
 
-def test_keras_callback_to_tensorboard(tmp_path):
+def test_keras_callback_to_tensorboard(tmp_path, e2e):
     pytest.importorskip("keras")
     pytest.importorskip("torch")
     body = CALLBACK.replace("{out}", str(tmp_path / "run.json")) + f"profile.to_tensorboard({str(tmp_path / 'tb')!r})\n"
@@ -148,8 +147,7 @@ def test_a_long_run_is_written_in_bounded_memory(tmp_path):
 # --------------------------------------------------------------------- tune
 
 
-@pytest.mark.slow
-def test_tune_cli_writes_one_tensorboard_run_per_trial(tmp_path, no_leftovers):
+def test_tune_cli_writes_one_tensorboard_run_per_trial(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     logdir = tmp_path / "tb"
     proc = run_feedprof(["tune", script, "--out", str(tmp_path / "out"), "--tensorboard", str(logdir),

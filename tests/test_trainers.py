@@ -36,7 +36,6 @@ def training_loaders(res):
             yield t["config"], rec["config"], rec["call_chain"]
 
 
-@pytest.mark.slow
 def test_lightning_keeps_the_knobs_when_it_rebuilds_the_loader(tmp_path, no_leftovers):
     pytest.importorskip("lightning")
     script = write_script(tmp_path, "train.py", LIGHTNING)
@@ -59,7 +58,6 @@ def test_lightning_keeps_the_knobs_when_it_rebuilds_the_loader(tmp_path, no_left
     assert "Lightning warned that the training loader has few workers" in proc.stdout
 
 
-@pytest.mark.slow
 def test_transformers_trainer_advice_is_its_training_arguments(tmp_path, no_leftovers):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -77,7 +75,6 @@ def test_transformers_trainer_advice_is_its_training_arguments(tmp_path, no_left
     assert "DataLoader(" not in rec["code"]
 
 
-@pytest.mark.slow
 def test_stateful_dataloader_worker_flag_is_the_advice(tmp_path, no_leftovers):
     pytest.importorskip("torchdata")
     script = write_script(tmp_path, "train.py", STATEFUL)
@@ -99,7 +96,6 @@ def test_stateful_dataloader_worker_flag_is_the_advice(tmp_path, no_leftovers):
     assert rates[n] >= 2 * rates[0], rates
 
 
-@pytest.mark.slow
 def test_torchdata_nodes_threads_against_processes(tmp_path, no_leftovers):
     pytest.importorskip("torchdata")
     script = write_script(tmp_path, "train.py", NODES)
@@ -117,7 +113,6 @@ def test_torchdata_nodes_threads_against_processes(tmp_path, no_leftovers):
     assert rec["code"].splitlines()[0].endswith(f"# {mapper}")
 
 
-@pytest.mark.slow
 def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no_leftovers):
     pytest.importorskip("torchdata")
     text = NODES.replace("loader = tn.Loader(node)\n", "").replace(

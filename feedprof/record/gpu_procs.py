@@ -11,7 +11,9 @@ Linux forgets the original parent once a process is adopted, so it is
 inferred: a parent that is PID 1 or a known reaper, with the process neither
 in its parent's group nor leading a session of its own (a service or daemon
 that did ``setsid`` is left alone), is *adopted*; a process whose group
-leader is gone belongs to a job that has *ended*; a Jupyter kernel whose
+leader is gone belongs to a job that has *ended*, unless its parent is still of
+its session (a background job whose shell exited: the subshell that started it
+carries on, and so does the job); a Jupyter kernel whose
 connection file is gone is no longer known to its server. feedprof names
 these and the command that ends them; it never ends a process itself.
 """
@@ -57,10 +59,12 @@ def adopted(pid: int, ppid: int, pgid: Optional[int], sid: Optional[int], parent
 
 
 def orphan_code(command: str, pid: int, adopted_: bool, pgid: Optional[int],
-                leader_alive: Optional[bool]) -> str:
+                leader_alive: Optional[bool], parent_in_session: bool = False) -> str:
+    """``parent_in_session``: its parent is of its own session, so the parent is
+    the job's (a process adopted by a reaper has a parent outside its session)."""
     if adopted_:
         return ORPHAN_ADOPTED
-    if pgid is not None and pgid != pid and leader_alive is False:
+    if pgid is not None and pgid != pid and leader_alive is False and not parent_in_session:
         return ORPHAN_JOB_GONE
     kernel = _KERNEL_FILE.search(command)
     if kernel and not os.path.exists(kernel.group(1)):
@@ -95,10 +99,11 @@ def describe_process(pid: int) -> ProcessInfo:
     pgid, sid = _ids(pid)
     is_adopted = adopted(pid, ppid, pgid, sid, parent_command)
     leader_alive = None if pgid is None or pgid == pid else _alive(pgid)
+    parent_in_session = sid is not None and bool(ppid) and _ids(ppid)[1] == sid
     return ProcessInfo(pid=pid, command=command, user=user, state=state, ppid=ppid,
                        parent_command=parent_command, parent_alive=not is_adopted, pgid=pgid,
                        group_leader_alive=leader_alive,
-                       orphan=orphan_code(command, pid, is_adopted, pgid, leader_alive))
+                       orphan=orphan_code(command, pid, is_adopted, pgid, leader_alive, parent_in_session))
 
 
 def gpus_view(gpu: Any) -> GpusView:

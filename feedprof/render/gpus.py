@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import List, Optional
 
-from feedprof.store_procs import ORPHAN_ADOPTED, ORPHAN_KERNEL_UNOWNED, GpusView, ProcessInfo
+from feedprof.store_procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpusView, ProcessInfo
 from feedprof.units import fmt_bytes, fmt_pct
 
 _ROW = "{mark}{pid:>7}  {user:<9.9} {mem:>10}  {kind:<4} {parent:<16.16}  {command}"
@@ -26,7 +26,9 @@ def why_abandoned(p: ProcessInfo) -> List[str]:
     why = []
     if p.orphan == ORPHAN_ADOPTED:
         why.append(f"its parent is gone (PID {p.ppid} {p.parent_command or '?'} adopted it)")
-    if p.pgid is not None and p.pgid != p.pid and p.group_leader_alive is False:
+    # A gone leader says the job ended only where the record classified it so: a job whose
+    # leader exited while the process's parent goes on is still running.
+    if p.orphan in (ORPHAN_ADOPTED, ORPHAN_JOB_GONE) and p.pgid not in (None, p.pid) and p.group_leader_alive is False:
         why.append(f"its job, process group {p.pgid}, has ended (PID {p.pgid} is gone)")
     if p.orphan == ORPHAN_KERNEL_UNOWNED:
         why.append("a Jupyter kernel its server no longer knows (its connection file is gone)")
