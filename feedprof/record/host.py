@@ -367,7 +367,7 @@ def machine_info(gpu: bool = True) -> HostInfo:
 
 def host_info(gpu: Any = None) -> HostInfo:
     """This machine; ``gpu`` is an open record.gpu backend (its devices and status)."""
-    from feedprof import __version__
+    from feedprof.version import __version__
 
     return HostInfo(
         hostname=socket.gethostname(),

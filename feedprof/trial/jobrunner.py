@@ -33,7 +33,7 @@ from feedprof.record.leftovers import check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED
-from feedprof.session import now_iso
+from feedprof.record.clock import now_iso
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
 from feedprof.trial.hosted import JOB_SPEC_ENV
 from feedprof.trial.launch import Launch

@@ -38,7 +38,7 @@ from feedprof.record.leftovers import TRIAL_ENV, check_run, process_clock_s
 from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED  # a trial is sampled from this process, not the script's
-from feedprof.session import now_iso
+from feedprof.record.clock import now_iso
 from feedprof.store import HostInfo, Outcome, Run, Samples, StoreError, TrialState, Window, WindowEnd, load
 from feedprof.trial.failures import cause_of_text
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
