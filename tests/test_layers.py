@@ -38,11 +38,15 @@ def _modules() -> Dict[str, str]:
 MODULES = _modules()
 
 
-def _imports(module: str) -> Iterator[Tuple[str, str, int]]:
-    """(imported module, imported name or "", line) for each import in ``module``."""
+def _tree(module: str) -> ast.Module:
     path = MODULES[module]
     with open(path, encoding="utf-8") as fh:
-        tree = ast.parse(fh.read(), path)
+        return ast.parse(fh.read(), path)
+
+
+def _imports(module: str) -> Iterator[Tuple[str, str, int]]:
+    """(imported module, imported name or "", line) for each import in ``module``."""
+    path, tree = MODULES[module], _tree(module)
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -94,10 +98,28 @@ def test_nothing_below_imports_the_layers_above():
     assert up == []
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def test_no_module_imports_another_modules_private_names():
-    private = [f"{m}:{line} imports {t}.{name}" for m, t, name, line in EDGES
-               if name.startswith("_") and not name.startswith("__")]
+    private = [f"{m}:{line} imports {t}.{name}" for m, t, name, line in EDGES if _private(name)]
     assert private == []
+
+
+def test_no_module_reads_another_modules_private_names():
+    """``from feedprof.render import plots`` then ``plots._figure``: the same thing."""
+    found = []
+    for module in sorted(MODULES):
+        as_module = {}  # local name -> the package module it stands for
+        for target, name, _ in _imports(module):
+            if not name and target in MODULES and target != module:
+                as_module[target.rpartition(".")[2]] = target
+        for node in ast.walk(_tree(module)):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in as_module and _private(node.attr)):
+                found.append(f"{module}:{node.lineno} reads {as_module[node.value.id]}.{node.attr}")
+    assert found == []
 
 
 def test_packages_import_each_other_in_no_circle():
