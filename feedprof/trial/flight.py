@@ -91,4 +91,5 @@ class InFlight:
                    origin_s=origin_s, started_at=started_at, launched_s=process_clock_s(), others=others)
 
     def duration_s(self) -> float:
+        """Seconds since the trial's time zero, on its clock."""
         return self.clock.now_s() - self.origin_s
