@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__version__ = "0.1.0"
+from feedprof.version import __version__
 __all__ = ["profile", "tune", "load", "report", "text", "to_tensorboard", "load_ipython_extension", "__version__"]
 
 

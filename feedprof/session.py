@@ -12,32 +12,17 @@ loop keeps one shape whether profiling is on or off.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import sys
 from typing import Any, Iterable, List, Optional
 
 from feedprof.analyse.diagnose import summarize, training_loader
-from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.clock import MONOTONIC, Clock, now_iso
+from feedprof.record.cuda import cuda_in_use
 from feedprof import defaults
 from feedprof.record.sampler import Sampler
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, Watched
 from feedprof.store import GpuStatus, Run, Samples, Summary, Window, WindowEnd, save
-
-
-def now_iso() -> str:
-    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def cuda_in_use() -> Optional[bool]:
-    """Whether this process has initialised CUDA through torch (None: torch not loaded)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    try:
-        return bool(torch.cuda.is_initialized())
-    except AttributeError:
-        return None
 
 
 class Profile:
@@ -76,7 +61,7 @@ class Profile:
         if self._origin_s is not None:
             raise RuntimeError("this profile was already started; make a new feedprof.profile()")
         self._origin_s = self.clock.now_s()
-        self._started_at = now_iso()
+        self._started_at = now_iso(self.clock)
         gpu = open_gpu(cuda_uuids=torch_cuda_uuids()) if self.gpu else NullGpu(GpuStatus.OFF)
         self._host = host_info(gpu)
         if self.tune:

@@ -29,6 +29,9 @@ class FakeClock:
     def sleep_s(self, seconds: float) -> None:
         self.t += max(0.0, seconds)
 
+    def wall_s(self) -> float:
+        return 1_790_000_000.0 + self.t  # a day in November 2026, moving with the fake time
+
 
 def _nvml_errors():
     """NVML's error classes, from tests/fake_nvml/pynvml.py (one definition)."""

@@ -131,12 +131,12 @@ def test_ranks_in_sessions_of_their_own_end_with_the_job(tmp_path, monkeypatch, 
     import psutil
 
     from feedprof.record.host import machine_info
-    from feedprof.trial import runner
+    from feedprof.trial import watch
     from feedprof.trial.jobrunner import run_job
     from feedprof.trial.launch import parse_launch
     from feedprof.trial.runner import TrialInterrupted, TrialOptions
 
-    monkeypatch.setattr(runner, "KNOWN_REFRESH_S", 1e9)
+    monkeypatch.setattr(watch, "KNOWN_REFRESH_S", 1e9)
     launcher = write_script(tmp_path, "launcher.py", LAUNCHER_OF_SESSIONS)
     pids_file = tmp_path / "pids"
     start = write_script(tmp_path, "start.sh", f'exec "{sys.executable}" "{launcher}" "{pids_file}"\n')

@@ -7,7 +7,9 @@ from feedprof.reasons import (CudaInForkedWorker, ExitedWithCode, Interrupted, K
                               OutOfMemoryKilled, ScriptFailed, SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
 from feedprof.record.host import memory_limit_bytes
 from feedprof.store import HostInfo, Outcome, Peaks, Samples, TrialState
-from feedprof.trial.runner import EXIT_GRACE_S, TrialOptions, _Watch, _with_figures, classify_end
+from feedprof.trial.ending import classify_end, with_figures
+from feedprof.trial.options import TrialOptions
+from feedprof.trial.watch import EXIT_GRACE_S, Watch
 from tests.fakes import FakeClock
 
 
@@ -20,7 +22,7 @@ class RunsForever:
 
 
 def watch(tmp_path, clock, **opts):
-    return _Watch(RunsForever(), clock.now_s(), TrialOptions(**opts), str(tmp_path / "events.jsonl"), None, clock)
+    return Watch(RunsForever(), clock.now_s(), TrialOptions(**opts), str(tmp_path / "events.jsonl"), None, clock)
 
 
 def test_no_batch_within_the_loader_timeout(tmp_path):
@@ -93,12 +95,12 @@ def test_a_kill_carries_what_the_trial_measured():
                       peaks=Peaks(n_workers=4, worker_pss_bytes=200 * 2**20, tree_pss_bytes=2**30,
                                   shm_used_bytes=60 * 2**20, main_fds=50, worker_fds=30))
     host = HostInfo(ram_bytes=8 * 2**30, shm_total_bytes=64 * 2**20)
-    oom = _with_figures(Outcome(state=TrialState.KILLED, cause=OutOfMemoryKilled(signal="SIGKILL")), samples, host)
+    oom = with_figures(Outcome(state=TrialState.KILLED, cause=OutOfMemoryKilled(signal="SIGKILL")), samples, host)
     assert oom.cause.workers == 4 and oom.cause.worker_pss_bytes == 300 * 2**20  # the probe's reading was higher
     assert oom.cause.tree_pss_bytes == 2**30 and oom.cause.ram_bytes in (8 * 2**30, memory_limit_bytes())
-    shm = _with_figures(Outcome(state=TrialState.KILLED, cause=SharedMemoryExhausted(signal="SIGBUS")), samples, host)
+    shm = with_figures(Outcome(state=TrialState.KILLED, cause=SharedMemoryExhausted(signal="SIGBUS")), samples, host)
     assert shm.cause.shm_total_bytes == 64 * 2**20 and shm.cause.shm_peak_bytes == 60 * 2**20
-    files = _with_figures(Outcome(state=TrialState.FAILED, cause=TooManyOpenFiles(error="x")), samples, host)
+    files = with_figures(Outcome(state=TrialState.FAILED, cause=TooManyOpenFiles(error="x")), samples, host)
     assert (files.cause.limit_fds, files.cause.main_fds, files.cause.worker_fds) == (64, 50, 30)
     failed = Outcome(state=TrialState.FAILED, cause=ScriptFailed(error="ValueError: x"))
-    assert _with_figures(failed, samples, host) == failed
+    assert with_figures(failed, samples, host) == failed

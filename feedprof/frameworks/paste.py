@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.frameworks.origin import AtAssign, AtCall, FromFlag, NotFound, Tracer, argument, display
-from feedprof.frameworks.source import _parse, find_call, resolve_site, rewrite_statement
+from feedprof.frameworks.source import find_call, parse_file, resolve_site, rewrite_statement
 from feedprof.reasons import Reason, SetByFlag, SetElsewhere, SettingSourceUnknown
 
 _ABSENT = object()
@@ -95,7 +95,7 @@ def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: 
 
 
 def _call_at(frame: Tuple[str, int], names: Sequence[str]) -> Any:
-    tree = _parse(frame[0])
+    tree = parse_file(frame[0])
     return find_call(tree, frame[1], names) if tree is not None else None
 
 

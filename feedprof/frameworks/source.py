@@ -33,7 +33,8 @@ def _callee_name(node: ast.Call) -> str:
     return ""
 
 
-def _parse(path: str) -> Optional[ast.Module]:
+def parse_file(path: str) -> Optional[ast.Module]:
+    """The file's syntax tree (None: unreadable, or not Python)."""
     try:
         with open(path, encoding="utf-8") as fh:
             return ast.parse(fh.read())
@@ -72,7 +73,7 @@ def _with_knobs(call: ast.Call, knobs: Dict[str, Any], drop: Sequence[str],
 def rewrite_call(path: str, line: int, names: Sequence[str], knobs: Dict[str, Any],
                  drop: Sequence[str] = (), positional: Sequence[str] = ()) -> Optional[str]:
     """The call at ``path:line`` with ``knobs`` set, as source text (None if not found)."""
-    tree = _parse(path)
+    tree = parse_file(path)
     call = find_call(tree, line, names) if tree is not None else None
     return None if call is None else ast.unparse(_with_knobs(call, knobs, drop, positional))
 
@@ -84,7 +85,7 @@ def rewrite_statement(path: str, line: int, names: Sequence[str], knobs: Dict[st
     ``ds = ds.map(...).batch(32)``) with the knobs set, to paste over the line as
     it is, and the name it assigns to (or None). Inside a compound statement
     (``for batch in DataLoader(...):``) only the call is given."""
-    tree = _parse(path)
+    tree = parse_file(path)
     call = find_call(tree, line, names) if tree is not None else None
     if call is None:
         return None

@@ -194,7 +194,7 @@ def install(ctl: Any) -> None:
             # function only from a tf.data.Iterator; a WatchedIterator would make it pull in
             # Python and every step would be counted twice (once here, once by the callback).
             return orig_iter(self)
-        handle = _register(ctl, self, p, sys._getframe(1))
+        handle = register_dataset(ctl, self, p, sys._getframe(1))
         return ctl.iterate(handle, lambda: orig_iter(p.runtime), replay=False)
 
     D.__iter__ = __iter__
@@ -262,7 +262,7 @@ def _eager() -> bool:
     return tf.executing_eagerly()
 
 
-def _register(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
+def register_dataset(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
     """The pipeline's handle and the dataset to iterate, made once per dataset object."""
     if p.handle is not None and p.runtime is not None:
         return p.handle
@@ -344,7 +344,7 @@ def _patch_fit_adapter(ctl: Any, adapter: type) -> None:
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         p = getattr(dataset, "_feedprof_pipeline", None)
         if p is not None:
-            handle = _register(ctl, dataset, p, sys._getframe(1))
+            handle = register_dataset(ctl, dataset, p, sys._getframe(1))
             ctl.timed_by_callback(handle)
             p.fed_to_fit = True
             dataset = p.runtime

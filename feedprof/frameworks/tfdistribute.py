@@ -16,7 +16,7 @@ from typing import Any
 def install(ctl: Any) -> None:
     from tensorflow.python.distribute import distribute_lib, input_lib
 
-    from feedprof.frameworks.tfdata import _register
+    from feedprof.frameworks.tfdata import register_dataset
 
     Strategy = distribute_lib.StrategyBase
     if getattr(Strategy, "_feedprof_patched", False):
@@ -30,7 +30,7 @@ def install(ctl: Any) -> None:
         # TensorFlow's own iterator to pull inside its compiled train function
         if p is None or not ctl.user_chain(sys._getframe(1)):
             return orig_distribute(self, dataset, *args, **kwargs)
-        handle = _register(ctl, dataset, p, sys._getframe(1))
+        handle = register_dataset(ctl, dataset, p, sys._getframe(1))
         distributed = orig_distribute(self, p.runtime, *args, **kwargs)  # the knobs' options, or the replay
         distributed._feedprof_handle = handle
         return distributed
@@ -46,7 +46,7 @@ def install(ctl: Any) -> None:
             p = getattr(dataset, "_feedprof_pipeline", None)
             if p is None:
                 return dataset
-            made.append(_register(ctl, dataset, p, caller))
+            made.append(register_dataset(ctl, dataset, p, caller))
             return p.runtime
 
         distributed = orig_from_function(self, fn, *args, **kwargs)

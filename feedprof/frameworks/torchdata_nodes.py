@@ -61,14 +61,14 @@ def describe_config(config: Dict[str, Any]) -> str:
 def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
     """The script's ParallelMapper(...) and Prefetcher(...) calls with the knobs set."""
     from feedprof.frameworks.paste import Call, Paste, Setting, paste
-    from feedprof.frameworks.source import _parse, find_call, resolve_site
+    from feedprof.frameworks.source import find_call, parse_file, resolve_site
 
     cfg = legalize(config)
     own = legalize(getattr(loader, "config", None) or {}) if loader is not None else {}
     calls = []
     for site in getattr(loader, "config_sites", ()) or ():
         where = resolve_site(site, script)
-        tree = _parse(where[0]) if where is not None else None
+        tree = parse_file(where[0]) if where is not None else None
         if tree is None:
             continue
         if find_call(tree, where[1], ("ParallelMapper",)) is not None:

@@ -1,6 +1,7 @@
 """The clock feedprof reads, behind an interface small enough to fake: every
 timing decision (sampling ticks, trial windows, time limits, the tune's
-budget) goes through a ``Clock``, so tests drive it with a fake one.
+budget) goes through a ``Clock``, so tests drive it with a fake one, and so
+does the wall-clock time a record is stamped with (``now_iso``).
 
 ``time.perf_counter`` is ``CLOCK_MONOTONIC`` on Linux: one clock for the whole
 machine, so a timestamp taken in a trial child and one taken by the sampler in
@@ -8,6 +9,7 @@ the parent process can be compared directly.
 """
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from typing import Protocol
@@ -23,9 +25,13 @@ class Clock(Protocol):
     def sleep_s(self, seconds: float) -> None:
         """Let ``seconds`` pass."""
 
+    def wall_s(self) -> float:
+        """Seconds since the epoch: for the timestamps people read, never for durations."""
+
 
 class MonotonicClock:
     now_s = staticmethod(time.perf_counter)
+    wall_s = staticmethod(time.time)
 
     @staticmethod
     def wait_s(event: threading.Event, timeout_s: float) -> bool:
@@ -37,3 +43,8 @@ class MonotonicClock:
 
 
 MONOTONIC = MonotonicClock()
+
+
+def now_iso(clock: Clock = MONOTONIC) -> str:
+    """The wall-clock time, local, to the second: when a run or a tune started."""
+    return datetime.datetime.fromtimestamp(clock.wall_s()).astimezone().isoformat(timespec="seconds")

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import psutil
 
+from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.workers import IN_PROCESS, ProbeSchedule, WorkerProbe
 from feedprof.store import GpuStatus, HostInfo
 
@@ -101,9 +102,10 @@ class ProcessCpu:
 
     MIN_INTERVAL_S = 0.05
 
-    def __init__(self, proc: psutil.Process):
+    def __init__(self, proc: psutil.Process, clock: Clock = MONOTONIC):
         self.proc = proc
-        self._last = (self._used_s(), runqueue_wait_s(proc.pid), time.monotonic())
+        self._clock = clock
+        self._last = (self._used_s(), runqueue_wait_s(proc.pid), clock.now_s())
         self._pct = 0.0
         self.runq_pct: Optional[float] = None
 
@@ -112,7 +114,7 @@ class ProcessCpu:
         return t.user + t.system
 
     def read(self) -> float:
-        used, waited, now = self._used_s(), runqueue_wait_s(self.proc.pid), time.monotonic()
+        used, waited, now = self._used_s(), runqueue_wait_s(self.proc.pid), self._clock.now_s()
         used0, waited0, t0 = self._last
         if now - t0 >= self.MIN_INTERVAL_S:
             self._pct = max(0.0, 100.0 * (used - used0) / (now - t0))
@@ -124,10 +126,12 @@ class ProcessCpu:
 class ProcessTreeProbe:
     def __init__(self, pid: int, children_refresh_s: float = 2.0,
                  memory_detail_interval_s: float = 2.0, shm_path: str = SHM_PATH,
-                 min_children_refresh_s: float = 0.2, worker_probe: ProbeSchedule = IN_PROCESS):
+                 min_children_refresh_s: float = 0.2, worker_probe: ProbeSchedule = IN_PROCESS,
+                 clock: Clock = MONOTONIC):
         self.pid = pid
         self.main = psutil.Process(pid)
-        self._main_cpu = ProcessCpu(self.main)
+        self._clock = clock
+        self._main_cpu = ProcessCpu(self.main, clock)
         self.children_refresh_s = children_refresh_s  # the slowest re-listing, when nothing changes
         self.min_children_refresh_s = min(min_children_refresh_s, children_refresh_s)
         self._refresh_every = self.min_children_refresh_s
@@ -167,7 +171,7 @@ class ProcessTreeProbe:
             if pid in self._children:
                 continue
             try:
-                cpu = ProcessCpu(proc)
+                cpu = ProcessCpu(proc, self._clock)
                 cmd = " ".join(proc.cmdline())
             except psutil.Error:
                 continue
@@ -198,7 +202,7 @@ class ProcessTreeProbe:
         per_core = self._cpu.read()
         detail = {}
         if t_s >= self._t_detail_due:
-            c0 = time.thread_time()
+            c0 = time.thread_time()  # this thread's CPU time (the cost), not time passing: no Clock's
             detail = self._memory_detail()
             cost_s = time.thread_time() - c0
             self._t_detail_due = t_s + max(self.memory_detail_interval_s, cost_s / MEMORY_DETAIL_BUDGET)
@@ -367,7 +371,7 @@ def machine_info(gpu: bool = True) -> HostInfo:
 
 def host_info(gpu: Any = None) -> HostInfo:
     """This machine; ``gpu`` is an open record.gpu backend (its devices and status)."""
-    from feedprof import __version__
+    from feedprof.version import __version__
 
     return HostInfo(
         hostname=socket.gethostname(),

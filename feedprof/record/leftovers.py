@@ -5,7 +5,7 @@ profile`` and every trial of ``feedprof tune``); reported, never killed here.
 NOTE [ Finding what escaped a trial ]
 
     trial child (its own session and group, both = its pid) ─► loader workers, helpers
-    runner.kill_group: SIGKILL the group + every descendant seen while it ran
+    watch.kill_group: SIGKILL the group + every descendant seen while it ran
     still alive afterwards, and one of:
       a descendant seen while it ran ............... it left the group (setpgid, setsid)
       in the trial's session ....................... setpgid without setsid
@@ -30,6 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Set
 
 import psutil
 
+from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.gpu_procs import describe_process
 from feedprof.codes import GpuStatus
 from feedprof.store_procs import GpuMemoryHeld, Leftovers
@@ -42,7 +43,8 @@ CLOCK_SLACK_S = 0.05  # psutil's create_time counts clock ticks (10 ms)
 def process_clock_s() -> float:
     """Now, on the clock of psutil's ``create_time`` (boot time + time since
     boot, where the boot time is whole seconds: ``time.time()`` can be up to a
-    second off it)."""
+    second off it). The kernel's clock, not a ``Clock``: it is only ever
+    compared with the kernel's own process start times, which no fake moves."""
     try:
         return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME)
     except (AttributeError, OSError):  # no CLOCK_BOOTTIME outside Linux
@@ -126,7 +128,7 @@ def _held(gpu: Any, pids: Set[int]) -> List[GpuMemoryHeld]:
 
 def find_leftovers(trial_dir: str, root_pid: int, known: Iterable[psutil.Process] = (), gpu: Any = None,
                    since_s: Optional[float] = None, fork_server_pid: Optional[int] = None,
-                   settle_s: float = 0.5, release_s: float = 2.0) -> Leftovers:
+                   settle_s: float = 0.5, release_s: float = 2.0, clock: Clock = MONOTONIC) -> Leftovers:
     """Processes of a finished trial still alive, and GPU memory the trial's
     processes still hold (``gpu``: an opened ``record.gpu`` backend, or None).
 
@@ -136,30 +138,32 @@ def find_leftovers(trial_dir: str, root_pid: int, known: Iterable[psutil.Process
     """
     known = list(known)
     strays = stray_processes(trial_dir, root_pid, known, since_s, fork_server_pid)
-    deadline = time.monotonic() + settle_s
-    while strays and time.monotonic() < deadline:  # killed a moment ago: still exiting?
-        time.sleep(0.05)
+    deadline = clock.now_s() + settle_s
+    while strays and clock.now_s() < deadline:  # killed a moment ago: still exiting?
+        clock.sleep_s(0.05)
         strays = {pid: p for pid, p in strays.items() if _alive(p)}
     held: List[GpuMemoryHeld] = []
     checked = gpu is not None and gpu.status == "ok"
     if checked:
         ours = {root_pid} | {p.pid for p in known} | set(strays)
-        deadline = time.monotonic() + release_s
+        deadline = clock.now_s() + release_s
         held = _held(gpu, ours)
-        while any(h.pid not in strays for h in held) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while any(h.pid not in strays for h in held) and clock.now_s() < deadline:
+            clock.sleep_s(0.1)
             held = _held(gpu, ours)
     return Leftovers(processes=tuple(describe_process(pid) for pid in sorted(strays)),
                      gpu_memory=tuple(held), gpu_checked=checked)
 
 
 def check_run(trial_dir: str, root_pid: int, known: Iterable[psutil.Process] = (), use_gpu: bool = True,
-              since_s: Optional[float] = None, fork_server_pid: Optional[int] = None) -> Leftovers:
+              since_s: Optional[float] = None, fork_server_pid: Optional[int] = None,
+              clock: Clock = MONOTONIC) -> Leftovers:
     """:func:`find_leftovers` with NVML opened (and closed) for the check."""
     from feedprof.record.gpu import NullGpu, open_gpu
 
     gpu = open_gpu() if use_gpu else NullGpu(GpuStatus.OFF)
     try:
-        return find_leftovers(trial_dir, root_pid, known, gpu=gpu, since_s=since_s, fork_server_pid=fork_server_pid)
+        return find_leftovers(trial_dir, root_pid, known, gpu=gpu, since_s=since_s, fork_server_pid=fork_server_pid,
+                              clock=clock)
     finally:
         gpu.close()

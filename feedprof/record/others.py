@@ -8,11 +8,11 @@ process's CPU time, at the trial's start and end: a few milliseconds each.
 from __future__ import annotations
 
 import os
-import time
 from typing import Dict, Iterable, Tuple
 
 import psutil
 
+from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store import OtherProcess
 
 TOP = 3
@@ -31,12 +31,13 @@ def _cpu_times() -> Dict[int, Tuple[str, float]]:
 class OtherLoad:
     """Started with the trial; ``stop(job_pids)`` names the busiest others."""
 
-    def __init__(self) -> None:
-        self._t0 = time.monotonic()
+    def __init__(self, clock: Clock = MONOTONIC) -> None:
+        self._clock = clock
+        self._t0 = clock.now_s()
         self._before = _cpu_times()
 
     def stop(self, job_pids: Iterable[int]) -> Tuple[OtherProcess, ...]:
-        elapsed = max(1e-6, time.monotonic() - self._t0)
+        elapsed = max(1e-6, self._clock.now_s() - self._t0)
         after = _cpu_times()
         skip = set(job_pids) | {os.getpid()} | {p.pid for p in _own_descendants()}
         used = []

@@ -80,7 +80,7 @@ def rank_from_env(env: Mapping[str, str]) -> Optional[RankInfo]:
 
 def cuda_device() -> Dict[str, str]:
     """The CUDA device this rank trains on, if it uses one (never initialises CUDA itself)."""
-    from feedprof.session import cuda_in_use
+    from feedprof.record.cuda import cuda_in_use
 
     if not cuda_in_use():
         return {"device": "cpu"}

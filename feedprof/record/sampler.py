@@ -72,7 +72,7 @@ class Sampler:
         self.tree: Optional[ProcessTreeProbe] = ProcessTreeProbe(
             self.pid, children_refresh_s=children_refresh_s,
             memory_detail_interval_s=memory_detail_interval_s, min_children_refresh_s=interval_s,
-            worker_probe=worker_probe)
+            worker_probe=worker_probe, clock=clock)
         if gpu is True:
             gpu = open_gpu()
         elif gpu is False or gpu is None:

@@ -123,7 +123,8 @@ def curves_data(label: str, run: Run) -> TrialCurves:
 # ------------------------------------------------------------------ drawing
 
 
-def _figure(width_in: float, height_in: float):
+def new_figure(width_in: float, height_in: float):
+    """A figure drawn to SVG, without pyplot (no global state across reports)."""
     from matplotlib.backends.backend_svg import FigureCanvasSVG
     from matplotlib.figure import Figure
 
@@ -132,7 +133,7 @@ def _figure(width_in: float, height_in: float):
     return fig
 
 
-def _style(ax, ylabel: str = "") -> None:
+def style_axes(ax, ylabel: str = "") -> None:
     ax.set_facecolor("none")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
@@ -164,9 +165,9 @@ def to_svg(fig) -> str:
 
 
 def draw_throughput(chart: ThroughputChart) -> str:
-    fig = _figure(max(4.0, 0.55 * len(chart.bars) + 2), 2.6)
+    fig = new_figure(max(4.0, 0.55 * len(chart.bars) + 2), 2.6)
     ax = fig.add_subplot(1, 1, 1)
-    _style(ax, "batches/s")
+    style_axes(ax, "batches/s")
     xs = list(range(len(chart.bars)))
     for x, b in zip(xs, chart.bars):
         if b.value is None:
@@ -194,7 +195,7 @@ def draw_throughput(chart: ThroughputChart) -> str:
     return to_svg(fig)
 
 
-def _line(ax, xs: Sequence[float], ys: Sequence[Optional[float]], color: str, label: str, **kw) -> None:
+def draw_line(ax, xs: Sequence[float], ys: Sequence[Optional[float]], color: str, label: str, **kw) -> None:
     """A line with gaps where readings are missing (None): a lost GPU shows as a gap."""
     seg_x: List[float] = []
     seg_y: List[float] = []
@@ -224,12 +225,12 @@ def draw_curves(curves: Sequence[TrialCurves], gpu_note: str = "") -> str:
     has_gpu = any(c.gpu_util_pct for c in curves)
     columns = COLUMNS if has_gpu else COLUMNS[1:]
     rows = max(1, len(curves))
-    fig = _figure(10.0 if has_gpu else 8.0, 1.35 * rows + 0.9)
+    fig = new_figure(10.0 if has_gpu else 8.0, 1.35 * rows + 0.9)
     axes = fig.subplots(rows, len(columns), sharex=True, sharey="col", squeeze=False)
     for r, c in enumerate(curves):
         by_name = dict(zip(columns, axes[r]))
         for ax, title in zip(axes[r], columns):
-            _style(ax)
+            style_axes(ax)
             if r == 0:
                 ax.set_title(title, color=INK, fontsize=9, pad=22)
             if c.window[0] is not None and c.window[1] is not None:
@@ -238,19 +239,19 @@ def draw_curves(curves: Sequence[TrialCurves], gpu_note: str = "") -> str:
         if has_gpu:
             gpu_ax = by_name["GPU utilisation %"]
             for d, util in enumerate(c.gpu_util_pct):
-                _line(gpu_ax, c.t_s, util, PALETTE[d % len(PALETTE)], f"cuda:{d}")
+                draw_line(gpu_ax, c.t_s, util, PALETTE[d % len(PALETTE)], f"cuda:{d}")
             gpu_ax.set_ylim(0, 100)
         cpu_ax, wait_ax, mem_ax = by_name["CPU (cores)"], by_name["data wait %"], by_name["memory (GiB)"]
-        _line(cpu_ax, c.t_s, c.system_cores, PALETTE[5], "system")
-        _line(cpu_ax, c.t_s, c.main_cores, PALETTE[0], "main process")
-        _line(cpu_ax, c.t_s, c.workers_cores, PALETTE[1], "workers")
+        draw_line(cpu_ax, c.t_s, c.system_cores, PALETTE[5], "system")
+        draw_line(cpu_ax, c.t_s, c.main_cores, PALETTE[0], "main process")
+        draw_line(cpu_ax, c.t_s, c.workers_cores, PALETTE[1], "workers")
         if c.wait_t_s:
-            _line(wait_ax, c.wait_t_s, c.wait_pct, PALETTE[3], "data wait")
+            draw_line(wait_ax, c.wait_t_s, c.wait_pct, PALETTE[3], "data wait")
         wait_ax.set_ylim(0, 100)
-        _line(mem_ax, c.t_s, c.rss_gib, PALETTE[0], "RSS (tree)")
+        draw_line(mem_ax, c.t_s, c.rss_gib, PALETTE[0], "RSS (tree)")
         if c.pss_t_s:
             mem_ax.plot(c.pss_t_s, c.pss_gib, "o", color=PALETTE[2], markersize=2.5, label="PSS (tree)")
-        _line(mem_ax, c.t_s, c.shm_gib, PALETTE[4], "/dev/shm")
+        draw_line(mem_ax, c.t_s, c.shm_gib, PALETTE[4], "/dev/shm")
     # Shared y-axes: one range per column from every row (set once, after all rows are drawn).
     axes[0][columns.index("CPU (cores)")].set_ylim(0, 1.08 * _top(
         v for c in curves for col in (c.system_cores, c.main_cores, c.workers_cores) for v in col))

@@ -77,11 +77,11 @@ def rank_waits(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[float, ...]
 
 
 def draw_rank_waits(waits: Sequence[Tuple[str, Tuple[float, ...], Tuple[float, ...]]]) -> str:
-    fig = plots._figure(8.0, 2.4)
+    fig = plots.new_figure(8.0, 2.4)
     ax = fig.add_subplot(1, 1, 1)
-    plots._style(ax, "data wait %")
+    plots.style_axes(ax, "data wait %")
     for k, (label, t, pct) in enumerate(waits):
-        plots._line(ax, t, pct, plots.PALETTE[k % len(plots.PALETTE)], label)
+        plots.draw_line(ax, t, pct, plots.PALETTE[k % len(plots.PALETTE)], label)
     ax.set_ylim(0, 100)
     ax.set_xlabel("seconds", color=plots.INK, fontsize=8)
     ax.legend(fontsize=7, frameon=False, labelcolor=plots.INK, loc="upper right")

@@ -6,6 +6,11 @@ back a result or a classified failure. Used by `tune` for every trial and by
                   time, reaped with its whole process group, classified if it ends badly
     jobrunner.py  the same for a launched job (torchrun, mpirun, a shell script):
                   every rank instrumented through bootstrap/, the job ended together
+    options.py    what a trial is told: TrialOptions (its bounds), Injection (the knobs)
+    flight.py     InFlight: one record of a trial from its launch to its Run (what was
+                  launched, its files, when, its processes, watch and sampler)
+    watch.py      polling a trial's events and time limits; kill_group reaps it
+    ending.py     how a trial that ended badly ended, with the figures it measured
     child.py      inside that process: the script runs as __main__ with its
                   loaders instrumented (frameworks/ adapters, through
                   frameworks/contract.py), and ends once its window is measured

@@ -346,7 +346,7 @@ class Controller:
                 if not self.spec.full and state == TrialState.OK:
                     self.notes.append(WindowNotReached(steady_batches=rec.steady_batches,
                                                        window_batches=self.spec.window_batches))
-        from feedprof.session import cuda_in_use
+        from feedprof.record.cuda import cuda_in_use
 
         if self.rank is not None:
             self.rank = dataclasses.replace(self.rank, **cuda_device())

@@ -7,7 +7,7 @@ ways more loader workers break a script, each a finding with its fix
     its error text + output tail (runner.py) ─► cause_of_text ─► killed by the kernel
                                                                  (SIGKILL / SIGBUS), EMFILE
 The figures these causes carry (PSS, /dev/shm, open files) are added by the
-runner from the trial's samples (runner._with_figures).
+runner from the trial's samples (ending.with_figures).
 """
 from __future__ import annotations
 

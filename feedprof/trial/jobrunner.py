@@ -5,12 +5,13 @@ NOTE [ A trial of a job ]
 
     env: FEEDPROF_JOB_SPEC, PYTHONPATH=bootstrap/:..., a fresh MASTER_PORT / PET_MASTER_PORT
     launcher ─► ranks (each: result-<rank>.json, events-<rank>.jsonl)
-    _JobWatch polls every rank's events:
+    _JobWatch (a watch.Watch) polls every rank's events:
       "started" (rank, pid) ─► a sampler of that rank's process tree
       every local rank's "window_done" ─► the whole job is ended at once (ranks are
           never ended alone: the others would hang in a collective)
       the launcher exits first ─► how it ended (a rank's traceback, if one failed)
       the runner's limits (no batch in time, the trial's timeout), as for one process
+    _finish (the InFlight record, flight.py): every process of the job killed, leftovers checked;
     _assemble_job: a Run per rank (with its samples and summary) inside the job's Run,
     whose samples are the launcher's whole tree and whose summary the job's (diagnose.py)
 """
@@ -29,18 +30,18 @@ import psutil
 from feedprof.analyse.diagnose import summarize
 from feedprof.reasons import Interrupted, RankFailed
 from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.record.leftovers import check_run, process_clock_s
-from feedprof.record.others import OtherLoad
+from feedprof.record.leftovers import TRIAL_ENV, check_run
 from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED
-from feedprof.session import now_iso
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
+from feedprof.trial.ending import classify_end, log_tail, with_figures
+from feedprof.trial.flight import InFlight, TrialInterrupted, TrialPaths
 from feedprof.trial.hosted import JOB_SPEC_ENV
 from feedprof.trial.launch import Launch
+from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
-from feedprof.trial.runner import (OBSERVE, TRIAL_ENV, Injection, TrialInterrupted, TrialOptions, _descendants,
-                                  _tail, _Watch, _with_figures, classify_end, kill_group)
 from feedprof.trial.signals import deferred_signals
+from feedprof.trial.watch import Watch, descendants, kill_group
 
 RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap")
@@ -64,30 +65,20 @@ def job_env(trial_dir: str, spec_path: str, opts: TrialOptions) -> Dict[str, str
     return env
 
 
-def _write_job_spec(trial_dir: str, launch: Launch, opts: TrialOptions, what: Injection, origin_s: float) -> str:
+def _write_job_spec(paths: TrialPaths, launch: Launch, opts: TrialOptions, what: Injection, origin_s: float) -> None:
     spec = TrialSpec(
         script=launch.script or "", argv=list(launch.command), origin_s=origin_s,
-        result_path=os.path.join(trial_dir, "result-{rank}.json"),
-        events_path=os.path.join(trial_dir, "events-{rank}.jsonl"),
+        result_path=paths.result, events_path=paths.events,
         window_batches=opts.window_batches, window_seconds=opts.window_seconds,
         min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches, mode=what.mode,
         inject=dict(what.config), framework=what.framework,
         target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full,
-        decision_path=os.path.join(trial_dir, "decision.json") if what.mode == Mode.ONLINE else "")
-    path = os.path.join(trial_dir, "spec.json")
-    with open(path, "w", encoding="utf-8") as fh:
+        decision_path=os.path.join(os.path.dirname(paths.spec), "decision.json") if what.mode == Mode.ONLINE else "")
+    with open(paths.spec, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
-    return path
 
 
-def _fresh_dir(trial_dir: str) -> None:
-    os.makedirs(trial_dir, exist_ok=True)
-    for stale in glob.glob(os.path.join(trial_dir, "result-*.json")) + glob.glob(
-            os.path.join(trial_dir, "events-*.jsonl")):
-        os.remove(stale)
-
-
-class _JobWatch(_Watch):
+class _JobWatch(Watch):
     """Every rank's events; done once each local rank has its window."""
 
     exit_grace_s = 0.0  # the ranks train on after their windows: end the job at once
@@ -150,60 +141,54 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
             what: Injection = OBSERVE, on_poll: Optional[Callable[[], None]] = None,
             clock: Clock = MONOTONIC) -> Run:
     """Measure one config of a multi-process job; the job's Run, with every rank's inside."""
-    _fresh_dir(trial_dir)
+    paths = TrialPaths.fresh(trial_dir, per_rank=True)
     origin = clock.now_s()
-    spec_path = _write_job_spec(trial_dir, launch, opts, what, origin)
-    env = job_env(trial_dir, spec_path, opts)
-    started_at, others, launched_s = now_iso(), OtherLoad(), process_clock_s()
-    log_path = os.path.join(trial_dir, "output.log")
-    out = open(log_path, "wb") if opts.capture_output else None
-    proc, watch, sampler = None, None, None
+    _write_job_spec(paths, launch, opts, what, origin)
+    env = job_env(trial_dir, paths.spec, opts)
+    flight = InFlight.begin(launch.script, launch.command, paths, host, opts, clock, origin)
+    flight = dataclasses.replace(flight, out=open(paths.log, "wb") if opts.capture_output else None)
+    out = flight.out
     try:
         proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
                                 stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env)
-        watch = _JobWatch(proc, origin, opts, trial_dir, on_poll, clock)
+        flight = dataclasses.replace(flight, proc=proc)
+        flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock))
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
                           clock=clock).start()
-        watch.sampler = sampler
-        watch.wait()
+        flight.watch.sampler = sampler
+        flight = dataclasses.replace(flight, sampler=sampler)
+        flight.watch.wait()
     except BaseException as exc:
-        if proc is None:
+        if flight.proc is None:
             if out:
                 out.close()
             raise
         with deferred_signals():
-            run = _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock,
-                          launched_s, interrupted=True)
+            run = _finish(flight, interrupted=True)
         if not isinstance(exc, KeyboardInterrupt):
             raise
         raise TrialInterrupted(run, getattr(exc, "signum", 2)) from None
-    return _finish(launch, host, started_at, origin, log_path, proc, watch, sampler, out, others, clock, launched_s)
+    return _finish(flight)
 
 
-def opts_gpu(watch: Optional[_Watch]) -> bool:
-    return bool(watch.opts.gpu) if watch is not None else False
-
-
-def _finish(launch: Launch, host: HostInfo, started_at: str, origin: float, log_path: str, proc: Any,
-            watch: Optional[_JobWatch], sampler: Optional[Sampler], out: Any, others: OtherLoad, clock: Clock,
-            launched_s: float, interrupted: bool = False) -> Optional[Run]:
+def _finish(flight: InFlight, interrupted: bool = False) -> Optional[Run]:
     """End the whole job together, stop sampling, and put the job's Run together."""
     # torchrun starts each rank in a session of its own, out of reach of the group's kill:
     # every descendant now, ranks that have not reported in yet included
-    ranks = (watch.known if watch else []) + _descendants(proc.pid)
+    proc, watch = flight.proc, flight.watch
+    ranks = (watch.known if watch else []) + descendants(proc.pid)
     job = {proc.pid} | {p.pid for p in ranks}
-    kill_group(proc, ranks, clock)
-    left = check_run(os.path.dirname(log_path), proc.pid, ranks, opts_gpu(watch),
-                     since_s=launched_s)
-    samples = sampler.stop() if sampler else Samples()
+    kill_group(proc, ranks, flight.clock)
+    use_gpu = bool(flight.opts.gpu and watch is not None)  # no watch: interrupted at once, no Run to tell
+    left = check_run(flight.paths.directory, proc.pid, ranks, use_gpu, since_s=flight.launched_s, clock=flight.clock)
+    samples = flight.sampler.stop() if flight.sampler else Samples()
     rank_samples = watch.stop_samplers() if watch else {}
-    if out:
-        out.close()
+    if flight.out:
+        flight.out.close()
     if watch is None:
         return None
-    run = _assemble_job(launch, host, started_at, origin, log_path, samples, rank_samples, watch, clock,
-                        interrupted)
-    return dataclasses.replace(run, other_processes=others.stop(job), leftovers=left)
+    run = _assemble_job(flight, samples, rank_samples, interrupted)
+    return dataclasses.replace(run, other_processes=flight.others.stop(job), leftovers=left)
 
 
 def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _JobWatch, interrupted: bool) -> Run:
@@ -215,15 +200,16 @@ def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _Jo
             child = None
     base = child or Run(kind="trial", rank=RankInfo(rank=rank, pid=(watch.ranks.get(rank) or {}).get("pid")))
     if child is None or child.outcome.state != TrialState.OK:
-        outcome = _with_figures(classify_end(child.outcome if child else None, None, watch.timed_out, interrupted),
-                                samples, host)
+        outcome = with_figures(classify_end(child.outcome if child else None, None, watch.timed_out, interrupted),
+                               samples, host)
     else:
         outcome = child.outcome
     run = dataclasses.replace(base, kind="rank", host=host, samples=samples, outcome=outcome)
     return dataclasses.replace(run, summary=summarize(run))
 
 
-def _job_outcome(ranks: List[Run], proc: Any, watch: _JobWatch, interrupted: bool, log_path: str) -> Outcome:
+def _job_outcome(ranks: List[Run], flight: InFlight, interrupted: bool) -> Outcome:
+    proc, watch = flight.proc, flight.watch
     if interrupted:
         return Outcome(state=TrialState.INTERRUPTED, cause=Interrupted(), exit_code=proc.returncode)
     bad = [r for r in ranks if r.outcome.state != TrialState.OK]
@@ -234,20 +220,19 @@ def _job_outcome(ranks: List[Run], proc: Any, watch: _JobWatch, interrupted: boo
         return Outcome(state=r.outcome.state, cause=RankFailed(rank=r.rank.rank if r.rank else 0, cause=r.outcome.cause),
                        exit_code=proc.returncode, traceback=r.outcome.traceback)
     if not ranks:  # the launcher ended before any rank started (a bad command, no such script...)
-        return classify_end(None, proc.returncode, None, False, _tail(log_path))
+        return classify_end(None, proc.returncode, None, False, log_tail(flight.paths.log))
     return Outcome(state=TrialState.OK, exit_code=proc.returncode)
 
 
-def _assemble_job(launch: Launch, host: HostInfo, started_at: str, origin: float, log_path: str,
-                  samples: Samples, rank_samples: Dict[int, Samples], watch: _JobWatch, clock: Clock,
-                  interrupted: bool) -> Run:
+def _assemble_job(flight: InFlight, samples: Samples, rank_samples: Dict[int, Samples], interrupted: bool) -> Run:
+    watch, host = flight.watch, flight.host
     paths = {int(_RANK_FILE.search(p).group(1)): p for p in glob.glob(os.path.join(watch.trial_dir, "result-*.json"))}
     ranks = [_rank_run(r, paths.get(r, ""), rank_samples.get(r, Samples()), host, watch, interrupted)
              for r in sorted(set(paths) | set(watch.ranks))]
     first = ranks[0] if ranks else Run()
-    run = Run(kind="trial", script=first.script or launch.script, argv=tuple(launch.command), started_at=started_at,
-              duration_s=clock.now_s() - origin, host=host, loaders=first.loaders, window=first.window,
-              samples=samples, outcome=_job_outcome(ranks, watch.proc, watch, interrupted, log_path),
+    run = Run(kind="trial", script=first.script or flight.script, argv=flight.argv, started_at=flight.started_at,
+              duration_s=flight.duration_s(), host=host, loaders=first.loaders, window=first.window,
+              samples=samples, outcome=_job_outcome(ranks, flight, interrupted),
               cuda_used=any(r.cuda_used for r in ranks) or None, modules=first.modules, notes=first.notes,
               ranks=tuple(ranks))
     return dataclasses.replace(run, summary=summarize(run))

@@ -8,10 +8,9 @@ import traceback
 from types import FrameType
 from typing import List, Optional, Tuple
 
-import feedprof
 
 MAX_CHAIN = 4  # user frames kept per call site
-_FEEDPROF_DIR = os.path.dirname(os.path.abspath(feedprof.__file__))
+_FEEDPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # feedprof/
 _NOT_USER = tuple(
     os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
                                  sysconfig.get_paths()["platlib"], _FEEDPROF_DIR} if p)

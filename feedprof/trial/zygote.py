@@ -30,6 +30,7 @@ import sys
 import threading
 from typing import Dict, List, Optional
 
+from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import FORK_SERVER_ENV
 
 # Modules the tuner may pre-import: they start no thread on import (checked
@@ -47,7 +48,9 @@ class ZygoteError(RuntimeError):
 class Zygote:
     """The tuner's handle on a running fork server."""
 
-    def __init__(self, preload: List[str], env: Optional[Dict[str, str]] = None, timeout_s: float = 120.0):
+    def __init__(self, preload: List[str], env: Optional[Dict[str, str]] = None, timeout_s: float = 120.0,
+                 clock: Clock = MONOTONIC):
+        self.clock = clock  # how its forked trials wait to be reaped
         # A mark in its exec-time environment, which every fork of it shows in /proc (record/leftovers.py)
         env = {**(os.environ if env is None else env), FORK_SERVER_ENV: f"{os.getpid()}-{id(self)}"}
         self.proc = subprocess.Popen(
@@ -133,13 +136,12 @@ class ForkedTrial:
         return self.returncode
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        import time
-
-        deadline = None if timeout is None else time.monotonic() + timeout
+        clock = self.zygote.clock
+        deadline = None if timeout is None else clock.now_s() + timeout
         while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and clock.now_s() > deadline:
                 raise subprocess.TimeoutExpired("trial", timeout)
-            time.sleep(0.02)
+            clock.sleep_s(0.02)
         return self.returncode
 
 

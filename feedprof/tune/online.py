@@ -175,7 +175,7 @@ def trial_paths(out_dir: str) -> Tuple[str, str]:
 def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
                clock: Clock = MONOTONIC) -> Tuple[Any, bool]:
     """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
-    from feedprof.session import now_iso
+    from feedprof.record.clock import now_iso
     from feedprof.record.host import machine_info, usable_cpu_count
     from feedprof.store import save
     from feedprof.trial.protocol import Mode

@@ -33,7 +33,7 @@ from feedprof.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCut
                               NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.host import local_world_size, machine_info, usable_cpu_count
-from feedprof.session import now_iso
+from feedprof.record.clock import now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
 from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.launch import Launch
