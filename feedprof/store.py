@@ -311,6 +311,18 @@ class TuneResult:
     launch: Tuple[str, ...] = ()  # the launch command of a multi-process job (feedprof tune -- LAUNCH...)
 
 
+@dataclass(frozen=True)
+class TuneStart:
+    """What a tune is about to do, as its progress display shows it (never saved)."""
+
+    script: str = ""  # absolute path
+    launch: Tuple[str, ...] = ()  # a multi-process job's launch command (then it, not the script, is shown)
+    budget_s: float = 0.0
+    cpu_cap: int = 1  # CPUs the loader may use (per rank)
+    host: HostInfo = field(default_factory=HostInfo)
+    results_path: str = ""
+
+
 # ------------------------------------------------------------------ files
 
 

@@ -11,11 +11,9 @@ import termios
 
 import pytest
 
-import types
-
 from feedprof.reasons import BaselineFigures, OverMemoryBudget, Verdict
 from feedprof.render.progress import CONFIG_COLUMN, ConsoleProgress, format_recommendation
-from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, Trial, TuneResult
+from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, Trial, TuneResult, TuneStart
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
 
@@ -31,13 +29,13 @@ TRIALS = [
     Trial(index=3, role="search", config={}, state="rejected", config_text="num_workers=64",
           cause=OverMemoryBudget(need_bytes=30 * 2**30, per_worker_bytes=2**29, free_bytes=20 * 2**30)),
 ]
-TUNER = types.SimpleNamespace(  # what the display reads of the tuner
-    host=HostInfo(gpu_status=GpuStatus.NO_LIBRARY), opts=types.SimpleNamespace(budget_s=60.0),
-    script=os.path.abspath("train.py"), results_path="feedprof-out/results.json", cpu_cap=2, launch=None)
+START = TuneStart(  # what the display is told of the tune
+    host=HostInfo(gpu_status=GpuStatus.NO_LIBRARY), budget_s=60.0,
+    script=os.path.abspath("train.py"), results_path="feedprof-out/results.json", cpu_cap=2)
 
 
 def drive(progress):
-    progress.tune_started(TUNER)
+    progress.tune_started(START)
     for i, trial in enumerate(TRIALS):
         progress.trial_started(i, 5 if i else None, trial.role, trial.config_text, 10.0 * i, 60.0)
         progress.tick(10.0 * i + 1, 60.0, force=True)

@@ -34,7 +34,7 @@ from feedprof.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCut
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.host import local_world_size, machine_info, usable_cpu_count
 from feedprof.session import now_iso
-from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
+from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.launch import Launch
 from feedprof.tune.observer import SilentObserver, TuneObserver
@@ -283,8 +283,13 @@ class Tuner:
         except (ZygoteError, OSError) as exc:
             self.notes.append(ForkServerFailed(error=str(exc)))
 
+    def _start(self) -> TuneStart:
+        return TuneStart(script=self.script, launch=tuple(self.launch.command) if self.launch else (),
+                         budget_s=self.opts.budget_s, cpu_cap=self.cpu_cap, host=self.host,
+                         results_path=self.results_path)
+
     def _run_tune(self) -> TuneResult:
-        self.observer.tune_started(self)
+        self.observer.tune_started(self._start())
         baseline = self._baseline()
         self._start_zygote(baseline.run.modules)
         self.strategy = self.make_strategy(self.space, self.opts, self.host)
