@@ -10,10 +10,13 @@ from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, S
                             Window)
 from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.protocol import Mode
-from feedprof.tune.tuner import TuneError, TuneOptions, Tuner
+from feedprof.tune.machine import MachineFacts
+from feedprof.tune.tuner import TuneError, TuneJob, TuneOptions, Tuner
 from tests.fakes import FakeClock
 
 SITE = "train.py:5"
+MACHINE = MachineFacts(host=HostInfo(cpus_usable=2, cpus_online=2), cpus_usable=2, ram_bytes=16 * 2**30,
+                       shm_bytes=4 * 2**30)  # not this machine's: the tests' own
 
 
 def io_bound_rate(config):
@@ -46,10 +49,8 @@ class FakeRunner:
 
 def tuner(tmp_path, clock, runner, previous=None, **opts):
     options = TuneOptions(fork_trials=False, **{"budget_s": 1000.0, **opts})
-    t = Tuner(str(tmp_path / "train.py"), [], str(tmp_path / "out"), options, previous=previous, clock=clock,
-              trial_runner=runner, host=HostInfo(cpus_usable=2, cpus_online=2))
-    t.cpu_cap = 2
-    return t
+    job = TuneJob(script=str(tmp_path / "train.py"), out_dir=str(tmp_path / "out"), previous=previous)
+    return Tuner(job, options, MACHINE, clock=clock, trial_runner=runner)
 
 
 @pytest.fixture
