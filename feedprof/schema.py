@@ -31,6 +31,8 @@ import types
 import typing
 from typing import Any, Dict, List, Optional, Sequence
 
+from feedprof.codec import json_names
+
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas")
 INSTALL_HINT = "validating feedprof JSON needs jsonschema: pip install 'feedprof[schema]' (or pip install jsonschema)"
@@ -80,11 +82,13 @@ def _define(cls: type, defs: Dict[str, Any]) -> Dict[str, Any]:
     tag = getattr(cls, TAG, None) if hasattr(cls, "tagged") else None
     if tag is not None:  # a member of a tagged union (reasons.py): its code says which
         props[TAG] = {"const": tag}
-    for f in dataclasses.fields(cls):
-        if f.name == "schema" and isinstance(f.default, str):
-            props[f.name] = {"const": f.default}
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    for name in json_names(cls):
+        if name == "schema" and isinstance(defaults.get(name), str):
+            props[name] = {"const": defaults[name]}
         else:
-            props[f.name] = _type_schema(hints[f.name], defs)
+            hint = hints[name] if name in hints else typing.get_type_hints(getattr(cls, name).fget)["return"]
+            props[name] = _type_schema(hint, defs)
     defs[cls.__name__] = {"type": "object", "properties": props, "required": list(props),
                           "additionalProperties": False}
     return ref

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
@@ -242,6 +242,8 @@ class Run:
 
 @dataclass(frozen=True)
 class Trial:
+    """One trial of a tune: what it ran and how it ended; its figures are its run's."""
+
     index: int
     role: Role
     config: Dict[str, Any]
@@ -249,24 +251,91 @@ class Trial:
     cause: Optional[Reason] = None  # why it did not end well
     phase: Phase = Phase.SEARCH
     config_text: str = ""  # the config as keywords, leaving out the framework's defaults
-    batches_per_s: Optional[float] = None
-    batches_per_s_low: Optional[float] = None
-    batches_per_s_high: Optional[float] = None
-    effective_batches_per_s: Optional[float] = None
-    samples_per_s: Optional[float] = None
-    data_wait_fraction: Optional[float] = None
-    time_to_first_batch_s: Optional[float] = None
-    system_cpu_pct: Optional[float] = None
-    main_cpu_pct: Optional[float] = None
-    workers_cpu_pct: Optional[float] = None
-    workers_runq_pct: Optional[float] = None
-    other_cpu_cores: Optional[float] = None
-    gpu_util_pct: Tuple[Optional[float], ...] = ()
-    peak_rss_bytes: Optional[int] = None
-    peak_pss_bytes: Optional[int] = None
-    peak_shm_used_bytes: Optional[int] = None
-    duration_s: float = 0.0
-    run: Optional[Run] = None  # the full record, curves included
+    run: Optional[Run] = None  # the full record, curves included (None: it never ran)
+
+    # The headline figures, derived from `run` (below): written to JSON just before
+    # it for readers of results.json (codec.py), never read back.
+    derived: ClassVar[Tuple[str, ...]] = (
+        "batches_per_s", "batches_per_s_low", "batches_per_s_high", "effective_batches_per_s", "samples_per_s",
+        "data_wait_fraction", "time_to_first_batch_s", "system_cpu_pct", "main_cpu_pct", "workers_cpu_pct",
+        "workers_runq_pct", "other_cpu_cores", "gpu_util_pct", "peak_rss_bytes", "peak_pss_bytes",
+        "peak_shm_used_bytes", "duration_s")
+    derived_from: ClassVar[str] = "run"
+
+    def _summary(self, name: str) -> Any:
+        summary = self.run.summary if self.run is not None else None
+        return getattr(summary, name) if summary is not None else None
+
+    def _peaks(self) -> Peaks:
+        return self.run.samples.peaks if self.run is not None else Peaks()
+
+    @property
+    def batches_per_s(self) -> Optional[float]:
+        return self._summary("batches_per_s")
+
+    @property
+    def batches_per_s_low(self) -> Optional[float]:
+        return self._summary("batches_per_s_low")
+
+    @property
+    def batches_per_s_high(self) -> Optional[float]:
+        return self._summary("batches_per_s_high")
+
+    @property
+    def effective_batches_per_s(self) -> Optional[float]:
+        return self._summary("effective_batches_per_s")
+
+    @property
+    def samples_per_s(self) -> Optional[float]:
+        return self._summary("samples_per_s")
+
+    @property
+    def data_wait_fraction(self) -> Optional[float]:
+        return self._summary("data_wait_fraction")
+
+    @property
+    def time_to_first_batch_s(self) -> Optional[float]:
+        return self._summary("time_to_first_batch_s")
+
+    @property
+    def system_cpu_pct(self) -> Optional[float]:
+        return self._summary("system_cpu_pct")
+
+    @property
+    def main_cpu_pct(self) -> Optional[float]:
+        return self._summary("main_cpu_pct")
+
+    @property
+    def workers_cpu_pct(self) -> Optional[float]:
+        return self._summary("workers_cpu_pct")
+
+    @property
+    def workers_runq_pct(self) -> Optional[float]:
+        return self._summary("workers_runq_pct")
+
+    @property
+    def other_cpu_cores(self) -> Optional[float]:
+        return self._summary("other_cpu_cores")
+
+    @property
+    def gpu_util_pct(self) -> Tuple[Optional[float], ...]:
+        return self._summary("gpu_util_pct") or ()
+
+    @property
+    def peak_rss_bytes(self) -> Optional[int]:
+        return self._peaks().tree_rss_bytes
+
+    @property
+    def peak_pss_bytes(self) -> Optional[int]:
+        return self._peaks().tree_pss_bytes
+
+    @property
+    def peak_shm_used_bytes(self) -> Optional[int]:
+        return self._peaks().shm_used_bytes
+
+    @property
+    def duration_s(self) -> float:
+        return self.run.duration_s if self.run is not None else 0.0
 
 
 @dataclass(frozen=True)

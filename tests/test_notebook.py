@@ -15,7 +15,8 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from feedprof.reasons import ScriptFailed, Verdict
-from feedprof.store import Recommendation, Trial, TuneResult, save  # noqa: E402
+from feedprof.store import Recommendation, TuneResult, save  # noqa: E402
+from tests.records import make_trial  # noqa: E402
 
 SETUP = """
 import time
@@ -88,9 +89,9 @@ def test_load_ext_registers_and_a_live_profile_shows_itself(shell, run):
 
 def test_a_tune_result_shows_its_recommendation_and_curves(shell, run):
     shell.run_cell("%load_ext feedprof")
-    trials = (Trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0, run=run),
-              Trial(index=1, role="search", config={"num_workers": 4}, state="ok", batches_per_s=30.0, run=run),
-              Trial(index=2, role="search", config={"num_workers": 8}, state="rejected",
+    trials = (make_trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0, run=run),
+              make_trial(index=1, role="search", config={"num_workers": 4}, state="ok", batches_per_s=30.0, run=run),
+              make_trial(index=2, role="search", config={"num_workers": 8}, state="rejected",
                     cause=ScriptFailed(error="over <RAM>")))
     verdict = Verdict(kind="faster", input_bound="highly", config={"num_workers": 4}, speedup=3.0)
     rec = Recommendation(framework="torch", config={"num_workers": 4}, trial_index=1, batches_per_s=30.0,

@@ -13,20 +13,21 @@ import pytest
 
 from feedprof.reasons import BaselineFigures, OverMemoryBudget, Verdict
 from feedprof.render.progress import CONFIG_COLUMN, ConsoleProgress, format_recommendation
-from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, Trial, TuneResult, TuneStart
+from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, TuneResult, TuneStart
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
+from tests.records import make_trial
 
 ROW = re.compile(r"\s+\d+\s+(baseline|ceiling|search|confirm)\s")  # a trial's row
 LONG = "num_workers=12, pin_memory=True, prefetch_factor=4, persistent_workers=True"
 TRIALS = [
-    Trial(index=0, role="baseline", config={}, state="ok", config_text="num_workers=0", batches_per_s=11.7,
+    make_trial(index=0, role="baseline", config={}, state="ok", config_text="num_workers=0", batches_per_s=11.7,
           batches_per_s_low=11.5, batches_per_s_high=11.8, data_wait_fraction=0.81, duration_s=6.3),
-    Trial(index=1, role="ceiling", config={}, state="ok", batches_per_s=219.0, data_wait_fraction=0.001,
+    make_trial(index=1, role="ceiling", config={}, state="ok", batches_per_s=219.0, data_wait_fraction=0.001,
           duration_s=1.9),
-    Trial(index=2, role="search", config={}, state="ok", config_text=LONG, batches_per_s=63.0,
+    make_trial(index=2, role="search", config={}, state="ok", config_text=LONG, batches_per_s=63.0,
           batches_per_s_low=60.0, batches_per_s_high=66.0, data_wait_fraction=0.2, duration_s=3.4),
-    Trial(index=3, role="search", config={}, state="rejected", config_text="num_workers=64",
+    make_trial(index=3, role="search", config={}, state="rejected", config_text="num_workers=64",
           cause=OverMemoryBudget(need_bytes=30 * 2**30, per_worker_bytes=2**29, free_bytes=20 * 2**30)),
 ]
 START = TuneStart(  # what the display is told of the tune

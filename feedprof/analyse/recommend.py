@@ -119,22 +119,9 @@ def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -
 
 
 def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: Any) -> Trial:
-    """The tune's row for one trial: headline figures, and the full run for the report."""
-    s = run.summary
-    get = (lambda name: getattr(s, name)) if s is not None else (lambda name: None)  # noqa: E731
-    peaks = run.samples.peaks
-    return Trial(
-        index=index, role=role, config=dict(config), state=run.outcome.state,
-        cause=None if run.outcome.state == TrialState.OK else run.outcome.cause,
-        batches_per_s=get("batches_per_s"), batches_per_s_low=get("batches_per_s_low"),
-        batches_per_s_high=get("batches_per_s_high"), effective_batches_per_s=get("effective_batches_per_s"),
-        samples_per_s=get("samples_per_s"), data_wait_fraction=get("data_wait_fraction"),
-        time_to_first_batch_s=get("time_to_first_batch_s"), system_cpu_pct=get("system_cpu_pct"),
-        main_cpu_pct=get("main_cpu_pct"), workers_cpu_pct=get("workers_cpu_pct"),
-        workers_runq_pct=get("workers_runq_pct"), other_cpu_cores=get("other_cpu_cores"),
-        gpu_util_pct=get("gpu_util_pct") or (),
-        peak_rss_bytes=peaks.tree_rss_bytes, peak_pss_bytes=peaks.tree_pss_bytes,
-        peak_shm_used_bytes=peaks.shm_used_bytes, duration_s=run.duration_s, run=run, **fields)
+    """The tune's row for one trial: its config and state, and the full run (its figures come from it)."""
+    return Trial(index=index, role=role, config=dict(config), state=run.outcome.state,
+                 cause=None if run.outcome.state == TrialState.OK else run.outcome.cause, run=run, **fields)
 
 
 # ---------------------------------------------------------------- figures
