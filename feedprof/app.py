@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, List, Optional
 
 from feedprof.outdir import claimed
-from feedprof.store import Run, TuneResult, save
+from feedprof.store import Run, RunKind, TuneResult, save
 from feedprof.trial.launch import Launch
 from feedprof.tune.machine import read_machine
 from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneJob, TuneOptions, Tuner
@@ -118,7 +118,7 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool
             if stop.run is None:  # stopped as the script was starting: nothing measured
                 raise KeyboardInterrupt from None
             run, interrupted = stop.run, True
-        run = dataclasses.replace(run, kind="profile")
+        run = dataclasses.replace(run, kind=RunKind.PROFILE)
         save(run, os.path.join(out_dir, "run.json"))
     return run, interrupted
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from feedprof.codes import Framework
+
 _CLASS = None
 
 
@@ -48,7 +50,7 @@ def _build() -> type:
             if self._rec is None:
                 backend = keras.backend.backend()
                 self._wait_observable = backend != "tensorflow"
-                self._rec = self.profile.recorder("keras", name="model.fit", info=LoaderInfo(
+                self._rec = self.profile.recorder(Framework.KERAS, name="model.fit", info=LoaderInfo(
                     backend=backend, batches_per_epoch=(self.params or {}).get("steps"),
                     wait_observable=self._wait_observable))
 

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
-from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
+from feedprof.codes import (Code, Framework, GpuStatus, InputBound, Phase, Role, RunKind, TrialState,  # noqa: F401
+                            VerdictKind, WindowEnd)  # (the records' vocabulary)
 from feedprof.reasons import Reason, Verdict
 from feedprof.store_procs import Leftovers
 from feedprof.store_samples import GpuSeries, Peaks, Samples  # noqa: F401 (re-exported: part of the run record)
+from feedprof.upgrade import READS, upgrade
 
-SCHEMA_RUN = "feedprof.run/2"
-SCHEMA_TUNE = "feedprof.tune/2"
+SCHEMA_RUN = "feedprof.run/3"
+SCHEMA_TUNE = "feedprof.tune/3"
 
 
 class StoreError(ValueError):
@@ -96,7 +98,7 @@ class EpochLog:
 @dataclass(frozen=True)
 class LoaderRecord:
     loader_id: int
-    framework: str  # torch | keras | tf.keras | tf.data | iterable
+    framework: Framework
     name: str = ""  # what the user called it in watch(), else the site
     site: str = ""  # innermost frame of user code that built it, "train.py:42"
     call_chain: Tuple[str, ...] = ()  # user frames, outermost first
@@ -174,7 +176,7 @@ class Summary:
     """What one run says about its training loader (analyse/diagnose.py)."""
 
     loader: str = ""
-    framework: str = ""
+    framework: Framework = Framework.NONE
     batches_measured: int = 0
     measured_s: float = 0.0
     batches_per_s: Optional[float] = None  # median over chunks of the window
@@ -186,7 +188,7 @@ class Summary:
     samples_per_s: Optional[float] = None
     data_wait_fraction: Optional[float] = None
     data_wait_s: Optional[float] = None
-    input_bound: str = "unknown"  # highly | moderately | not | unknown
+    input_bound: InputBound = InputBound.UNKNOWN
     time_to_first_batch_s: Optional[float] = None
     epoch_startup_s: Optional[float] = None  # mean first-batch time of later epochs
     epoch_teardown_s: Optional[float] = None  # mean time ending an epoch on the loader's side
@@ -214,7 +216,7 @@ class Summary:
 @dataclass(frozen=True)
 class Run:
     schema: str = SCHEMA_RUN
-    kind: str = "profile"  # profile | trial | context
+    kind: RunKind = RunKind.PROFILE
     script: Optional[str] = None
     argv: Tuple[str, ...] = ()
     started_at: str = ""  # ISO 8601, local time with offset
@@ -340,7 +342,7 @@ class Trial:
 
 @dataclass(frozen=True)
 class Recommendation:
-    framework: str
+    framework: Framework
     config: Dict[str, Any]  # the framework's own keyword names
     config_text: str = ""  # the same in words, defaults left out
     trial_index: Optional[int] = None
@@ -354,10 +356,10 @@ class Recommendation:
     input_bound_fraction: Optional[float] = None  # of the baseline: what the verdict is based on
     data_wait_fraction: Optional[float] = None  # of the baseline, measured directly (None: not observable)
     ceiling_gap_fraction: Optional[float] = None  # of the baseline: 1 - baseline / compute ceiling
-    input_bound: str = "unknown"  # highly | moderately | not | unknown (the TF Profiler's classes)
+    input_bound: InputBound = InputBound.UNKNOWN  # the TF Profiler's classes
     verdict: Reason = field(default_factory=Verdict)  # the headline's figures (render/words.py words it)
     reasons: Tuple[Reason, ...] = ()
-    code: str = ""  # the paste-ready line
+    paste_line: str = ""  # what to paste (each statement with "# file:line") and run
     loader_site: str = ""
 
 
@@ -366,7 +368,7 @@ class TuneResult:
     schema: str = SCHEMA_TUNE
     script: str = ""
     argv: Tuple[str, ...] = ()
-    framework: str = ""
+    framework: Framework = Framework.NONE
     loader_site: str = ""
     started_at: str = ""
     duration_s: float = 0.0
@@ -419,13 +421,9 @@ def from_json_data(data: Any, source: str = "input") -> Any:
         raise StoreError(f"{source}: not a feedprof file (no 'schema': '{SCHEMA_RUN}' or '{SCHEMA_TUNE}')")
     kind, _, version = schema.partition("/")
     cls = {"feedprof.run": Run, "feedprof.tune": TuneResult}.get(kind)
-    if cls is None or version not in ("1", "2"):
-        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1-2, tune/1-2)")
+    if cls is None or version not in READS:
+        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1-3, tune/1-3)")
     try:
-        if version == "1":
-            from feedprof.upgrade import upgrade_v1
-
-            data = upgrade_v1(data)
-        return from_dict(cls, data)
+        return from_dict(cls, upgrade(data, version))
     except (DecodeError, TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
         raise StoreError(f"{source}: malformed {schema} file ({exc})") from None

@@ -115,7 +115,7 @@ def test_the_recommendation_wraps_its_words_never_the_line_to_paste():
                       fraction_of_ceiling=0.29)
     rec = Recommendation(framework="torch", config={"num_workers": 8}, verdict=verdict, reasons=(BaselineFigures(
         config={"num_workers": 0}, batches_per_s=11.7, data_wait_fraction=0.81, ceiling_batches_per_s=219.0),),
-        code=code, loader_site="t.py:5")
+        paste_line=code, loader_site="t.py:5")
     text = format_recommendation(rec, TuneResult(recommendation=rec, complete=True), width=80)
     lines = text.splitlines()
     assert f"    {code}" in lines

@@ -23,6 +23,8 @@ jsonschema = pytest.importorskip("jsonschema")
 RELEASED = {
     "run-1.json": "1e4bac37fe03478c5046313b2834a98ba6de47190fffdc84f1feb0192c946a90",
     "tune-1.json": "7abc3ae2ab695af2be4d02cd0ee58d4fef523d1d624fbc501a36c432496073d1",
+    "run-2.json": "5359ba7b6e7940c1fb1f9c3e9340b73a82c58d04036031d8d7cc7ed8c6786ca5",
+    "tune-2.json": "67d7b3329b60f2eca8df7c90c342aa80cbd434106ca42a62d2d5e32a0a2d5a0e",
 }
 
 

@@ -26,9 +26,10 @@ import inspect
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
+from feedprof.codes import Framework
 from feedprof.record.steps import LoaderInfo
 
-FRAMEWORK = "torchdata.nodes"
+FRAMEWORK = Framework.TORCHDATA_NODES
 KNOBS = ("num_workers", "method", "prefetch_factor")
 METHODS = ("thread", "process")
 

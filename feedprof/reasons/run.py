@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
+from feedprof.codes import Framework
 from feedprof.reasons.base import Reason
 
 
@@ -44,7 +45,7 @@ class NoLoaderIterated(Reason):
 @dataclass(frozen=True)
 class WaitNotObservable(Reason):
     code: ClassVar[str] = "wait_not_observable"
-    framework: str = ""
+    framework: Framework = Framework.NONE
 
 
 @dataclass(frozen=True)

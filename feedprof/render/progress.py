@@ -203,5 +203,5 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult, wid
     if not result.complete and result.stop_reason:
         tail.append(f"  Note: {say(result.stop_reason, fw)}")
     tail += left
-    code = [f"    {line}" for line in rec.code.splitlines() or [""]]
-    return "\n".join(wrap(lines) + code + wrap(tail))
+    paste = [f"    {line}" for line in rec.paste_line.splitlines() or [""]]
+    return "\n".join(wrap(lines) + paste + wrap(tail))

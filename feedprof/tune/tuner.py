@@ -172,7 +172,7 @@ class Tuner:
                             fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None)
             if rec is not None:
                 paste = sp.paste(rec.config, self.loader, self.script, self.argv)
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), code=paste.code,
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=paste.line,
                                           loader_site=self.loader.site if self.loader else "",
                                           reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
                                           + self._per_rank_reason(rec))
