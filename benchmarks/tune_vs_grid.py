@@ -50,7 +50,7 @@ import time
 
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.recommend import score
-from feedprof.codec import write_text_atomic
+from feedprof.store.codec import write_text_atomic
 from feedprof.record.host import usable_cpu_count
 from feedprof.store import Phase, Role
 from feedprof.trial.launch import parse_launch

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from feedprof.codes import Framework
+from feedprof.store.codes import Framework
 
 _CLASS = None
 

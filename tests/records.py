@@ -1,4 +1,4 @@
-"""Hand-built records for tests. A Trial's figures are its run's (store.py),
+"""Hand-built records for tests. A Trial's figures are its run's (store/tune.py),
 so a trial with figures is built with a run that holds them."""
 from __future__ import annotations
 

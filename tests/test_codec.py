@@ -6,7 +6,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import pytest
 
-from feedprof.codec import DecodeError, dumps, from_dict, to_dict, write_text_atomic
+from feedprof.store.codec import DecodeError, dumps, from_dict, to_dict, write_text_atomic
 
 
 class Colour(str, enum.Enum):

@@ -356,7 +356,7 @@ def test_a_flood_of_output_is_kept_out_of_the_way(tmp_path, no_leftovers):
     (lambda text: text.replace('"feedprof.tune/3"', '"feedprof.tune/9"'), "is not one this feedprof reads"),
 ])
 def test_a_damaged_or_future_results_file(tmp_path, damage, message):
-    from feedprof.codec import dumps
+    from feedprof.store.codec import dumps
     from feedprof.store import TuneResult
 
     out = tmp_path / "out"

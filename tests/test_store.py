@@ -3,7 +3,7 @@ import json
 import pytest
 
 import feedprof
-from feedprof.codec import dumps
+from feedprof.store.codec import dumps
 from feedprof.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unknown, Verdict, WaitNotObservable
 from feedprof.analyse.recommend import trial_from_run
 from feedprof.store import (SCHEMA_RUN, SCHEMA_TUNE, Framework, GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord,

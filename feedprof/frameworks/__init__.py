@@ -13,7 +13,7 @@ import sys
 from typing import Any, Dict, Tuple
 
 from feedprof.record.steps import LoaderInfo
-from feedprof.codes import Framework
+from feedprof.store.codes import Framework
 
 _MODULES = {Framework.TORCH: "torch", Framework.KERAS: "keras", Framework.TF_KERAS: "keras",
             Framework.TF_DATA: "tfdata", Framework.TORCHDATA_NODES: "torchdata_nodes"}

@@ -31,9 +31,9 @@ import os
 import sys
 from typing import Any, Dict, Optional
 
-from feedprof.codes import Framework
 from feedprof.reasons import NoSuperInit
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 KNOBS = ("workers", "use_multiprocessing", "max_queue_size")
 DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}

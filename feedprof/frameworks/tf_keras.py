@@ -21,9 +21,9 @@ import sys
 from typing import Any, Dict
 
 from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
-from feedprof.codes import Framework
 from feedprof.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 
 def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:

@@ -32,8 +32,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-from feedprof.codes import Framework
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 AUTOTUNE = "AUTOTUNE"

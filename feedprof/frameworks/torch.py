@@ -41,8 +41,8 @@ import sys
 import weakref
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
-from feedprof.codes import Framework
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 DEFAULT_PREFETCH_FACTOR = 2  # torch's own default when workers > 0

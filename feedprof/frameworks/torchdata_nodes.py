@@ -26,8 +26,8 @@ import inspect
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from feedprof.codes import Framework
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 FRAMEWORK = Framework.TORCHDATA_NODES
 KNOBS = ("num_workers", "method", "prefetch_factor")

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from feedprof.codes import Framework
 from feedprof.reasons.base import Reason
+from feedprof.store.codes import Framework
 
 
 # ------------------------------------------------------------ the machine

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Tuple
 
-from feedprof.codes import InputBound, VerdictKind
 from feedprof.reasons.base import Config, Reason
+from feedprof.store.codes import InputBound, VerdictKind
 
 
 # ------------------------------------------------------- how a tune went

@@ -365,7 +365,7 @@ def render(obj: Any) -> str:
 
 def write_report(obj: Any, path: str) -> str:
     """Render a Run or TuneResult to ``path`` (written whole, then renamed)."""
-    from feedprof.codec import write_text_atomic
+    from feedprof.store.codec import write_text_atomic
 
     write_text_atomic(path, render(obj))
     return path

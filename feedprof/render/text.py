@@ -7,7 +7,7 @@ from feedprof.reasons import GpuUnavailable, Reason
 from feedprof.render.leftovers import format_leftovers
 from feedprof.render.words import gpu_status, say
 from feedprof.store import HostInfo, InputBound, Run, Summary, TuneResult
-from feedprof.store_procs import Leftovers
+from feedprof.store.procs import Leftovers
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 VERDICT_WORDS = {InputBound.HIGHLY: "highly input-bound", InputBound.MODERATELY: "moderately input-bound",

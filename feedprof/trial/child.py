@@ -34,7 +34,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.analyse import stats
-from feedprof.codec import dumps, write_text_atomic
+from feedprof.store.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, Plan
 from feedprof.analyse.diagnose import workers_of
 from feedprof.frameworks.install import install_adapters

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Protocol
 
-from feedprof.codes import Role
+from feedprof.store.codes import Role
 from feedprof.store import LoaderRecord, Trial, TuneStart
 
 

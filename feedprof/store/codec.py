@@ -1,6 +1,6 @@
 """Frozen dataclasses to JSON and back, by their type hints; atomic writes.
 
-Knows nothing of feedprof's records or schemas (store.py does).
+Knows nothing of feedprof's records or schemas (the rest of this package does).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The fixed vocabularies of feedprof's records: each is an enum whose members
 are their JSON strings (``Role.SEARCH == "search"``, ``f"{Role.SEARCH}"`` is
-"search"), so files stay plain and code stays typed. store.py re-exports them."""
+"search"), so files stay plain and code stays typed. ``feedprof.store`` re-exports them."""
 from __future__ import annotations
 
 from enum import Enum

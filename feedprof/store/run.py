@@ -1,0 +1,196 @@
+"""The record of one run (``run.json``): its loaders' steps and epochs, the
+measured window, how it ended, which rank it was, and the summary analyse/
+derived from them.
+
+Conventions (every record in this package): times are seconds (``_s``)
+since the run's origin, memory is bytes (``_bytes``), process CPU is
+psutil's percent of one core (100 = one core busy, so a process tree can
+exceed 100), ``system_cpu_pct`` is percent of all usable cores. ``None``
+means "not measured", never zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+from feedprof.reasons import Reason
+from feedprof.store.codes import Framework, InputBound, RunKind, TrialState, WindowEnd
+from feedprof.store.host import HostInfo
+from feedprof.store.procs import Leftovers
+from feedprof.store.samples import Samples
+
+SCHEMA_RUN = "feedprof.run/3"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """Steady-state steps of one loader. A record may stand for several merged
+    steps (``n_steps``); ``wall_s`` runs from the previous batch's delivery to
+    this one's, ``wait_s`` is the part spent blocked in the loader."""
+
+    t_end_s: Tuple[float, ...] = ()
+    n_steps: Tuple[int, ...] = ()
+    wait_s: Tuple[float, ...] = ()
+    wall_s: Tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpochLog:
+    """One record per epoch (merged like StepLog on very long runs).
+    ``first_batch_s``: from asking for an iterator to its first batch;
+    ``teardown_s``: ending the epoch on the loader's side (stopping workers);
+    ``between_s``: from the loader's end of epoch to the next epoch's iterator
+    (validation, checkpoints: what the loop does once per epoch outside the
+    loader), summed over the ``n_between`` epochs where both were seen."""
+
+    t_start_s: Tuple[float, ...] = ()
+    n_epochs: Tuple[int, ...] = ()
+    first_batch_s: Tuple[float, ...] = ()
+    n_batches: Tuple[int, ...] = ()
+    teardown_s: Tuple[float, ...] = ()
+    between_s: Tuple[float, ...] = ()
+    n_between: Tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoaderRecord:
+    loader_id: int
+    framework: Framework
+    name: str = ""  # what the user called it in watch(), else the site
+    site: str = ""  # innermost frame of user code that built it, "train.py:42"
+    call_chain: Tuple[str, ...] = ()  # user frames, outermost first
+    ordinal: int = 0  # loaders alive together at the same call chain, counted from 0
+    instances: int = 1  # loader objects this record spans (a script may rebuild it every epoch)
+    wait_observable: bool = True  # False: batches are pulled inside a framework's runtime (see frameworks/)
+    config_sites: Tuple[str, ...] = ()  # where the knobs are set, if not at `site` (tf.data: map calls)
+    settings_call: str = ""  # the call that holds the knobs when a library builds the loader ("TrainingArguments"):
+    #                           config_sites is then the user frames of that call, outermost first
+    dataset: str = ""
+    batch_size: Optional[int] = None
+    batches_per_epoch: Optional[int] = None
+    config: Dict[str, Any] = field(default_factory=dict)  # knobs in effect
+    script_config: Dict[str, Any] = field(default_factory=dict)  # knobs the script asked for
+    injected: bool = False
+    replayed: bool = False  # compute-ceiling trial: one cached batch replayed
+    iterable: bool = False  # an IterableDataset: the dataset, not a sampler, decides what each worker yields
+    batch_digests: Tuple[str, ...] = ()  # of the first epoch's first batches (iterable datasets; record/digest.py)
+    worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
+    batches: int = 0
+    warmup_batches: int = 0
+    warmup_s: float = 0.0
+    steps: StepLog = field(default_factory=StepLog)
+    epochs: EpochLog = field(default_factory=EpochLog)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The measured steady-state window of the training loader."""
+
+    loader_id: Optional[int] = None
+    t_start_s: Optional[float] = None
+    t_end_s: Optional[float] = None
+    end: WindowEnd = WindowEnd.NONE
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Which process of a multi-process job a run is (from its launcher's environment)."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    launcher: str = ""  # torchrun | mpi | pmi | horovod | tf_config | slurm
+    node: str = ""  # hostname
+    node_rank: Optional[int] = None  # which node of the job, where the launcher says (torchrun's GROUP_RANK)
+    pid: Optional[int] = None
+    device: str = ""  # where its batches go ("cuda:0", "cpu")
+    gpu_uuid: str = ""  # that device's NVML UUID (matched to the job's GPU curves)
+
+
+@dataclass(frozen=True)
+class OtherProcess:
+    """A process outside the job that used the CPUs during the run."""
+
+    pid: int
+    name: str
+    cpu_cores: float  # its mean CPU use over the run, in cores
+
+
+@dataclass(frozen=True)
+class Outcome:
+    state: TrialState = TrialState.OK
+    cause: Optional[Reason] = None  # why it did not end well (reasons.py)
+    exit_code: Optional[int] = None
+    traceback: str = ""  # the script's own, without feedprof's frames
+
+
+# ------------------------------------------------------------------ summary
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What one run says about its training loader (analyse/diagnose.py)."""
+
+    loader: str = ""
+    framework: Framework = Framework.NONE
+    batches_measured: int = 0
+    measured_s: float = 0.0
+    batches_per_s: Optional[float] = None  # median over chunks of the window
+    batches_per_s_low: Optional[float] = None  # slowest chunk
+    batches_per_s_high: Optional[float] = None  # fastest chunk
+    n_chunks: int = 0
+    effective_batches_per_s: Optional[float] = None  # per-epoch start-up amortised
+    batch_size: Optional[int] = None
+    samples_per_s: Optional[float] = None
+    data_wait_fraction: Optional[float] = None
+    data_wait_s: Optional[float] = None
+    input_bound: InputBound = InputBound.UNKNOWN
+    time_to_first_batch_s: Optional[float] = None
+    epoch_startup_s: Optional[float] = None  # mean first-batch time of later epochs
+    epoch_teardown_s: Optional[float] = None  # mean time ending an epoch on the loader's side
+    num_workers: Optional[int] = None
+    system_cpu_pct: Optional[float] = None
+    main_cpu_pct: Optional[float] = None
+    workers_cpu_pct: Optional[float] = None
+    workers_runq_pct: Optional[float] = None  # the workers' wait for a CPU (percent of one core)
+    other_cpu_cores: Optional[float] = None  # cores busy with processes outside the job
+    gpu_util_pct: Tuple[Optional[float], ...] = ()  # per device, CUDA order
+    peak_tree_rss_bytes: Optional[int] = None
+    peak_tree_pss_bytes: Optional[int] = None
+    peak_worker_pss_bytes: Optional[int] = None
+    peak_worker_uss_bytes: Optional[int] = None
+    peak_shm_used_bytes: Optional[int] = None
+    peak_main_fds: Optional[int] = None
+    peak_worker_fds: Optional[int] = None
+    fd_limit: Optional[int] = None
+    notes: Tuple[Reason, ...] = ()
+
+
+# ---------------------------------------------------------------------- run
+
+
+@dataclass(frozen=True)
+class Run:
+    schema: str = SCHEMA_RUN
+    kind: RunKind = RunKind.PROFILE
+    script: Optional[str] = None
+    argv: Tuple[str, ...] = ()
+    started_at: str = ""  # ISO 8601, local time with offset
+    duration_s: float = 0.0
+    host: HostInfo = field(default_factory=HostInfo)
+    loaders: Tuple[LoaderRecord, ...] = ()
+    window: Window = field(default_factory=Window)
+    samples: Samples = field(default_factory=Samples)
+    outcome: Outcome = field(default_factory=Outcome)
+    cuda_used: Optional[bool] = None  # did the script initialise CUDA
+    modules: Tuple[str, ...] = ()  # heavy frameworks the script imported (the fork server pre-imports them)
+    other_processes: Tuple[OtherProcess, ...] = ()  # the busiest processes outside the job (record/others.py)
+    rank: Optional[RankInfo] = None  # a rank of a multi-process job: which one
+    ranks: Tuple["Run", ...] = ()  # a multi-process job: every rank's own run (this one is the whole job)
+    summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
+    notes: Tuple[Reason, ...] = ()
+    leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process, older files)
+
+    def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
+        return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)
