@@ -144,3 +144,16 @@ def test_a_tune_where_nothing_survives_ends_as_the_baseline_did(tmp_path, clock)
         tuner(tmp_path, clock, KillingRunner(clock, killed_from=0, own=4)).run()
     assert err.value.reason.state == "killed" and isinstance(err.value.reason.cause, OutOfMemoryKilled)
     assert err.value.exit_code == 1
+
+
+def test_the_tuner_works_within_the_machine_facts_it_is_given(tmp_path, clock, monkeypatch):
+    def read_the_machine(*args, **kwargs):
+        raise AssertionError("the tuner read this machine itself")
+
+    for name in ("usable_cpu_count", "local_world_size", "machine_info"):
+        monkeypatch.setattr(f"feedprof.record.host.{name}", read_the_machine)
+    facts = dataclasses.replace(MACHINE, cpus_usable=8, local_world_size=2)
+    job = TuneJob(script=str(tmp_path / "train.py"), out_dir=str(tmp_path / "out"))
+    t = Tuner(job, TuneOptions(fork_trials=False, budget_s=100.0), facts, clock=clock, trial_runner=FakeRunner(clock))
+    assert t.cpu_cap == 4 and t.memory.ram_bytes == facts.ram_bytes and t.memory.shm_bytes == facts.shm_bytes
+    assert t.run().host == facts.host
