@@ -249,8 +249,8 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
     if verdict.kind == VerdictKind.FEWER_WORKERS:
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
                                         memory_saved_bytes=_memory_saved(f.baseline, f.chosen.latest)))
-    elif verdict.input_bound != InputBound.NOT and verdict.kind != VerdictKind.DUPLICATES and f.fraction_of_ceiling is not None \
-            and f.fraction_of_ceiling < NEAR_CEILING:
+    elif verdict.input_bound != InputBound.NOT and verdict.kind != VerdictKind.DUPLICATES \
+            and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
         out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))
