@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from feedprof.store import Peaks, Run, Summary, Trial
+from feedprof.store import Run, RunKind, Summary, Trial
 
 PEAKS = {"peak_rss_bytes": "tree_rss_bytes", "peak_pss_bytes": "tree_pss_bytes",
          "peak_shm_used_bytes": "shm_used_bytes"}  # a Trial's name -> the run's Peaks field
@@ -19,8 +19,8 @@ def make_trial(index: int, role: Any, config: Any, state: Any, run: Optional[Run
     figures = {k: fields.pop(k) for k in list(fields) if k in summary_names}
     peaks = {PEAKS[k]: fields.pop(k) for k in list(fields) if k in PEAKS}
     if figures or peaks or duration_s is not None:
-        run = run or Run(kind="trial")
-        samples = dataclasses.replace(run.samples, peaks=dataclasses.replace(run.samples.peaks or Peaks(), **peaks))
+        run = run or Run(kind=RunKind.TRIAL)
+        samples = dataclasses.replace(run.samples, peaks=dataclasses.replace(run.samples.peaks, **peaks))
         run = dataclasses.replace(run, summary=dataclasses.replace(run.summary or Summary(), **figures),
                                   samples=samples, duration_s=run.duration_s if duration_s is None else duration_s)
     return Trial(index=index, role=role, config=config, state=state, run=run, **fields)
