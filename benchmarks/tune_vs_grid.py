@@ -50,12 +50,13 @@ import time
 
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.recommend import score
-from feedprof.codec import write_text_atomic
+from feedprof.store.codec import write_text_atomic
 from feedprof.record.host import usable_cpu_count
 from feedprof.store import Phase, Role
 from feedprof.trial.launch import parse_launch
 from feedprof.tune.strategy import GridStrategy
-from feedprof.tune.tuner import TuneOptions, Tuner
+from feedprof.tune.machine import read_machine
+from feedprof.tune.tuner import TuneJob, TuneOptions, Tuner
 from feedprof.units import fmt_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -102,7 +103,7 @@ def launcher_argv(launch: tuple) -> list:
 def tuner_for(script, work, opts, launch, strategy=None):
     job = parse_launch([*launcher_argv(launch), script]) if launch else None
     extra = {"strategy": strategy} if strategy else {}  # else the tuner's own (the ladder)
-    return Tuner(script, [], work, opts, launch=job, **extra)
+    return Tuner(TuneJob(script=script, out_dir=work, launch=job), opts, read_machine(gpu=opts.gpu), **extra)
 
 
 def run_grid(script, work, topts, launch):

@@ -75,12 +75,13 @@ def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: b
     import dataclasses
     import sys
 
-    from feedprof.app import run_tune
-    from feedprof.tune.tuner import TuneOptions
+    from feedprof.app import Outputs, run_tune
+    from feedprof.tune.tuner import TuneJob, TuneOptions
 
     _rich_output_in_notebooks()
     opts = dataclasses.replace(TuneOptions(), **options)
-    return run_tune(script, list(argv), out_dir, opts, progress=progress, show=progress, out=sys.stderr)
+    return run_tune(TuneJob(script=script, out_dir=out_dir, argv=tuple(argv)), opts,
+                    Outputs(progress=progress, show=progress, out=sys.stderr))
 
 
 def text(obj: Any) -> str:

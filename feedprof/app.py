@@ -10,12 +10,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from typing import IO, Any, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any, List, Optional
 
 from feedprof.outdir import claimed
-from feedprof.store import Run, TuneResult, save
+from feedprof.store import Run, RunKind, TuneResult, save
 from feedprof.trial.launch import Launch
-from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions, Tuner
+from feedprof.tune.machine import read_machine
+from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneJob, TuneOptions, Tuner
 
 
 def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str]:
@@ -44,30 +46,37 @@ def write_tensorboard(obj: Any, logdir: Optional[str], err: IO[str] = sys.stderr
           f"(view: tensorboard --logdir {os.path.relpath(logdir)})", file=err, flush=True)
 
 
-def _write_outputs(result: TuneResult, out_dir: str, tensorboard: Optional[str], err: IO[str]) -> None:
-    write_report(result, os.path.join(out_dir, "report.html"), err)
-    write_tensorboard(result, tensorboard, err)
+@dataclass(frozen=True)
+class Outputs:
+    """Where a tune's words and extra files go."""
+
+    progress: bool = True  # live progress on ``err``
+    show: bool = True  # the recommendation on ``out``
+    tensorboard: Optional[str] = None  # a directory for TensorBoard event files
+    out: IO[str] = field(default_factory=lambda: sys.stdout)
+    err: IO[str] = field(default_factory=lambda: sys.stderr)
 
 
-def run_tune(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool = True,
-             show: bool = True, previous: Optional[TuneResult] = None, tensorboard: Optional[str] = None,
-             out: IO[str] = sys.stdout, err: IO[str] = sys.stderr, launch: Optional[Launch] = None) -> TuneResult:
-    """Tune, show progress on ``err`` (``progress``), write results.json,
-    report.html (and TensorBoard files to ``tensorboard``), print the
-    recommendation on ``out`` (``show``). Raises TuneInterrupted / TuneError
+def _write_outputs(result: TuneResult, out_dir: str, outputs: Outputs) -> None:
+    write_report(result, os.path.join(out_dir, "report.html"), outputs.err)
+    write_tensorboard(result, outputs.tensorboard, outputs.err)
+
+
+def run_tune(job: TuneJob, options: TuneOptions, outputs: Optional[Outputs] = None) -> TuneResult:
+    """Tune, show progress (``outputs.progress``), write results.json,
+    report.html (and TensorBoard files, if asked for), print the
+    recommendation (``outputs.show``). Raises TuneInterrupted / TuneError
     (with the partial result) after writing what was measured, OutDirInUse if
-    another feedprof is writing to ``out_dir``."""
-    with claimed(out_dir):
-        return _tune_here(script, argv, out_dir, options, progress, show, previous, tensorboard, out, err, launch)
+    another feedprof is writing to ``job.out_dir``."""
+    with claimed(job.out_dir):
+        return _tune_here(job, options, outputs or Outputs())
 
 
-def _tune_here(script: str, argv: Sequence[str], out_dir: str, options: TuneOptions, progress: bool, show: bool,
-               previous: Optional[TuneResult], tensorboard: Optional[str], out: IO[str], err: IO[str],
-               launch: Optional[Launch]) -> TuneResult:
+def _tune_here(job: TuneJob, options: TuneOptions, outputs: Outputs) -> TuneResult:
     from feedprof.render.progress import ConsoleProgress, format_recommendation, terminal_width
 
-    observer = ConsoleProgress(err) if progress else None
-    tuner = Tuner(script, argv, out_dir, options, observer=observer, previous=previous, launch=launch)
+    observer = ConsoleProgress(outputs.err) if outputs.progress else None
+    tuner = Tuner(job, options, read_machine(gpu=options.gpu), observer=observer)
     try:
         result = tuner.run()
     except TuneInterrupted as stop:
@@ -76,16 +85,17 @@ def _tune_here(script: str, argv: Sequence[str], out_dir: str, options: TuneOpti
         with deferred_signals():
             if observer is not None:
                 observer.tune_done()  # the live line, if one was drawn
-            _write_outputs(stop.result, out_dir, tensorboard, err)
+            _write_outputs(stop.result, job.out_dir, outputs)
         raise
     except TuneError as exc:
         if observer is not None:
             observer.tune_done()
-        _write_outputs(exc.result, out_dir, tensorboard, err)
+        _write_outputs(exc.result, job.out_dir, outputs)
         raise
-    _write_outputs(result, out_dir, tensorboard, err)
-    if show:
-        print(format_recommendation(result.recommendation, result, width=terminal_width(out)), file=out, flush=True)
+    _write_outputs(result, job.out_dir, outputs)
+    if outputs.show:
+        print(format_recommendation(result.recommendation, result, width=terminal_width(outputs.out)),
+              file=outputs.out, flush=True)
     return result
 
 
@@ -108,7 +118,7 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool
             if stop.run is None:  # stopped as the script was starting: nothing measured
                 raise KeyboardInterrupt from None
             run, interrupted = stop.run, True
-        run = dataclasses.replace(run, kind="profile")
+        run = dataclasses.replace(run, kind=RunKind.PROFILE)
         save(run, os.path.join(out_dir, "run.json"))
     return run, interrupted
 

@@ -89,10 +89,10 @@ def _previous_tune(args: argparse.Namespace) -> Any:
 
 
 def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
-    from feedprof.app import baseline_output, run_tune
+    from feedprof.app import Outputs, baseline_output, run_tune
     from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.render.words import say
-    from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneOptions
+    from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneJob, TuneOptions
 
     if args.online:
         return _tune_online(args, script_args)
@@ -118,8 +118,8 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     written = f"{os.path.relpath(os.path.join(out_dir, 'results.json'))} and " \
               f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
     try:
-        run_tune(script, script_args, out_dir, opts, progress=not args.quiet, previous=previous,
-                 tensorboard=args.tensorboard, launch=launch)
+        run_tune(TuneJob(script=script, out_dir=out_dir, argv=tuple(script_args), launch=launch, previous=previous),
+                 opts, Outputs(progress=not args.quiet, tensorboard=args.tensorboard))
     except TuneInterrupted as stop:
         _err(format_recommendation(stop.result.recommendation, stop.result, width=terminal_width(sys.stderr)))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")

@@ -9,7 +9,7 @@ import codecs
 import io
 import os
 import tokenize
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof import defaults
 from feedprof.defaults import WindowDefaults
@@ -156,7 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "Profile it, and find the loader settings that keep the accelerator fed.")
     parser.add_argument("--version", action="version", version=f"feedprof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for add_command in (_add_profile, _add_tune, _add_report, _add_gpus):
+        add_command(sub)
+    return parser
 
+
+def _add_profile(sub: Any) -> None:
     p = sub.add_parser("profile", help="one observed run of a script, no sweep",
                        description="Run SCRIPT once, unmodified, and say whether its training loop "
                        "waits for data. Script arguments go after --. A multi-process job: leave out SCRIPT "
@@ -170,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP)
     _add_window_flags(p, defaults.PROFILE_WINDOW)
 
+
+def _add_tune(sub: Any) -> None:
     t = sub.add_parser("tune", help="sweep the loader settings, recommend the best",
                        description="Run SCRIPT unmodified with different loader settings injected, "
                        "within a time budget, and recommend the config that keeps the accelerator fed. "
@@ -207,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"measure at least this many steady-state batches per trial "
                         f"(default {defaults.TUNE_WINDOW.min_batches})")
 
+
+def _add_report(sub: Any) -> None:
     r = sub.add_parser("report", help="render a saved run.json or results.json as HTML",
                        description="Render the HTML report of a saved feedprof run (run.json) or tune "
                        "(results.json): one self-contained page, no network needed to view it.")
@@ -215,10 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="where to write the page (default: report.html beside the JSON file)")
 
+
+def _add_gpus(sub: Any) -> None:
     sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there", description="Every "
                    "CUDA-visible GPU and its processes; those whose parent or job is gone are flagged with the "
                    "command that ends them (feedprof never ends one).")
-    return parser
 
 
 def looks_like_site(text: str) -> bool:

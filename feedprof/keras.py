@@ -20,7 +20,77 @@ from __future__ import annotations
 
 from typing import Any
 
+from feedprof import defaults
+from feedprof.record.clock import MONOTONIC
+from feedprof.store.codes import Framework
+
 _CLASS = None
+
+
+class _FitProfile:
+    """What ProfileCallback does. Its other base, ``keras.callbacks.Callback``,
+    is added by :func:`_build` when the callback is first used, so that
+    importing this module does not import Keras."""
+
+    def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
+                 warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches):
+        from feedprof.session import Profile
+
+        super().__init__()  # keras.callbacks.Callback's
+        self.profile = Profile(interval_s=interval_s, gpu=gpu, warmup_batches=warmup_batches)
+        self._now = MONOTONIC.now_s
+        self._rec: Any = None
+        self._t_end = None
+        self._begun = (0, 0.0, 0.0)  # (first step, wait began, step began) of the call running
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        import keras
+
+        from feedprof.record.steps import LoaderInfo
+
+        if self._rec is None:
+            backend = keras.backend.backend()
+            self._wait_observable = backend != "tensorflow"
+            self._rec = self.profile.recorder(Framework.KERAS, name="model.fit", info=LoaderInfo(
+                backend=backend, batches_per_epoch=(self.params or {}).get("steps"),
+                wait_observable=self._wait_observable))
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._rec.epoch_started(self._now())
+        self._t_end = None
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        t = self._now()
+        # torch/jax: the batch was fetched since the last step ended (the wait)
+        self._begun = (batch, self._t_end if self._wait_observable and self._t_end is not None else t, t)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._t_end = self._now()
+        begin_step, t_req, t_got = self._begun
+        # steps_per_execution=N: one call runs steps begin_step..batch (N, fewer at an epoch's end)
+        self._rec.batch(t_req, t_got, max(1, batch - begin_step + 1))
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self.profile.stop()
+
+    # -- results, as on feedprof.profile() -------------------------------
+
+    @property
+    def run(self) -> Any:
+        """The Run recorded so far (as ``feedprof.profile().run``)."""
+        return self.profile.run
+
+    def summary(self) -> Any:
+        return self.profile.summary()
+
+    def save(self, path: str = "run.json") -> str:
+        return self.profile.save(path)
+
+    def report(self, path: str = "feedprof.html") -> str:
+        return self.profile.report(path)
+
+    def to_tensorboard(self, logdir: str) -> str:
+        return self.profile.to_tensorboard(logdir)
 
 
 def _build() -> type:
@@ -29,65 +99,9 @@ def _build() -> type:
     except ImportError as exc:  # pragma: no cover - only without Keras
         raise ImportError("feedprof.keras.ProfileCallback needs Keras 3 (pip install keras, "
                           "or tensorflow which includes it)") from exc
-    from feedprof import defaults
-    from feedprof.record.clock import MONOTONIC
-    from feedprof.record.steps import LoaderInfo
-    from feedprof.session import Profile
 
-    class ProfileCallback(keras.callbacks.Callback):
-        def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
-                     warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches):
-            super().__init__()
-            self.profile = Profile(interval_s=interval_s, gpu=gpu, warmup_batches=warmup_batches)
-            self._now = MONOTONIC.now_s
-            self._rec: Any = None
-            self._t_end = None
-            self._begun = (0, 0.0, 0.0)  # (first step, wait began, step began) of the call running
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            if self._rec is None:
-                backend = keras.backend.backend()
-                self._wait_observable = backend != "tensorflow"
-                self._rec = self.profile.recorder("keras", name="model.fit", info=LoaderInfo(
-                    backend=backend, batches_per_epoch=(self.params or {}).get("steps"),
-                    wait_observable=self._wait_observable))
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._rec.epoch_started(self._now())
-            self._t_end = None
-
-        def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
-            t = self._now()
-            # torch/jax: the batch was fetched since the last step ended (the wait)
-            self._begun = (batch, self._t_end if self._wait_observable and self._t_end is not None else t, t)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            self._t_end = self._now()
-            begin_step, t_req, t_got = self._begun
-            # steps_per_execution=N: one call runs steps begin_step..batch (N, fewer at an epoch's end)
-            self._rec.batch(t_req, t_got, max(1, batch - begin_step + 1))
-
-        def on_train_end(self, logs: Any = None) -> None:
-            self.profile.stop()
-
-        # -- results, as on feedprof.profile() -------------------------------
-
-        @property
-        def run(self) -> Any:
-            """The Run recorded so far (as ``feedprof.profile().run``)."""
-            return self.profile.run
-
-        def summary(self) -> Any:
-            return self.profile.summary()
-
-        def save(self, path: str = "run.json") -> str:
-            return self.profile.save(path)
-
-        def report(self, path: str = "feedprof.html") -> str:
-            return self.profile.report(path)
-
-        def to_tensorboard(self, logdir: str) -> str:
-            return self.profile.to_tensorboard(logdir)
+    class ProfileCallback(_FitProfile, keras.callbacks.Callback):
+        pass
 
     return ProfileCallback
 

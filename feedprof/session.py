@@ -22,7 +22,7 @@ from feedprof.record.cuda import cuda_in_use
 from feedprof import defaults
 from feedprof.record.sampler import Sampler
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, Watched
-from feedprof.store import GpuStatus, Run, Samples, Summary, Window, WindowEnd, save
+from feedprof.store import GpuStatus, Run, RunKind, Samples, Summary, Window, WindowEnd, save
 
 
 class Profile:
@@ -124,7 +124,7 @@ class Profile:
             samples = self._sampler.snapshot() if self._sampler is not None else Samples()
         loaders = tuple(r.snapshot() for r in self._recorders)
         end = self._stopped_at if self._stopped_at is not None else self.clock.now_s()
-        run = Run(kind="context", script=sys.argv[0] if sys.argv and sys.argv[0] else None,
+        run = Run(kind=RunKind.CONTEXT, script=sys.argv[0] if sys.argv and sys.argv[0] else None,
                   argv=tuple(sys.argv[1:]), started_at=self._started_at,
                   duration_s=end - self._origin_s, host=self._host, loaders=loaders,
                   samples=samples, cuda_used=cuda_in_use())

@@ -3,16 +3,17 @@ processes (pure: recommendations made from trial records)."""
 from feedprof.analyse.recommend import recommend
 from feedprof.reasons import TrainerAdviceChecked, TrainerSuggestedWorkers, ThreadsVersusProcesses
 from feedprof.render.words import say
-from feedprof.store import Outcome, Phase, Role, Run, Trial, TrialState
+from feedprof.store import Outcome, Phase, Role, Run, TrialState
 from feedprof.tune.space import TorchSpace
 from feedprof.tune.space_torchdata import NodesSpace
+from tests.records import make_trial
 
 LIGHTNING_SAID = TrainerSuggestedWorkers(trainer="lightning", loader="train_dataloader", num_workers=0, suggested=7)
 
 
 def trial(space, index, role, config, rate, wait, rss=None, notes=()):
     run = Run(kind="trial", outcome=Outcome(state=TrialState.OK), notes=tuple(notes)) if role == Role.BASELINE else None
-    return Trial(index=index, role=role, phase=Phase.BASELINE if role == Role.BASELINE else Phase.LADDER,
+    return make_trial(index=index, role=role, phase=Phase.BASELINE if role == Role.BASELINE else Phase.LADDER,
                  config=space.legalize(config), state=TrialState.OK, batches_per_s=rate, batches_per_s_low=rate,
                  batches_per_s_high=rate, data_wait_fraction=wait, peak_rss_bytes=rss, run=run)
 

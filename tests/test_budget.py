@@ -5,15 +5,16 @@ import pytest
 
 from feedprof.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
                               SharedMemoryExhausted)
-from feedprof.store import Peaks, Role, Run, Samples, Trial, TrialState
+from feedprof.store import Peaks, Role, Run, Samples, TrialState
 from feedprof.tune.budget import SAFETY, MemoryBudget
+from tests.records import make_trial
 
 GiB = 2**30
 
 
 def trial(peaks, shm_series=(), state=TrialState.OK):
     run = Run(samples=Samples(shm_used_bytes=tuple(shm_series), peaks=peaks))
-    return Trial(index=0, role=Role.SEARCH, config={}, state=state, run=run)
+    return make_trial(index=0, role=Role.SEARCH, config={}, state=state, run=run)
 
 
 def test_nothing_is_rejected_before_a_trial_with_workers():
@@ -69,7 +70,7 @@ def growing_trial(epoch_batches=10_000):
               samples=Samples(t_s=t, worker_uss_bytes=tuple(int(20 * MiB + 10 * MiB * x) for x in t),
                               worker_pid=(5,) * 7, main_rss_bytes=(300 * MiB,) * 7,
                               peaks=Peaks(tree_pss_bytes=400 * MiB, worker_pss_bytes=60 * MiB)))
-    return Trial(index=2, role=Role.SEARCH, config={}, state=TrialState.OK, batches_per_s=100.0, run=run)
+    return make_trial(index=2, role=Role.SEARCH, config={}, state=TrialState.OK, batches_per_s=100.0, run=run)
 
 
 def test_memory_that_grows_is_projected_to_the_end_of_an_epoch():
@@ -92,7 +93,7 @@ def test_a_short_epoch_grows_little():
 def fd_trial(main_fds, worker_fds, limit=64):
     run = Run(samples=Samples(fd_limit=limit, peaks=Peaks(worker_pss_bytes=1, main_fds=main_fds,
                                                           worker_fds=worker_fds)))
-    return Trial(index=0, role=Role.SEARCH, config={}, state=TrialState.OK, run=run)
+    return make_trial(index=0, role=Role.SEARCH, config={}, state=TrialState.OK, run=run)
 
 
 def test_open_files_are_fitted_over_workers_and_batches_in_flight():

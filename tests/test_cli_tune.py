@@ -20,7 +20,7 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, tor
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     proc, res = tune(tmp_path, script, "--budget", "90", "--max-workers", "16")
     assert proc.returncode == 0, proc.stderr
-    assert res["schema"] == "feedprof.tune/2"
+    assert res["schema"] == "feedprof.tune/3"
     rec = res["recommendation"]
     assert rec["framework"] == "torch"
     assert set(rec["config"]) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}
@@ -36,9 +36,9 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, tor
                 "gpu_util_pct", "peak_rss_bytes"} <= set(t)
     # num_workers=args.workers: the script's own --workers flag is the advice
     n = rec["config"]["num_workers"]
-    assert f"run with `--workers {n}`" in proc.stdout and rec["code"].endswith(f"train.py --workers {n}")
-    if len(rec["code"].splitlines()) > 1:  # other knobs are set in the script's own statement
-        assert rec["code"].startswith("train = DataLoader(Samples(") and "num_workers=args.workers" in rec["code"]
+    assert f"run with `--workers {n}`" in proc.stdout and rec["paste_line"].endswith(f"train.py --workers {n}")
+    if len(rec["paste_line"].splitlines()) > 1:  # other knobs are set in the script's own statement
+        assert rec["paste_line"].startswith("train = DataLoader(Samples(") and "num_workers=args.workers" in rec["paste_line"]
     assert "Recommendation" in proc.stdout and "Paste this" in proc.stdout
 
 

@@ -6,7 +6,7 @@ from typing import ClassVar, Dict, Optional, Tuple
 
 import pytest
 
-from feedprof.codec import DecodeError, dumps, from_dict, to_dict, write_text_atomic
+from feedprof.store.codec import DecodeError, dumps, from_dict, to_dict, write_text_atomic
 
 
 class Colour(str, enum.Enum):
@@ -88,3 +88,29 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path):
     write_text_atomic(str(path), '{"a": 1}')
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A record with figures derived from one of its fields (as store.Trial's from its run)."""
+
+    name: str
+    samples: Tuple[float, ...] = ()
+    derived: ClassVar[Tuple[str, ...]] = ("n", "total")
+    derived_from: ClassVar[str] = "samples"
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def total(self) -> float:
+        return sum(self.samples)
+
+
+def test_derived_figures_are_written_before_their_source_and_not_read_back():
+    data = to_dict(Measured("m", (1.0, 2.5)))
+    assert list(data) == ["name", "n", "total", "samples"] and data["n"] == 2 and data["total"] == 3.5
+    data["total"] = 99.0  # a reader's edit of a derived figure changes nothing: it is derived again
+    back = from_dict(Measured, data)
+    assert back == Measured("m", (1.0, 2.5)) and back.total == 3.5

@@ -11,7 +11,7 @@ import pytest
 from feedprof.record.gpu import open_gpu
 from feedprof.record.gpu_procs import adopted, describe_process, gpus_view, orphan_code
 from feedprof.render.gpus import format_gpus
-from feedprof.store_procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED
+from feedprof.store.procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED
 from tests.conftest import REPO, run_feedprof
 from tests.fakes import fake_pynvml
 

@@ -11,8 +11,9 @@ from feedprof.analyse.recommend import recommend
 from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, OutOfMemoryKilled, ScriptFailed,
                               SharedMemoryExhausted, TooManyOpenFiles)
 from feedprof.record.digest import batch_digest, digests_wanted
-from feedprof.store import EpochLog, LoaderRecord, Peaks, Phase, Role, Run, Samples, Trial, TrialState, Window
+from feedprof.store import EpochLog, LoaderRecord, Peaks, Phase, Role, Run, Samples, TrialState, Window
 from feedprof.tune.space import TorchSpace
+from tests.records import make_trial
 
 MiB = 2**20
 
@@ -100,7 +101,7 @@ def test_records_repeated_under_random_augmentation_show_in_their_labels():
 
 def trial(index, n, state=TrialState.OK, cause=None, rec=None, rate=100.0, config=None, run=None, role=Role.SEARCH):
     run = run or (Run(kind="trial", loaders=(rec,), window=Window(loader_id=0)) if rec is not None else None)
-    return Trial(index=index, role=role, config=config or {"num_workers": n}, state=state, cause=cause,
+    return make_trial(index=index, role=role, config=config or {"num_workers": n}, state=state, cause=cause,
                  phase=Phase.LADDER, batches_per_s=rate, batches_per_s_low=rate, batches_per_s_high=rate, run=run)
 
 

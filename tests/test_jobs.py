@@ -166,7 +166,7 @@ def test_a_torchrun_job_is_tuned_per_rank(tmp_path, no_leftovers, torch):
     assert all(len(t["run"]["ranks"]) == 2 for t in res["trials"] if t["state"] == "ok")
     assert any(r["code"] == "applies_to_every_rank" for r in rec["reasons"])
     assert "builds its own loader with this line" in proc.stdout
-    assert rec["code"].startswith("loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=")
+    assert rec["paste_line"].startswith("loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=")
 
 
 # ------------------------------------------- one process, several devices

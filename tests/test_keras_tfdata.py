@@ -47,7 +47,7 @@ def test_io_bound_pydataset_gets_more_workers(tmp_path, backend, no_leftovers):
     assert set(rec["config"]) == {"workers", "use_multiprocessing", "max_queue_size"}
     assert rec["config"]["workers"] > 2 and rec["speedup"] > 2
     assert res["trials"][0]["config"]["workers"] == 1  # the script's own default
-    assert "RemoteBatches(" in rec["code"] and "workers=" in rec["code"]
+    assert "RemoteBatches(" in rec["paste_line"] and "workers=" in rec["paste_line"]
     if backend == "torch":  # batches are pulled in Python: the wait is measured directly
         assert res["trials"][0]["data_wait_fraction"] > 0.5
 
@@ -65,8 +65,8 @@ def test_tfdata_pipeline_beats_autotune(tmp_path, no_leftovers):
     assert all(t["peak_rss_bytes"] for t in auto)  # its memory, to compare
     assert any(r["code"] == "versus_autotune" for r in rec["reasons"])
     assert "against AUTOTUNE" in proc.stdout or "AUTOTUNE (" in proc.stdout
-    assert rec["code"].startswith("dataset = tf.data.Dataset.range(2048).map(load, num_parallel_calls=")
-    assert ".batch(16)" in rec["code"]  # the rest of the user's statement is kept
+    assert rec["paste_line"].startswith("dataset = tf.data.Dataset.range(2048).map(load, num_parallel_calls=")
+    assert ".batch(16)" in rec["paste_line"]  # the rest of the user's statement is kept
 
 
 def test_fit_on_a_tfdata_pipeline_is_profiled(tmp_path, no_leftovers):
@@ -189,7 +189,7 @@ def test_keras_profile_callback(tmp_path, backend, wait_known):
     else:
         assert wait == "None"
     saved = json.loads(out.read_text())
-    assert saved["schema"] == "feedprof.run/2" and saved["summary"]["batches_per_s"] > 0
+    assert saved["schema"] == "feedprof.run/3" and saved["summary"]["batches_per_s"] > 0
 
 
 def test_keras_profile_callback_counts_every_step_of_steps_per_execution(tmp_path):

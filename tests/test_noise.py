@@ -4,8 +4,9 @@ import pytest
 from feedprof.analyse.noise import relative_spread, repeat_noise, told_apart
 from feedprof.analyse.recommend import recommend
 from feedprof.reasons import CheaperWithinNoise
-from feedprof.store import Phase, Role, Trial, TrialState
+from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace
+from tests.records import make_trial
 
 
 def test_relative_spread_and_repeat_noise():
@@ -30,11 +31,11 @@ def test_the_issue_s_io_bound_case_picks_the_cheaper_of_two_within_noise():
     7 %, inside the ±14 % the repeats show, so the 17 workers are picked."""
     space = TorchSpace({"num_workers": 0}, cpu_cap=2, max_primary=32, cuda_used=False)
     readings = {17: [113.0, 103.0, 133.0, 112.0, 122.0], 32: [125.0, 106.0, 134.0, 95.0, 121.0]}
-    trials = [Trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
+    trials = [make_trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
                     state=TrialState.OK, batches_per_s=20.0, data_wait_fraction=0.9)]
     for i in range(5):
         for n in (17, 32):
-            trials.append(Trial(index=len(trials), role=Role.SEARCH if i == 0 else Role.CONFIRM,
+            trials.append(make_trial(index=len(trials), role=Role.SEARCH if i == 0 else Role.CONFIRM,
                                 phase=Phase.LADDER if i == 0 else Phase.CONFIRM,
                                 config=space.legalize({"num_workers": n}), state=TrialState.OK,
                                 batches_per_s=readings[n][i], data_wait_fraction=0.1))
@@ -46,11 +47,11 @@ def test_the_issue_s_io_bound_case_picks_the_cheaper_of_two_within_noise():
 
 def test_a_clear_lead_is_kept_even_when_costlier():
     space = TorchSpace({"num_workers": 0}, cpu_cap=2, max_primary=32, cuda_used=False)
-    trials = [Trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
+    trials = [make_trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
                     state=TrialState.OK, batches_per_s=20.0, data_wait_fraction=0.9)]
     for i, (a, b) in enumerate([(100.0, 140.0), (98.0, 138.0), (102.0, 141.0)]):
         for n, rate in ((8, a), (16, b)):
-            trials.append(Trial(index=len(trials), role=Role.CONFIRM, phase=Phase.CONFIRM,
+            trials.append(make_trial(index=len(trials), role=Role.CONFIRM, phase=Phase.CONFIRM,
                                 config=space.legalize({"num_workers": n}), state=TrialState.OK, batches_per_s=rate))
     rec = recommend(trials, space)
     assert rec.config["num_workers"] == 16

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 
 from feedprof.reasons import ScriptFailed, Verdict
-from feedprof.store import Recommendation, Trial, TuneResult, save
+from feedprof.store import Recommendation, TuneResult, save  # noqa: E402
+from tests.records import make_trial  # noqa: E402
 
 SETUP = """
 import time
@@ -84,13 +85,13 @@ def test_load_ext_registers_and_a_live_profile_shows_itself(shell, run):
 
 def test_a_tune_result_shows_its_recommendation_and_curves(shell, run):
     shell.run_cell("%load_ext feedprof")
-    trials = (Trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0, run=run),
-              Trial(index=1, role="search", config={"num_workers": 4}, state="ok", batches_per_s=30.0, run=run),
-              Trial(index=2, role="search", config={"num_workers": 8}, state="rejected",
+    trials = (make_trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0, run=run),
+              make_trial(index=1, role="search", config={"num_workers": 4}, state="ok", batches_per_s=30.0, run=run),
+              make_trial(index=2, role="search", config={"num_workers": 8}, state="rejected",
                     cause=ScriptFailed(error="over <RAM>")))
     verdict = Verdict(kind="faster", input_bound="highly", config={"num_workers": 4}, speedup=3.0)
     rec = Recommendation(framework="torch", config={"num_workers": 4}, trial_index=1, batches_per_s=30.0,
-                         speedup=3.0, verdict=verdict, code="DataLoader(ds, num_workers=4)",
+                         speedup=3.0, verdict=verdict, paste_line="DataLoader(ds, num_workers=4)",
                          loader_site="train.py:9", input_bound="highly")
     page = html_of(shell, TuneResult(script="/x/train.py", framework="torch", trials=trials, recommendation=rec))
     assert "num_workers=4 is 3.0× faster" in page and "DataLoader(ds, num_workers=4)" in page
@@ -110,7 +111,7 @@ def test_cell_magic_times_the_loaders_the_cell_iterates(shell, tmp_path, DataLoa
     assert rec.framework == "torch" and rec.site == f"cell line {LOOP_LINE}" and rec.batches == 32
     assert len(rec.epochs.first_batch_s) == 2 and rec.batch_size == 4
     assert run.summary.batches_measured == 32 - 2 * 1 - 2  # first batch of each epoch, then the warm-up
-    assert json.loads(out.read_text())["schema"] == "feedprof.run/2"
+    assert json.loads(out.read_text())["schema"] == "feedprof.run/3"
     assert f"cell line {LOOP_LINE}" in html_of(shell, run)
     again = shell.run_cell("for x in loader: pass\nx.shape")
     assert again.success and tuple(again.result) == (4, 4)  # plain DataLoader again

@@ -1,5 +1,5 @@
 """The online search as a function of the windows measured so far (no processes, no clock)."""
-from feedprof.store_online import OnlineFailure, OnlineWindow
+from feedprof.store.online import OnlineFailure, OnlineWindow
 from feedprof.tune.online_strategy import History, Limits, decide, pick, with_workers, worker_cap
 
 BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}

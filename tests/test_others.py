@@ -5,7 +5,8 @@ import time
 
 from feedprof.analyse.noise import busy_machine
 from feedprof.record.others import OtherLoad
-from feedprof.store import OtherProcess, Role, Run, Trial, TrialState
+from feedprof.store import OtherProcess, Role, Run, TrialState
+from tests.records import make_trial
 
 
 def test_a_busy_process_outside_the_job_is_named(e2e):  # spinning processes
@@ -44,7 +45,7 @@ def test_an_unrelated_busy_process_is_named(e2e):
 
 
 def trial(other_cores, procs=()):
-    return Trial(index=0, role=Role.SEARCH, config={}, state=TrialState.OK, batches_per_s=1.0,
+    return make_trial(index=0, role=Role.SEARCH, config={}, state=TrialState.OK, batches_per_s=1.0,
                  other_cpu_cores=other_cores, run=Run(other_processes=tuple(procs)))
 
 

@@ -71,7 +71,7 @@ def advise(tmp_path, *fragments, config=EIGHT, argv=(), text=SCRIPT, **record):
 def test_an_argparse_flag_becomes_a_command_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     paste = advise(tmp_path, "a = DataLoader", argv=["--epochs", "3", "--workers", "2"])
-    statement, command = paste.code.splitlines()
+    statement, command = paste.line.splitlines()
     # the flag's expression stays in the statement; the knobs without a flag are set there
     assert statement == (f"a = DataLoader(range(10), batch_size=2, num_workers=args.workers, "
                          f"persistent_workers=True)  # train.py:{line_of(SCRIPT, 'a = DataLoader')}")
@@ -89,12 +89,12 @@ def test_a_parameter_is_followed_to_the_callers_argument(tmp_path):
                    config={**EIGHT, "pin_memory": True})
     flags = {f.flag: f.value for f in paste.findings if isinstance(f, SetByFlag)}
     assert flags == {"--workers": "8", "--pin": ""}  # a switch is passed bare
-    assert paste.code.splitlines()[-1].endswith("--workers 8 --pin")
+    assert paste.line.splitlines()[-1].endswith("--workers 8 --pin")
     # a literal passed in (or a parameter left to its default): set in the caller's call
     paste = advise(tmp_path, "c = make_loader", "return DataLoader(ds, batch_size=4",
                    config={**EIGHT, "pin_memory": True})
     assert f"c = make_loader(range(10), 8, pin=True)  # train.py:{line_of(SCRIPT, 'c = make_loader')}" \
-        in paste.code.splitlines()
+        in paste.line.splitlines()
     elsewhere = [f for f in paste.findings if isinstance(f, SetElsewhere)]
     assert {(f.knob, f.keyword, f.call) for f in elsewhere} == {("num_workers", "workers", "make_loader"),
                                                                 ("pin_memory", "pin", "make_loader")}
@@ -102,30 +102,30 @@ def test_a_parameter_is_followed_to_the_callers_argument(tmp_path):
 
 def test_config_fields_constants_and_attributes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert "cfg = Config(workers=8)" in advise(tmp_path, "d = DataLoader").code
-    assert "WORKERS = 8  # train.py:" in advise(tmp_path, "e = DataLoader").code
+    assert "cfg = Config(workers=8)" in advise(tmp_path, "d = DataLoader").line
+    assert "WORKERS = 8  # train.py:" in advise(tmp_path, "e = DataLoader").line
     # self.num_workers <- Data(..., num_workers=args.workers) <- --workers (a Lightning DataModule's way)
     paste = advise(tmp_path, "data.train_dataloader()", "return DataLoader(self.ds")
-    assert paste.code.splitlines()[-1] == "python train.py --workers 8"
+    assert paste.line.splitlines()[-1] == "python train.py --workers 8"
 
 
 def test_what_cannot_be_followed_is_said_and_set_at_the_call(tmp_path):
     paste = advise(tmp_path, "f = DataLoader")
-    assert "num_workers=8" in paste.code and "os.environ" not in paste.code
+    assert "num_workers=8" in paste.line and "os.environ" not in paste.line
     unknown = next(f for f in paste.findings if isinstance(f, SettingSourceUnknown))
     assert unknown.expression == "int(os.environ.get('W', 0))"
     assert "cannot tell where num_workers gets its value" in say(unknown)
     # no call at the site (the loader is built inside a library): the keywords, said plainly
     paste = advise(tmp_path, "WORKERS = 0")
-    assert paste.code.startswith("DataLoader(dataset, num_workers=8")
+    assert paste.line.startswith("DataLoader(dataset, num_workers=8")
     assert [f.expression for f in paste.findings if isinstance(f, SettingSourceUnknown)] == [""]
 
 
 def test_positional_knobs_are_replaced_in_place_and_unchanged_ones_left_alone(tmp_path):
     paste = advise(tmp_path, "g = DataLoader")
-    assert paste.code.startswith("g = DataLoader(range(10), 2, False, None, None, 8, persistent_workers=True)")
+    assert paste.line.startswith("g = DataLoader(range(10), 2, False, None, None, 8, persistent_workers=True)")
     # prefetch_factor=2 is DataLoader's own default with workers: not written
-    assert "prefetch_factor" not in paste.code
+    assert "prefetch_factor" not in paste.line
 
 
 def test_training_arguments_are_the_paste_line_for_a_trainer(tmp_path):
@@ -142,7 +142,7 @@ def test_training_arguments_are_the_paste_line_for_a_trainer(tmp_path):
     paste = advise(tmp_path, "main()", "args = TrainingArguments", "Trainer(model", text=text,
                    config={**EIGHT, "pin_memory": True}, settings_call="TrainingArguments",
                    config_sites=("train.py:8", "train.py:4"))
-    lines = paste.code.splitlines()
+    lines = paste.line.splitlines()
     assert lines[0] == ("args = TrainingArguments(output_dir='out', per_device_train_batch_size=4, "
                         "dataloader_num_workers=workers, report_to='none', dataloader_persistent_workers=True)"
                         "  # train.py:4")  # dataloader_pin_memory=True is TrainingArguments' default
@@ -158,7 +158,7 @@ def test_training_arguments_from_the_command_line_become_flags(tmp_path, monkeyp
         ''').lstrip()
     paste = advise(tmp_path, "parse_args", text=text, config=EIGHT, argv=["--output_dir", "out"],
                    settings_call="TrainingArguments", config_sites=("train.py:3",))
-    assert paste.code == ("python train.py --output_dir out --dataloader_num_workers 8 "
+    assert paste.line == ("python train.py --output_dir out --dataloader_num_workers 8 "
                           "--dataloader_persistent_workers True")
     assert {f.flag for f in paste.findings if isinstance(f, SetByFlag)} == {
         "--dataloader_num_workers", "--dataloader_persistent_workers"}
@@ -176,13 +176,13 @@ def test_a_tfdata_line_that_prefetches_has_its_buffer_set_not_a_second_prefetch(
     statement; its own prefetch's buffer set, or one prefetch added after it."""
     from types import SimpleNamespace
 
-    from feedprof.frameworks.tfdata import code_line
+    from feedprof.frameworks.tfdata import paste_line
 
     script = tmp_path / "train.py"
     script.write_text(TFDATA_SCRIPT)
     pick = {"num_parallel_calls": 28, "prefetch": "AUTOTUNE", "private_threadpool_size": 28}
-    line = code_line(pick, SimpleNamespace(call_chain=("train.py:3",)), str(script))
+    line = paste_line(pick, SimpleNamespace(call_chain=("train.py:3",)), str(script))
     assert line.count("prefetch(") == 1 and ".batch(8).prefetch(tf.data.AUTOTUNE)" in line
     assert "map(load, num_parallel_calls=28)" in line and "private_threadpool_size = 28" in line
-    line = code_line(pick, SimpleNamespace(call_chain=("train.py:4",)), str(script))
+    line = paste_line(pick, SimpleNamespace(call_chain=("train.py:4",)), str(script))
     assert "other = other.prefetch(tf.data.AUTOTUNE)" in line

@@ -3,8 +3,9 @@ import pytest
 
 from feedprof.reasons import OverMemoryBudget
 from feedprof.render import plots
-from feedprof.store import (GpuSeries, HostInfo, LoaderRecord, Recommendation, Run, Samples, StepLog, Trial,
+from feedprof.store import (GpuSeries, HostInfo, LoaderRecord, Recommendation, Run, Samples, StepLog,
                             TuneResult, Window)
+from tests.records import make_trial
 
 
 def run_with(samples=None, steps=None):
@@ -36,11 +37,11 @@ def test_curves_are_in_cores_and_gib_with_gaps_kept():
 
 
 def test_throughput_chart_marks_baseline_pick_and_ceiling():
-    trials = (Trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0,
+    trials = (make_trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0,
                     batches_per_s_low=9.0, batches_per_s_high=11.0),
-              Trial(index=1, role="ceiling", config={"num_workers": 0}, state="ok", batches_per_s=100.0),
-              Trial(index=2, role="search", config={"num_workers": 4}, state="ok", batches_per_s=80.0),
-              Trial(index=3, role="search", config={"num_workers": 64}, state="rejected",
+              make_trial(index=1, role="ceiling", config={"num_workers": 0}, state="ok", batches_per_s=100.0),
+              make_trial(index=2, role="search", config={"num_workers": 4}, state="ok", batches_per_s=80.0),
+              make_trial(index=3, role="search", config={"num_workers": 64}, state="rejected",
                     cause=OverMemoryBudget(need_bytes=2, free_bytes=1)))
     rec = Recommendation(framework="torch", config={"num_workers": 4}, trial_index=2, ceiling_batches_per_s=100.0,
                          baseline_batches_per_s=10.0)

@@ -11,33 +11,32 @@ import termios
 
 import pytest
 
-import types
-
 from feedprof.reasons import BaselineFigures, OverMemoryBudget, Verdict
 from feedprof.render.progress import CONFIG_COLUMN, ConsoleProgress, format_recommendation
-from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, Trial, TuneResult
+from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, TuneResult, TuneStart
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
+from tests.records import make_trial
 
 ROW = re.compile(r"\s+\d+\s+(baseline|ceiling|search|confirm)\s")  # a trial's row
 LONG = "num_workers=12, pin_memory=True, prefetch_factor=4, persistent_workers=True"
 TRIALS = [
-    Trial(index=0, role="baseline", config={}, state="ok", config_text="num_workers=0", batches_per_s=11.7,
+    make_trial(index=0, role="baseline", config={}, state="ok", config_text="num_workers=0", batches_per_s=11.7,
           batches_per_s_low=11.5, batches_per_s_high=11.8, data_wait_fraction=0.81, duration_s=6.3),
-    Trial(index=1, role="ceiling", config={}, state="ok", batches_per_s=219.0, data_wait_fraction=0.001,
+    make_trial(index=1, role="ceiling", config={}, state="ok", batches_per_s=219.0, data_wait_fraction=0.001,
           duration_s=1.9),
-    Trial(index=2, role="search", config={}, state="ok", config_text=LONG, batches_per_s=63.0,
+    make_trial(index=2, role="search", config={}, state="ok", config_text=LONG, batches_per_s=63.0,
           batches_per_s_low=60.0, batches_per_s_high=66.0, data_wait_fraction=0.2, duration_s=3.4),
-    Trial(index=3, role="search", config={}, state="rejected", config_text="num_workers=64",
+    make_trial(index=3, role="search", config={}, state="rejected", config_text="num_workers=64",
           cause=OverMemoryBudget(need_bytes=30 * 2**30, per_worker_bytes=2**29, free_bytes=20 * 2**30)),
 ]
-TUNER = types.SimpleNamespace(  # what the display reads of the tuner
-    host=HostInfo(gpu_status=GpuStatus.NO_LIBRARY), opts=types.SimpleNamespace(budget_s=60.0),
-    script=os.path.abspath("train.py"), results_path="feedprof-out/results.json", cpu_cap=2, launch=None)
+START = TuneStart(  # what the display is told of the tune
+    host=HostInfo(gpu_status=GpuStatus.NO_LIBRARY), budget_s=60.0,
+    script=os.path.abspath("train.py"), results_path="feedprof-out/results.json", cpu_cap=2)
 
 
 def drive(progress):
-    progress.tune_started(TUNER)
+    progress.tune_started(START)
     for i, trial in enumerate(TRIALS):
         progress.trial_started(i, 5 if i else None, trial.role, trial.config_text, 10.0 * i, 60.0)
         progress.tick(10.0 * i + 1, 60.0, force=True)
@@ -116,7 +115,7 @@ def test_the_recommendation_wraps_its_words_never_the_line_to_paste():
                       fraction_of_ceiling=0.29)
     rec = Recommendation(framework="torch", config={"num_workers": 8}, verdict=verdict, reasons=(BaselineFigures(
         config={"num_workers": 0}, batches_per_s=11.7, data_wait_fraction=0.81, ceiling_batches_per_s=219.0),),
-        code=code, loader_site="t.py:5")
+        paste_line=code, loader_site="t.py:5")
     text = format_recommendation(rec, TuneResult(recommendation=rec, complete=True), width=80)
     lines = text.splitlines()
     assert f"    {code}" in lines

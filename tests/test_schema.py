@@ -1,4 +1,4 @@
-"""The shipped JSON Schemas: generated from store.py, frozen once released, and
+"""The shipped JSON Schemas: generated from feedprof/store/, frozen once released, and
 strict enough to catch a wrong type. (tests/conftest.py validates every
 feedprof JSON file the suite writes against them.)"""
 import dataclasses
@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 import pytest
 
 from feedprof import schema
-from feedprof.codec import to_dict
+from feedprof.store.codec import to_dict
 from feedprof.store import SCHEMA_RUN, SCHEMA_TUNE, Recommendation, Run, Trial, TuneResult
 from tests.conftest import invalid_feedprof_json
 
@@ -22,6 +22,8 @@ from tests.conftest import invalid_feedprof_json
 RELEASED = {
     "run-1.json": "1e4bac37fe03478c5046313b2834a98ba6de47190fffdc84f1feb0192c946a90",
     "tune-1.json": "7abc3ae2ab695af2be4d02cd0ee58d4fef523d1d624fbc501a36c432496073d1",
+    "run-2.json": "5359ba7b6e7940c1fb1f9c3e9340b73a82c58d04036031d8d7cc7ed8c6786ca5",
+    "tune-2.json": "67d7b3329b60f2eca8df7c90c342aa80cbd434106ca42a62d2d5e32a0a2d5a0e",
 }
 
 
@@ -35,9 +37,9 @@ def test_current_schema_files_match_the_records():
         assert os.path.exists(os.path.join(schema.SCHEMA_DIR, name)), (
             f"feedprof/schemas/{name} is missing: run `{schema.REGENERATE}` and commit it")
         assert shipped_file(name) == generated, (
-            f"feedprof/schemas/{name} is not what the records in feedprof/store.py generate. If you changed a "
-            f"record's shape: give it a new version (SCHEMA_RUN / SCHEMA_TUNE in store.py; a released version's "
-            f"file is frozen), run `{schema.REGENERATE}`, and commit the new files")
+            f"feedprof/schemas/{name} is not what the records in feedprof/store/ generate. If you changed a "
+            f"record's shape: give it a new version (SCHEMA_RUN in store/run.py, SCHEMA_TUNE in store/tune.py; "
+            f"a released version's file is frozen), run `{schema.REGENERATE}`, and commit the new files")
 
 
 def test_released_schema_files_are_frozen():
@@ -45,7 +47,7 @@ def test_released_schema_files_are_frozen():
         canonical = json.dumps(shipped_file(name), sort_keys=True).encode()
         assert hashlib.sha256(canonical).hexdigest() == digest, (
             f"feedprof/schemas/{name} belongs to a released version and must not change: files written by "
-            f"that version are checked against it. Put the new shape in a new version (store.py), then `{schema.REGENERATE}`")
+            f"that version are checked against it. Put the new shape in a new version (feedprof/store/), then `{schema.REGENERATE}`")
 
 
 def test_every_shipped_schema_is_a_valid_draft_2020_12_schema(jsonschema):

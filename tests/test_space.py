@@ -1,13 +1,14 @@
 """The search spaces: legal configs, costs, secondary knobs and what is judged."""
 from feedprof.reasons import EpochEndStall, PinMemoryNoEffect, VersusAutotune
-from feedprof.store import Phase, Role, Trial, TrialState
+from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace, make_space
 from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace
 from feedprof.tune.strategy import LadderStrategy
+from tests.records import make_trial
 
 
 def ok(config, rate, **fields):
-    return Trial(index=0, role=Role.SEARCH, config=config, state=TrialState.OK, batches_per_s=rate, **fields)
+    return make_trial(index=0, role=Role.SEARCH, config=config, state=TrialState.OK, batches_per_s=rate, **fields)
 
 
 def test_make_space_by_framework():
@@ -79,7 +80,7 @@ TF_BASELINE = {"num_parallel_calls": 2, "prefetch": 1}
 
 
 def tf_trial(index, role, config, rate, main_cpu_pct, system_cpu_pct=100.0, phase=Phase.SEARCH):
-    return Trial(index=index, role=role, config=config, state=TrialState.OK, batches_per_s=rate, phase=phase,
+    return make_trial(index=index, role=role, config=config, state=TrialState.OK, batches_per_s=rate, phase=phase,
                  batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
                  main_cpu_pct=main_cpu_pct, system_cpu_pct=system_cpu_pct)
 

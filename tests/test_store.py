@@ -3,11 +3,12 @@ import json
 import pytest
 
 import feedprof
-from feedprof.codec import dumps
+from feedprof.store.codec import dumps
 from feedprof.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unknown, Verdict, WaitNotObservable
-from feedprof.store import (GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord, Outcome, Phase, Role, Run,
-                            Samples, StoreError, Summary, Trial, TrialState, TuneResult, Recommendation,
-                            from_json_data, load, save)
+from feedprof.analyse.recommend import trial_from_run
+from feedprof.store import (SCHEMA_RUN, SCHEMA_TUNE, Framework, GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord,
+                            Outcome, Phase, Role, Run, RunKind, Samples, StoreError, Summary, Trial, TrialState,
+                            TuneResult, Recommendation, from_json_data, load, save)
 
 
 def sample_run():
@@ -25,7 +26,7 @@ def test_run_round_trip(tmp_path):
     path = str(tmp_path / "run.json")
     save(run, path)
     back = feedprof.load(path)
-    assert json.load(open(path))["schema"] == "feedprof.run/2"
+    assert json.load(open(path))["schema"] == "feedprof.run/3"
     assert back.samples == run.samples
     assert back.loaders == run.loaders
     assert back.host == run.host
@@ -44,7 +45,7 @@ def test_tune_round_trip(tmp_path):
     path = str(tmp_path / "results.json")
     save(res, path)
     data = json.load(open(path))
-    assert data["schema"] == "feedprof.tune/2"
+    assert data["schema"] == "feedprof.tune/3"
     # findings are codes with their figures, and enums are their plain strings
     assert data["recommendation"]["reasons"] == [{"code": "cpus_are_the_limit", "cores_per_worker": 0.97, "cpu_cap": 2}]
     assert data["trials"][1]["state"] == "rejected" and data["trials"][1]["phase"] == "ladder"
@@ -93,6 +94,20 @@ def test_version_1_files_are_read_with_their_words(tmp_path):
     assert base.run.host.gpu_status is GpuStatus.OK and base.run.notes == (Text("a note"),)
     assert killed.state is TrialState.KILLED and killed.phase is Phase.SEARCH
     assert killed.cause == Text("SIGKILL: killed, most likely by the out-of-memory killer")
+
+
+def test_version_2_files_are_read_with_their_paste_line():
+    data = json.loads(dumps(TuneResult(
+        recommendation=Recommendation(framework=Framework.TORCH, config={"num_workers": 4}),
+        trials=(trial_from_run(0, Role.BASELINE, {}, Run(kind=RunKind.TRIAL, summary=Summary(batches_per_s=12.5))),))))
+    data["schema"], data["trials"][0]["run"]["schema"] = "feedprof.tune/2", "feedprof.run/2"
+    del data["recommendation"]["paste_line"]
+    data["recommendation"]["code"] = "DataLoader(ds, num_workers=4)  # train.py:9"
+    res = from_json_data(data)
+    assert res.schema == SCHEMA_TUNE and res.trials[0].run.schema == SCHEMA_RUN
+    assert res.recommendation.paste_line == "DataLoader(ds, num_workers=4)  # train.py:9"
+    assert res.recommendation.framework is Framework.TORCH and res.trials[0].run.kind is RunKind.TRIAL
+    assert res.trials[0].batches_per_s == 12.5 and data["trials"][0]["batches_per_s"] == 12.5  # written, and derived
 
 
 def test_unknown_keys_are_ignored_and_missing_take_defaults():

@@ -3,9 +3,10 @@ import pytest
 
 from feedprof.analyse.recommend import pick, recommend
 from feedprof.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
-from feedprof.store import Phase, Role, Trial, TrialState
+from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace, ladder_rungs
 from feedprof.tune.strategy import GridStrategy, LadderStrategy, Proposal
+from tests.records import make_trial
 
 
 def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_trials=30, proposals=None):
@@ -19,7 +20,7 @@ def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_tria
         rate, cpu, wait, *system = model(space.legalize(config), role)
         # the job alone on the machine: its main process uses what the system's busy share leaves
         system_pct = system[0] if system else min(100.0, (cpu + 30.0) / cpu_cap)
-        t = Trial(index=index, role=role, config=space.legalize(config), state=TrialState.OK, phase=phase,
+        t = make_trial(index=index, role=role, config=space.legalize(config), state=TrialState.OK, phase=phase,
                   batches_per_s=rate, batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
                   workers_cpu_pct=cpu, data_wait_fraction=wait, system_cpu_pct=system_pct,
                   main_cpu_pct=max(0.0, system_pct * cpu_cap - cpu))
@@ -212,7 +213,7 @@ def test_cheapest_within_tolerance():
     from feedprof.tune.space import TorchSpace
 
     space = TorchSpace({"num_workers": 0}, 2, 8, False)
-    mk = lambda i, n, r: Trial(index=i, role=Role.SEARCH, config=space.legalize({"num_workers": n}),  # noqa: E731
+    mk = lambda i, n, r: make_trial(index=i, role=Role.SEARCH, config=space.legalize({"num_workers": n}),  # noqa: E731
                                 state=TrialState.OK, batches_per_s=r)
     trials = [mk(0, 2, 100.0), mk(1, 4, 102.0), mk(2, 8, 110.0)]
     assert pick(trials, space.cost).config["num_workers"] == 8  # 2 and 4 are more than 3 % slower
@@ -280,7 +281,7 @@ def test_grid_strategy_measures_each_config_once_in_order():
     while (prop := grid.ask()) is not None:
         assert (prop.role, prop.phase) == (Role.SEARCH, Phase.GRID)
         seen.append(prop.config["num_workers"])
-        grid.tell(Trial(index=len(seen), role=prop.role, config=prop.config, state=TrialState.OK, phase=prop.phase,
+        grid.tell(make_trial(index=len(seen), role=prop.role, config=prop.config, state=TrialState.OK, phase=prop.phase,
                         batches_per_s=1.0))
     assert seen == [0, 2, 4]
 
@@ -292,7 +293,7 @@ def test_a_busy_machine_is_not_blamed_on_io_bound_workers():
     strat = LadderStrategy(space)
 
     def trial(i, role, phase, n, rate):
-        return Trial(index=i, role=role, phase=phase, config=space.legalize({"num_workers": n}),
+        return make_trial(index=i, role=role, phase=phase, config=space.legalize({"num_workers": n}),
                      state=TrialState.OK, batches_per_s=rate, data_wait_fraction=0.8, system_cpu_pct=100.0,
                      main_cpu_pct=8.0, workers_cpu_pct=10.0 * n, workers_runq_pct=1.0 * n, other_cpu_cores=1.8)
 
@@ -309,11 +310,11 @@ def test_cpu_bound_workers_starved_by_other_work_stop_at_the_cpu_count():
     space = TorchSpace({"num_workers": 0}, cpu_cap=2, max_primary=32, cuda_used=False)
     strat = LadderStrategy(space)
     base = dict(state=TrialState.OK, data_wait_fraction=0.8, system_cpu_pct=100.0, main_cpu_pct=10.0)
-    strat.tell(Trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
+    strat.tell(make_trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
                      batches_per_s=10.0, **base))
-    strat.tell(Trial(index=1, role=Role.CEILING, phase=Phase.CEILING, config=space.legalize({"num_workers": 0}),
+    strat.tell(make_trial(index=1, role=Role.CEILING, phase=Phase.CEILING, config=space.legalize({"num_workers": 0}),
                      batches_per_s=400.0, **base))
-    strat.tell(Trial(index=2, role=Role.SEARCH, phase=Phase.LADDER, config=space.legalize({"num_workers": 2}),
+    strat.tell(make_trial(index=2, role=Role.SEARCH, phase=Phase.LADDER, config=space.legalize({"num_workers": 2}),
                      batches_per_s=15.0, workers_cpu_pct=100.0, workers_runq_pct=90.0, **base))
     nxt = strat.ask()
     assert nxt is None or nxt.phase != Phase.LADDER
@@ -354,11 +355,11 @@ def simulate_kills(killed_from, cap=2, max_workers=32, budget_trials=30):
             break
         config = space.legalize(prop.config)
         if config["num_workers"] >= killed_from and prop.role != Role.CEILING:
-            t = Trial(index=i, role=prop.role, config=config, state=TrialState.KILLED, phase=prop.phase,
+            t = make_trial(index=i, role=prop.role, config=config, state=TrialState.KILLED, phase=prop.phase,
                       cause=OutOfMemoryKilled(signal="SIGKILL"))
         else:
             rate, cpu, wait = io_bound(config, prop.role)
-            t = Trial(index=i, role=prop.role, config=config, state=TrialState.OK, phase=prop.phase,
+            t = make_trial(index=i, role=prop.role, config=config, state=TrialState.OK, phase=prop.phase,
                       batches_per_s=rate, batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
                       workers_cpu_pct=cpu, data_wait_fraction=wait, system_cpu_pct=40.0, main_cpu_pct=10.0)
         trials.append(t)

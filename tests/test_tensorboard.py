@@ -170,7 +170,7 @@ def test_tune_cli_writes_one_tensorboard_run_per_trial(tmp_path, no_leftovers, t
     ok = [t for t in result.trials if t.state == "ok"]
     assert scalars["tune/batches_per_s"] and [s for s, _, _ in scalars["tune/batches_per_s"]] == [t.index for t in ok]
     assert values(scalars["tune/batches_per_s"]) == pytest.approx([t.batches_per_s for t in ok], rel=1e-5)
-    assert all(line in texts["recommendation"] for line in result.recommendation.code.splitlines())
+    assert all(line in texts["recommendation"] for line in result.recommendation.paste_line.splitlines())
     assert "| 0 | baseline | num_workers=0 | ok |" in texts["recommendation"]
 
 

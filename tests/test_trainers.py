@@ -51,7 +51,7 @@ def test_lightning_keeps_the_knobs_when_it_rebuilds_the_loader(tmp_path, no_left
                             for cfg, ran, chain in measured)
     # num_workers=self.num_workers <- DataModule(num_workers=0): set where the DataModule is built
     fit = f"train.py:{line_of(LIGHTNING, 'trainer.fit(')}"
-    assert f"datamodule=DataModule(num_workers={rec['config']['num_workers']}))  # {fit}" in rec["code"]
+    assert f"datamodule=DataModule(num_workers={rec['config']['num_workers']}))  # {fit}" in rec["paste_line"]
     # Lightning's own warning, and whether the measurements agree with it
     advice = next(r for r in rec["reasons"] if r["code"] == "trainer_advice_checked")
     assert advice["suggested"] == 7 and advice["script_workers"] == 0 and advice["agrees"] is True
@@ -69,10 +69,10 @@ def test_transformers_trainer_advice_is_its_training_arguments(tmp_path, no_left
     # accelerate's DataLoaderShard rebuilt the loader from its attributes: the knobs reached it
     assert all(ran["num_workers"] == cfg["num_workers"] for cfg, ran, _ in training_loaders(res))
     args_line = f"train.py:{line_of(TRANSFORMERS, 'training_args = TrainingArguments(')}"
-    first = rec["code"].splitlines()[0]
+    first = rec["paste_line"].splitlines()[0]
     assert first.startswith("training_args = TrainingArguments(output_dir='trainer-out'")
     assert f"dataloader_num_workers={rec['config']['num_workers']}" in first and first.endswith(f"# {args_line}")
-    assert "DataLoader(" not in rec["code"]
+    assert "DataLoader(" not in rec["paste_line"]
 
 
 def test_stateful_dataloader_worker_flag_is_the_advice(tmp_path, no_leftovers):
@@ -84,7 +84,7 @@ def test_stateful_dataloader_worker_flag_is_the_advice(tmp_path, no_leftovers):
     n = rec["config"]["num_workers"]
     assert rec["framework"] == "torch" and n >= 4
     assert f"run with `--workers {n}`" in proc.stdout
-    assert rec["code"].splitlines()[-1] == f"python train.py --workers {n}"
+    assert rec["paste_line"].splitlines()[-1] == f"python train.py --workers {n}"
     assert any(r["code"] == "set_by_flag" and r["flag"] == "--workers" for r in rec["reasons"])
     # re-measured by the script itself, without feedprof: the advice is at least twice as fast
     rates = {}
@@ -109,8 +109,8 @@ def test_torchdata_nodes_threads_against_processes(tmp_path, no_leftovers):
     if versus["threads_do_as_well"]:  # sleep-bound: threads should, and then they are the pick (cheaper)
         assert rec["config"]["method"] == "thread" and "threads do at least as well as processes" in proc.stdout
     mapper = f"train.py:{line_of(NODES, 'tn.ParallelMapper(')}"
-    assert rec["code"].startswith(f"node = tn.ParallelMapper(node, map_fn=fetch, num_workers={rec['config']['num_workers']}")
-    assert rec["code"].splitlines()[0].endswith(f"# {mapper}")
+    assert rec["paste_line"].startswith(f"node = tn.ParallelMapper(node, map_fn=fetch, num_workers={rec['config']['num_workers']}")
+    assert rec["paste_line"].splitlines()[0].endswith(f"# {mapper}")
 
 
 def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no_leftovers):

@@ -10,10 +10,13 @@ from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, S
                             Window)
 from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.protocol import Mode
-from feedprof.tune.tuner import TuneError, TuneOptions, Tuner
+from feedprof.tune.machine import MachineFacts
+from feedprof.tune.tuner import TuneError, TuneJob, TuneOptions, Tuner
 from tests.fakes import FakeClock
 
 SITE = "train.py:5"
+MACHINE = MachineFacts(host=HostInfo(cpus_usable=2, cpus_online=2), cpus_usable=2, ram_bytes=16 * 2**30,
+                       shm_bytes=4 * 2**30)  # not this machine's: the tests' own
 
 
 def io_bound_rate(config):
@@ -46,10 +49,8 @@ class FakeRunner:
 
 def tuner(tmp_path, clock, runner, previous=None, **opts):
     options = TuneOptions(fork_trials=False, **{"budget_s": 1000.0, **opts})
-    t = Tuner(str(tmp_path / "train.py"), [], str(tmp_path / "out"), options, previous=previous, clock=clock,
-              trial_runner=runner, host=HostInfo(cpus_usable=2, cpus_online=2))
-    t.cpu_cap = 2
-    return t
+    job = TuneJob(script=str(tmp_path / "train.py"), out_dir=str(tmp_path / "out"), previous=previous)
+    return Tuner(job, options, MACHINE, clock=clock, trial_runner=runner)
 
 
 @pytest.fixture
@@ -143,3 +144,16 @@ def test_a_tune_where_nothing_survives_ends_as_the_baseline_did(tmp_path, clock)
         tuner(tmp_path, clock, KillingRunner(clock, killed_from=0, own=4)).run()
     assert err.value.reason.state == "killed" and isinstance(err.value.reason.cause, OutOfMemoryKilled)
     assert err.value.exit_code == 1
+
+
+def test_the_tuner_works_within_the_machine_facts_it_is_given(tmp_path, clock, monkeypatch):
+    def read_the_machine(*args, **kwargs):
+        raise AssertionError("the tuner read this machine itself")
+
+    for name in ("usable_cpu_count", "local_world_size", "machine_info"):
+        monkeypatch.setattr(f"feedprof.record.host.{name}", read_the_machine)
+    facts = dataclasses.replace(MACHINE, cpus_usable=8, local_world_size=2)
+    job = TuneJob(script=str(tmp_path / "train.py"), out_dir=str(tmp_path / "out"))
+    t = Tuner(job, TuneOptions(fork_trials=False, budget_s=100.0), facts, clock=clock, trial_runner=FakeRunner(clock))
+    assert t.cpu_cap == 4 and t.memory.ram_bytes == facts.ram_bytes and t.memory.shm_bytes == facts.shm_bytes
+    assert t.run().host == facts.host

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 from feedprof.analyse.diagnose import workers_of
 from feedprof.reasons import Reason, TrainerAdviceChecked, TrainerSuggestedWorkers
-from feedprof.store import Trial
+from feedprof.store import InputBound, Trial
 
 
 def trainer_advice(baseline: Optional[Trial], measured: Sequence[Any], verdict: Any) -> Optional[Reason]:
@@ -25,7 +25,7 @@ def trainer_advice(baseline: Optional[Trial], measured: Sequence[Any], verdict: 
     picked = next((m for m in measured if m.config == verdict.config), None)
     at_suggested = [m.score for m in measured if workers_of(m.config) == said.suggested]
     picked_workers = workers_of(verdict.config) or 0
-    agrees = verdict.input_bound in ("highly", "moderately") and picked_workers > said.num_workers
+    agrees = verdict.input_bound in (InputBound.HIGHLY, InputBound.MODERATELY) and picked_workers > said.num_workers
     return TrainerAdviceChecked(
         trainer=said.trainer, suggested=said.suggested, script_workers=said.num_workers, picked_workers=picked_workers,
         agrees=agrees, input_bound=verdict.input_bound, data_wait_fraction=baseline.data_wait_fraction,

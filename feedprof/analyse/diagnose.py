@@ -9,21 +9,21 @@ from feedprof.analyse import stats
 from feedprof.analyse.hazards import run_hazards
 from feedprof.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
                               WaitNotObservable, said_once)
-from feedprof.store import LoaderRecord, Run, Samples, StepLog, Summary
+from feedprof.store import InputBound, LoaderRecord, Run, Samples, StepLog, Summary
 
 # The TensorFlow Profiler's input-pipeline thresholds.
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_INPUT_BOUND = 0.05
 
 
-def classify(input_bound_fraction: Optional[float]) -> str:
+def classify(input_bound_fraction: Optional[float]) -> InputBound:
     if input_bound_fraction is None:
-        return "unknown"
+        return InputBound.UNKNOWN
     if input_bound_fraction >= HIGHLY_INPUT_BOUND:
-        return "highly"
+        return InputBound.HIGHLY
     if input_bound_fraction >= MODERATELY_INPUT_BOUND:
-        return "moderately"
-    return "not"
+        return InputBound.MODERATELY
+    return InputBound.NOT
 
 
 def training_loader(run: Run) -> Optional[LoaderRecord]:

@@ -8,7 +8,7 @@ import dataclasses
 from typing import List, Sequence
 
 from feedprof.analyse.diagnose import summarize_job
-from feedprof.store import RankInfo, Run
+from feedprof.store import RankInfo, Run, RunKind
 
 
 class MergeError(ValueError):
@@ -34,6 +34,6 @@ def merge_runs(runs: Sequence[Run]) -> Run:
                          "are these the nodes of one job?")
     ranks.sort(key=lambda r: (r.rank.node_rank if r.rank.node_rank is not None else -1, r.rank.node, r.rank.rank))
     first = runs[0]
-    merged = dataclasses.replace(first, kind="profile", ranks=tuple(ranks),
+    merged = dataclasses.replace(first, kind=RunKind.PROFILE, ranks=tuple(ranks),
                                  duration_s=max(r.duration_s for r in runs), notes=())
     return dataclasses.replace(merged, summary=summarize_job(merged))

@@ -23,7 +23,7 @@ from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
                               FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
                               Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
-from feedprof.store import Recommendation, Role, Run, Trial, TrialState
+from feedprof.store import InputBound, Recommendation, Role, Run, Trial, TrialState, VerdictKind
 
 PICK_TOLERANCE = 0.03  # configs within 3 % of the best count as equally fast
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
@@ -119,22 +119,9 @@ def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -
 
 
 def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: Any) -> Trial:
-    """The tune's row for one trial: headline figures, and the full run for the report."""
-    s = run.summary
-    get = (lambda name: getattr(s, name)) if s is not None else (lambda name: None)  # noqa: E731
-    peaks = run.samples.peaks
-    return Trial(
-        index=index, role=role, config=dict(config), state=run.outcome.state,
-        cause=None if run.outcome.state == TrialState.OK else run.outcome.cause,
-        batches_per_s=get("batches_per_s"), batches_per_s_low=get("batches_per_s_low"),
-        batches_per_s_high=get("batches_per_s_high"), effective_batches_per_s=get("effective_batches_per_s"),
-        samples_per_s=get("samples_per_s"), data_wait_fraction=get("data_wait_fraction"),
-        time_to_first_batch_s=get("time_to_first_batch_s"), system_cpu_pct=get("system_cpu_pct"),
-        main_cpu_pct=get("main_cpu_pct"), workers_cpu_pct=get("workers_cpu_pct"),
-        workers_runq_pct=get("workers_runq_pct"), other_cpu_cores=get("other_cpu_cores"),
-        gpu_util_pct=get("gpu_util_pct") or (),
-        peak_rss_bytes=peaks.tree_rss_bytes, peak_pss_bytes=peaks.tree_pss_bytes,
-        peak_shm_used_bytes=peaks.shm_used_bytes, duration_s=run.duration_s, run=run, **fields)
+    """The tune's row for one trial: its config and state, and the full run (its figures come from it)."""
+    return Trial(index=index, role=role, config=dict(config), state=run.outcome.state,
+                 cause=None if run.outcome.state == TrialState.OK else run.outcome.cause, run=run, **fields)
 
 
 # ---------------------------------------------------------------- figures
@@ -220,17 +207,17 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
     fewer = not same and before is not None and after is not None and after < before
     failed = f.baseline is not None and f.baseline.state != TrialState.OK
     if f.cap is not None and isinstance(f.cap.because, DuplicatedPerWorker):  # correct before fast
-        kind = "duplicates"
+        kind = VerdictKind.DUPLICATES
     elif failed:
-        kind = "survives"
+        kind = VerdictKind.SURVIVES
     elif fewer and (at_ceiling or not gains):  # the script's workers only cost: what they waited on was themselves
-        kind = "fewer_workers"
+        kind = VerdictKind.FEWER_WORKERS
     elif not same and gains:
-        kind = "faster"
-    elif bound == "not":
-        kind = "not_loader"
+        kind = VerdictKind.FASTER
+    elif bound == InputBound.NOT:
+        kind = VerdictKind.NOT_LOADER
     else:
-        kind = "no_better" if same else "cheaper"
+        kind = VerdictKind.NO_BETTER if same else VerdictKind.CHEAPER
     return Verdict(kind=kind, input_bound=bound, input_bound_fraction=f.input_bound, config=dict(f.config),
                    speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling, workers_before=before,
                    workers_after=after, dataset=getattr(f.cap.because, "dataset", "") if f.cap else "",
@@ -245,7 +232,7 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
                                    data_wait_fraction=f.baseline.data_wait_fraction,
                                    ceiling_batches_per_s=f.ceiling_score))
-    if verdict.kind in ("no_better", "not_loader") and f.baseline is not None \
+    if verdict.kind in (VerdictKind.NO_BETTER, VerdictKind.NOT_LOADER) and f.baseline is not None \
             and config_key(f.config) == config_key(f.baseline.config):
         out.append(KeepScriptSettings())
     else:
@@ -256,13 +243,14 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.latest, space, cpu_cap))
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
-    if (verdict.input_bound == "not" and verdict.kind != "faster") or (verdict.kind == "fewer_workers" and at_ceiling):
+    if (verdict.input_bound == InputBound.NOT and verdict.kind != VerdictKind.FASTER) \
+            or (verdict.kind == VerdictKind.FEWER_WORKERS and at_ceiling):
         out.append(NotTheLoader())
-    if verdict.kind == "fewer_workers":
+    if verdict.kind == VerdictKind.FEWER_WORKERS:
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
                                         memory_saved_bytes=_memory_saved(f.baseline, f.chosen.latest)))
-    elif verdict.input_bound != "not" and verdict.kind != "duplicates" and f.fraction_of_ceiling is not None \
-            and f.fraction_of_ceiling < NEAR_CEILING:
+    elif verdict.input_bound != InputBound.NOT and verdict.kind != VerdictKind.DUPLICATES \
+            and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
         out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))

@@ -13,9 +13,10 @@ import sys
 from typing import Any, Dict, Tuple
 
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
-_MODULES = {"torch": "torch", "keras": "keras", "tf.keras": "keras", "tf.data": "tfdata",
-            "torchdata.nodes": "torchdata_nodes"}
+_MODULES = {Framework.TORCH: "torch", Framework.KERAS: "keras", Framework.TF_KERAS: "keras",
+            Framework.TF_DATA: "tfdata", Framework.TORCHDATA_NODES: "torchdata_nodes"}
 
 
 def _module(framework: str) -> Any:
@@ -48,17 +49,17 @@ def code_site(frame: Any) -> str:
     return f"{os.path.basename(name)}:{frame.f_lineno}"
 
 
-def describe_loader(obj: Any) -> Tuple[str, LoaderInfo]:
+def describe_loader(obj: Any) -> Tuple[Framework, LoaderInfo]:
     """(framework, what is known) of a loader handed to ``prof.watch``; an
     unknown iterable gets what can be read."""
     if "torch.utils.data" in sys.modules:
         from feedprof.frameworks import torch as torch_fw
 
         if torch_fw.is_dataloader(obj):
-            return "torch", torch_fw.describe(obj)
+            return Framework.TORCH, torch_fw.describe(obj)
     info = LoaderInfo(dataset=type(obj).__name__)
     try:
         info.batches_per_epoch = len(obj)
     except TypeError:
         pass
-    return "iterable", info
+    return Framework.ITERABLE, info

@@ -33,6 +33,7 @@ from typing import Any, Dict, Optional
 
 from feedprof.reasons import NoSuperInit
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 KNOBS = ("workers", "use_multiprocessing", "max_queue_size")
 DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
@@ -87,7 +88,7 @@ def _num_batches(ds: Any) -> Optional[int]:
     return n if isinstance(n, int) else None
 
 
-def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     """Where to set the knobs: the dataset's construction, if its __init__
     forwards **kwargs to super().__init__, else that super call itself."""
     from feedprof.frameworks.source import resolve_site, rewrite_call, rewrite_statement
@@ -127,7 +128,7 @@ def install(ctl: Any) -> None:
     def __init__(self: Any, workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10) -> None:
         script_cfg = legalize({"workers": workers, "use_multiprocessing": use_multiprocessing,
                                "max_queue_size": max_queue_size})
-        plan = ctl.plan("keras", sys._getframe(1))
+        plan = ctl.plan(Framework.KERAS, sys._getframe(1))
         cfg = legalize({**script_cfg, **(plan.inject or {})})
         orig_init(self, **cfg)
         # the site users know is where the dataset is built, one frame out of its __init__
@@ -168,7 +169,7 @@ def install(ctl: Any) -> None:
 def _no_super_init(ctl: Any, x: Any, caller: Any, replayed: Dict[type, Any]) -> Any:
     """The subclass never called super().__init__(**kwargs): Keras falls back to
     workers=1 and ignores what was passed. Measure it anyway, and say so."""
-    plan = ctl.plan("keras", caller)
+    plan = ctl.plan(Framework.KERAS, caller)
     cfg = legalize({**DEFAULTS, **(plan.inject or {})})
     for key, value in cfg.items():  # what super().__init__ would have set
         setattr(x, f"_{key}", value)

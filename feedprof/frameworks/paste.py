@@ -45,7 +45,7 @@ class Call:
 
 @dataclass(frozen=True)
 class Paste:
-    code: str  # what to paste (statements, each with "# file:line") and run
+    line: str  # what to paste (statements, each with "# file:line") and run
     findings: Tuple[Reason, ...] = ()
 
 

@@ -23,9 +23,10 @@ from typing import Any, Dict
 from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
 from feedprof.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 
-def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     from feedprof.frameworks.source import resolve_site, rewrite_statement
 
     cfg = legalize(config)
@@ -61,7 +62,7 @@ def install(ctl: Any) -> None:
                 return orig_init(self, x, *args, **kwargs)
             script_cfg = legalize({k: bound.arguments.get(k, bound.arguments.get("kwargs", {}).get(k, DEFAULTS[k]))
                                    for k in KNOBS})
-            plan = ctl.plan("tf.keras", sys._getframe(1))
+            plan = ctl.plan(Framework.TF_KERAS, sys._getframe(1))
             cfg = legalize({**script_cfg, **(plan.inject or {})})
             for key, value in cfg.items():
                 bound.arguments[key] = value

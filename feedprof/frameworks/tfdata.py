@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 AUTOTUNE = "AUTOTUNE"
@@ -100,7 +101,7 @@ class Pipeline:
                          "deterministic": self.deterministic, "private_threadpool_size": None})
 
 
-def code_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     """The script's own map statement with the knobs, then what to add after it."""
     from feedprof.frameworks.source import resolve_site, rewrite_statement
 
@@ -168,7 +169,7 @@ def install(ctl: Any) -> None:
             except TypeError:
                 return orig(self, *args, **kwargs)
             p = _parent_pipeline(self)
-            _tag_and_inject(name, bound.arguments, p, chain[-1], ctl.injection("tf.data"))
+            _tag_and_inject(name, bound.arguments, p, chain[-1], ctl.injection(Framework.TF_DATA))
             out = orig(*bound.args, **bound.kwargs)
             try:
                 out._feedprof_pipeline = p
@@ -268,7 +269,7 @@ def register_dataset(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
         return p.handle
     import tensorflow as tf
 
-    plan = ctl.plan("tf.data", caller)
+    plan = ctl.plan(Framework.TF_DATA, caller)
     script_cfg = p.script_config()
     config = legalize({**script_cfg, **(plan.inject or {})})
     runtime = ds

@@ -42,6 +42,7 @@ import weakref
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
 KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 DEFAULT_PREFETCH_FACTOR = 2  # torch's own default when workers > 0
@@ -235,7 +236,7 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
             return orig_init(self, *args, **kwargs)
         script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS}
         original = _rebuilt_from(ctl, bound.arguments.get("dataset"), caller)
-        plan = original.plan if original is not None else ctl.plan("torch", caller)
+        plan = original.plan if original is not None else ctl.plan(Framework.TORCH, caller)
         if plan.inject:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
@@ -305,7 +306,7 @@ def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
         rec = recorders.get(key)
         if rec is None:
             info.site = site
-            rec = recorders[key] = prof.recorder("torch", name=site, info=info)
+            rec = recorders[key] = prof.recorder(Framework.TORCH, name=site, info=info)
             rec.binding = Binding(site=site)
         rec.epoch_started(t_start)
         after = learn_batch_size if rec.info.batch_size is None else None

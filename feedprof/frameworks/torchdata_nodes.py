@@ -27,8 +27,9 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from feedprof.record.steps import LoaderInfo
+from feedprof.store.codes import Framework
 
-FRAMEWORK = "torchdata.nodes"
+FRAMEWORK = Framework.TORCHDATA_NODES
 KNOBS = ("num_workers", "method", "prefetch_factor")
 METHODS = ("thread", "process")
 

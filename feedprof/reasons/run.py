@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 from feedprof.reasons.base import Reason
+from feedprof.store.codes import Framework
 
 
 # ------------------------------------------------------------ the machine
@@ -44,7 +45,7 @@ class NoLoaderIterated(Reason):
 @dataclass(frozen=True)
 class WaitNotObservable(Reason):
     code: ClassVar[str] = "wait_not_observable"
-    framework: str = ""
+    framework: Framework = Framework.NONE
 
 
 @dataclass(frozen=True)

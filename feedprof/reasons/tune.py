@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Tuple
 
 from feedprof.reasons.base import Config, Reason
+from feedprof.store.codes import InputBound, VerdictKind
 
 
 # ------------------------------------------------------- how a tune went
@@ -134,16 +135,11 @@ class NoLoaderAtSite(Reason):
 
 @dataclass(frozen=True)
 class Verdict(Reason):
-    """The headline. ``kind``: faster (a config beats the script's own),
-    fewer_workers (the loader is not the limit and fewer workers do as well),
-    not_loader (near the ceiling already), no_better (input-bound, yet nothing
-    tried beats the script's own settings), duplicates (more workers repeat
-    the data: at most one), survives (the script's own settings were killed
-    or failed; the best config that ran)."""
+    """The headline: which kind of news (codes.VerdictKind), and its figures."""
 
     code: ClassVar[str] = "verdict"
-    kind: str = ""
-    input_bound: str = "unknown"  # highly | moderately | not | unknown
+    kind: VerdictKind = VerdictKind.NONE
+    input_bound: InputBound = InputBound.UNKNOWN
     input_bound_fraction: Optional[float] = None
     config: Config = field(default_factory=dict)
     speedup: Optional[float] = None
@@ -319,7 +315,7 @@ class TrainerAdviceChecked(Reason):
     script_workers: int = 0
     picked_workers: int = 0
     agrees: bool = False  # the loader is the bottleneck and more workers pay off
-    input_bound: str = "unknown"
+    input_bound: InputBound = InputBound.UNKNOWN
     data_wait_fraction: Optional[float] = None
     speedup: Optional[float] = None
     fraction_of_ceiling: Optional[float] = None

@@ -26,7 +26,7 @@ from typing import Any, Optional, Tuple
 
 import psutil
 
-from feedprof.store_procs import (ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpuProcess, GpuState,
+from feedprof.store.procs import (ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpuProcess, GpuState,
                                   GpusView, ProcessInfo)
 
 # Parents that adopt orphans: init systems and the subreapers of containers and user sessions.

@@ -32,8 +32,8 @@ import psutil
 
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.gpu_procs import describe_process
-from feedprof.codes import GpuStatus
-from feedprof.store_procs import GpuMemoryHeld, Leftovers
+from feedprof.store.codes import GpuStatus
+from feedprof.store.procs import GpuMemoryHeld, Leftovers
 
 TRIAL_ENV = "FEEDPROF_TRIAL_DIR"  # set for every trial child by trial/runner.py, inherited by its descendants
 FORK_SERVER_ENV = "FEEDPROF_FORK_SERVER"  # one mark per fork server (trial/zygote.py)

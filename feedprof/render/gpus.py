@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from typing import List, Optional
 
-from feedprof.store_procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpusView, ProcessInfo
+from feedprof.store.procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpusView, ProcessInfo
 from feedprof.units import fmt_bytes, fmt_pct
 
 _ROW = "{mark}{pid:>7}  {user:<9.9} {mem:>10}  {kind:<4} {parent:<16.16}  {command}"

@@ -206,7 +206,7 @@ def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
              _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
                    f"({fmt_pct(rec.input_bound_fraction)})")]
     reasons = "".join(f"<li>{esc(say(r, fw))}</li>" for r in rec.reasons)
-    code = _code_block(rec.code) if copy_button else f"<pre>{esc(rec.code)}</pre>"
+    code = _code_block(rec.paste_line) if copy_button else f"<pre>{esc(rec.paste_line)}</pre>"
     return (f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(headline(rec.verdict, fw))}</p>"
             f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
             f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>{code}</div>")
@@ -385,7 +385,7 @@ def render(obj: Any) -> str:
 
 def write_report(obj: Any, path: str) -> str:
     """Render a Run or TuneResult to ``path`` (written whole, then renamed)."""
-    from feedprof.codec import write_text_atomic
+    from feedprof.store.codec import write_text_atomic
 
     write_text_atomic(path, render(obj))
     return path

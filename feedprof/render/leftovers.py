@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Tuple
 
 from feedprof.render.gpus import cut
 from feedprof.store import Run, TuneResult
-from feedprof.store_procs import Leftovers
+from feedprof.store.procs import Leftovers
 from feedprof.units import fmt_bytes
 
 COMMAND_WIDTH = 40

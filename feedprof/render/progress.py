@@ -28,7 +28,7 @@ from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.recommend import score
 from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.render.words import config_words, gpu_status, headline, say
-from feedprof.store import GpuStatus, LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult
+from feedprof.store import GpuStatus, LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult, TuneStart
 from feedprof.units import fmt_num, fmt_pct, fmt_seconds
 
 CEILING_TEXT = "one cached batch replayed"
@@ -129,12 +129,12 @@ class ConsoleProgress:
 
     # -- the tuner's observer -----------------------------------------------
 
-    def tune_started(self, tuner: Any) -> None:
-        host = tuner.host
+    def tune_started(self, start: TuneStart) -> None:
+        host = start.host
         gpu = "GPU ok" if host.gpu_status == GpuStatus.OK else f"GPU {gpu_status(host.gpu_status, host.gpu_status_detail)}"
-        what = " ".join(tuner.launch.command) if tuner.launch else os.path.relpath(tuner.script)
-        self._print(f"feedprof tune: {what} — budget {tuner.opts.budget_s:.0f} s, {tuner.cpu_cap} usable CPU(s), {gpu}")
-        self._print(f"  results: {os.path.relpath(tuner.results_path)} (rewritten after every trial)")
+        what = " ".join(start.launch) if start.launch else os.path.relpath(start.script)
+        self._print(f"feedprof tune: {what} — budget {start.budget_s:.0f} s, {start.cpu_cap} usable CPU(s), {gpu}")
+        self._print(f"  results: {os.path.relpath(start.results_path)} (rewritten after every trial)")
         self._print(HEADER)
 
     def loader_found(self, loader: LoaderRecord, config_text: str) -> None:
@@ -203,5 +203,5 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult, wid
     if not result.complete and result.stop_reason:
         tail.append(f"  Note: {say(result.stop_reason, fw)}")
     tail += left
-    code = [f"    {line}" for line in rec.code.splitlines() or [""]]
-    return "\n".join(wrap(lines) + code + wrap(tail))
+    paste = [f"    {line}" for line in rec.paste_line.splitlines() or [""]]
+    return "\n".join(wrap(lines) + paste + wrap(tail))

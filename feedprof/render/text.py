@@ -6,15 +6,15 @@ from typing import Any, Optional
 from feedprof.reasons import GpuUnavailable, Reason
 from feedprof.render.leftovers import format_leftovers
 from feedprof.render.words import gpu_status, say
-from feedprof.store import HostInfo, Run, Summary, TuneResult
-from feedprof.store_procs import Leftovers
+from feedprof.store import HostInfo, InputBound, Run, Summary, TuneResult
+from feedprof.store.procs import Leftovers
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
-VERDICT_WORDS = {"highly": "highly input-bound", "moderately": "moderately input-bound",
-                 "not": "not input-bound", "unknown": "input-bound: unknown"}
+VERDICT_WORDS = {InputBound.HIGHLY: "highly input-bound", InputBound.MODERATELY: "moderately input-bound",
+                 InputBound.NOT: "not input-bound", InputBound.UNKNOWN: "input-bound: unknown"}
 
 
-def verdict_words(input_bound: str) -> str:
+def verdict_words(input_bound: InputBound) -> str:
     return VERDICT_WORDS.get(input_bound, input_bound)
 
 

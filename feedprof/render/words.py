@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Optional
 
 from feedprof import reasons as r
 from feedprof.render import hazard_words
-from feedprof.store import GpuStatus
+from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate
 
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
@@ -56,32 +56,35 @@ def _describer(framework: str) -> Callable[[Dict[str, Any]], str]:
 # ----------------------------------------------------------------- verdict
 
 
+HEADLINE_CLASS = {InputBound.HIGHLY: "Highly input-bound", InputBound.MODERATELY: "Moderately input-bound",
+                  InputBound.NOT: "Not input-bound", InputBound.UNKNOWN: "Input-bound: unknown"}
+
+
 def headline(verdict: r.Reason, framework: str = "") -> str:
     """The recommendation's first line."""
     if not isinstance(verdict, r.Verdict):
         return say(verdict, framework)
     v, describe = verdict, _describer(framework)
-    cls = {"highly": "Highly input-bound", "moderately": "Moderately input-bound",
-           "not": "Not input-bound", "unknown": "Input-bound: unknown"}.get(v.input_bound, v.input_bound)
-    if v.kind == "duplicates":
+    cls = HEADLINE_CLASS.get(v.input_bound, v.input_bound)
+    if v.kind == VerdictKind.DUPLICATES:
         return (f"{v.dataset or 'The IterableDataset'} repeats every record once per worker: {describe(v.config)} "
                 "until its __iter__ shards by worker (more workers duplicate the data, they are not faster)")
-    if v.kind == "survives":
+    if v.kind == VerdictKind.SURVIVES:
         near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""
         return (f"The script's own settings ({describe(v.baseline_config)}) were {v.baseline_state}: "
                 f"{describe(v.config)} is the best config that ran{near}")
-    if v.kind == "fewer_workers":
+    if v.kind == VerdictKind.FEWER_WORKERS:
         freed = (v.workers_before or 0) - (v.workers_after or 0)
         fast = f"{v.speedup:.2f}× as fast" if v.speedup and v.speedup >= 1.005 else "as fast"
         near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= NEAR_CEILING
-        lead = "Not the loader" if near or v.input_bound == "not" else f"{cls}, but not for want of workers"
+        lead = "Not the loader" if near or v.input_bound == InputBound.NOT else f"{cls}, but not for want of workers"
         return (f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} "
                 f"and frees {freed} process{'es' if freed != 1 else ''}")
-    if v.kind == "cheaper":
+    if v.kind == VerdictKind.CHEAPER:
         return f"Not the loader's settings: {describe(v.config)} is as fast as the script's own, for less"
-    if v.kind == "not_loader":
+    if v.kind == VerdictKind.NOT_LOADER:
         return "Not input-bound: the loader is not what limits this job"
-    if v.kind == "no_better":
+    if v.kind == VerdictKind.NO_BETTER:
         return f"{cls}, but no loader setting tried does better than the script's own"
     faster = f"{v.speedup:.1f}× faster" if v.speedup else "the fastest found"
     near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""

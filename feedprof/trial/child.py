@@ -34,7 +34,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.analyse import stats
-from feedprof.codec import dumps, write_text_atomic
+from feedprof.store.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, Plan
 from feedprof.analyse.diagnose import workers_of
 from feedprof.frameworks.install import install_adapters
@@ -43,7 +43,7 @@ from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, RankInfo, Run, TrialState, Window, WindowEnd
+from feedprof.store import Framework, Outcome, RankInfo, Run, RunKind, TrialState, Window, WindowEnd
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
 from feedprof.trial.failures import failure_cause
@@ -228,7 +228,7 @@ class Controller:
         """Online mode: a torch loader that can switch mid-epoch is served by an
         OnlineLoader (frameworks/torch_online.py); any other keeps its own iterator."""
         loader = handle.ref() if handle.ref is not None else None
-        if handle.online is None and loader is not None and handle.plan.framework == "torch" \
+        if handle.online is None and loader is not None and handle.plan.framework == Framework.TORCH \
                 and handle.plan.is_target is not False:
             from feedprof.frameworks.torch_online import OnlineLoader, online_capable
 
@@ -350,7 +350,7 @@ class Controller:
 
         if self.rank is not None:
             self.rank = dataclasses.replace(self.rank, **cuda_device())
-        run = Run(kind="trial", script=self.spec.script, argv=tuple(self.spec.argv),
+        run = Run(kind=RunKind.TRIAL, script=self.spec.script, argv=tuple(self.spec.argv),
                   loaders=tuple(r.snapshot() for r in self.recorders),
                   window=self.window or Window(end=WindowEnd.NO_LOADER),
                   outcome=Outcome(state=state, cause=cause, exit_code=exit_code, traceback=tb),

@@ -10,6 +10,7 @@ How the parts meet (each module's NOTE draws its own part):
     strategy.py  the next config as a function of the trials told so far
                  (LadderStrategy; GridStrategy for benchmarks)
     budget.py    memory and /dev/shm: rejects a config before it runs
+    machine.py   the machine's facts (CPUs, ranks, RAM), read once by the tuner's caller
 
 Running one isolated trial (a child process, a fork server, a launched job) is
 the trial/ package's job; tune/ only decides what to run next.

@@ -4,19 +4,16 @@ silent one.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol
 
-from feedprof.codes import Role
-from feedprof.store import LoaderRecord, Trial
-
-if TYPE_CHECKING:
-    from feedprof.tune.tuner import Tuner
+from feedprof.store.codes import Role
+from feedprof.store import LoaderRecord, Trial, TuneStart
 
 
 class TuneObserver(Protocol):
     """What a person watching the tune is told (render/progress.py words it)."""
 
-    def tune_started(self, tuner: "Tuner") -> None: ...
+    def tune_started(self, start: TuneStart) -> None: ...
 
     def loader_found(self, loader: LoaderRecord, config_text: str) -> None: ...
 

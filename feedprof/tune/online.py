@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from feedprof.codec import write_text_atomic
+from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.store_online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
+from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
 from feedprof.trial.protocol import read_events
 from feedprof.tune.online_strategy import History, Limits, Step, decide, key_of
 

@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Sequence
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import recommend, trial_from_run
 from feedprof.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
-from feedprof.store import HostInfo, Outcome, Phase, Role, Run, Summary, Trial, TrialState, TuneResult
-from feedprof.store_online import OnlineFailure, OnlineRecord, OnlineWindow
+from feedprof.store import Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState, TuneResult
+from feedprof.store.online import OnlineFailure, OnlineRecord, OnlineWindow
 from feedprof.tune.online_strategy import History, key_of, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
@@ -29,7 +29,7 @@ def _summary(h: History, config: Dict[str, Any]) -> Optional[Summary]:
     cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
     per_batch = sum(w.samples for w in ws) / max(1, sum(w.batches for w in ws))
     steady = h.steady_rate(config)
-    return Summary(framework="torch", batches_measured=sum(w.batches for w in ws), measured_s=wall,
+    return Summary(framework=Framework.TORCH, batches_measured=sum(w.batches for w in ws), measured_s=wall,
                    batches_per_s=steady, batches_per_s_low=min(rates), batches_per_s_high=max(rates),
                    n_chunks=len(ws), effective_batches_per_s=rate, epoch_startup_s=h.epoch_cost_s(config),
                    batch_size=round(per_batch) or None, samples_per_s=rate * per_batch if rate else None,
@@ -63,7 +63,7 @@ def _config_run(h: History, config: Dict[str, Any]) -> Run:
     failure = next((f for f in h.failures if key_of(f.config) == key_of(config)), None)
     outcome = _outcome(failure)
     ws = h.of(config)
-    return Run(kind="trial", outcome=outcome, summary=_summary(h, config),
+    return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h, config),
                duration_s=sum(w.wall_s for w in ws))
 
 
@@ -86,7 +86,7 @@ def _trials(h: History, decider: Any, space: Any) -> List[Trial]:
                                      config_text=space.describe(config)))
     ceiling = h.ceiling()
     if ceiling and h.baseline is not None:
-        run = Run(kind="trial", summary=Summary(framework="torch", batches_per_s=ceiling,
+        run = Run(kind=RunKind.TRIAL, summary=Summary(framework=Framework.TORCH, batches_per_s=ceiling,
                                                 effective_batches_per_s=ceiling, n_chunks=len(h.windows)))
         trials.append(trial_from_run(len(trials), Role.CEILING, dict(h.baseline), run, phase=Phase.CEILING))
     return trials
@@ -109,13 +109,13 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
     cpu_cap = max(1, usable_cpu_count() // decider.ranks())
     rec, trials, loader = None, [], _target_loader(run)
     if h.baseline is not None:
-        space = make_space("torch", dict(h.baseline), cpu_cap, decider.limits.max_workers,
+        space = make_space(Framework.TORCH, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
         rec = recommend(trials, space, cpu_cap=cpu_cap)
         if rec is not None:
             paste = space.paste(rec.config, loader, script, list(argv))
-            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), code=paste.code,
+            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=paste.line,
                                       loader_site=loader.site if loader else "",
                                       reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes()))
     exit_code = run.outcome.exit_code if run is not None else None
@@ -126,7 +126,8 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
                           loaders=tuple(decider.loaders),
                           workers_changed=any(key_of(s.config) != key_of(h.baseline or {}) for s in decider.switches),
                           exit_code=exit_code)
-    return TuneResult(script=script, argv=tuple(argv), framework="torch" if h.baseline is not None else "",
+    return TuneResult(script=script, argv=tuple(argv), framework=Framework.TORCH if h.baseline is not None else Framework.NONE,
                       loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,
                       budget_s=decider.opts.explore_s, complete=complete, host=host, recommendation=rec,
-                      trials=tuple(trials), launch=tuple(launch.command) if launch else (), online=online, run=run)
+                      trials=tuple(trials), launch=tuple(launch.command) if launch else (), online=online,
+                      run=dataclasses.replace(run, kind=RunKind.ONLINE) if run is not None else None)

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from feedprof.store_online import OnlineFailure, OnlineWarmup, OnlineWindow
+from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 
 NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling

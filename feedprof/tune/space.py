@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
-from feedprof.store import Trial
+from feedprof.store import Framework, Trial
 
 Config = Dict[str, Any]
 BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core is computing, not waiting
@@ -112,16 +112,16 @@ class Space:
 
         return in_flight(self.framework, self.legalize(dict(config)))
 
-    def code(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Any, script: str) -> str:
         """A paste-ready line that sets ``config``."""
         return self.describe(config)
 
     def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
         """What to paste (and run) to set ``config``, and where each setting
-        lives (frameworks/paste.Paste: the code and its findings)."""
+        lives (frameworks/paste.Paste: the line and its findings)."""
         from feedprof.frameworks.paste import Paste
 
-        return Paste(self.code(config, loader, script))
+        return Paste(self.paste_line(config, loader, script))
 
     # -- shared -----------------------------------------------------------
 
@@ -146,7 +146,7 @@ class Space:
 
 
 class TorchSpace(Space):
-    framework = "torch"
+    framework = Framework.TORCH
     primary = "num_workers"
     knobs = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
@@ -203,8 +203,8 @@ class TorchSpace(Space):
                         [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
         return cfg, []
 
-    def code(self, config: Config, loader: Any, script: str) -> str:
-        return self.paste(config, loader, script).code
+    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+        return self.paste(config, loader, script).line
 
     def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
         from feedprof.frameworks.torch import paste_for
@@ -248,13 +248,13 @@ def persistent_estimate(trial: Trial) -> Optional[PersistentEstimate]:
                               batches_per_epoch=bpe)
 
 
-def make_space(framework: str, baseline: Config, cpu_cap: int, max_primary: int,
+def make_space(framework: Framework, baseline: Config, cpu_cap: int, max_primary: int,
                cuda_used: Optional[bool]) -> Space:
     from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace  # they build on this module
     from feedprof.tune.space_torchdata import NodesSpace
 
-    spaces = {"torch": TorchSpace, "keras": KerasSpace, "tf.keras": TfKerasSpace, "tf.data": TfDataSpace,
-              "torchdata.nodes": NodesSpace}
+    spaces = {Framework.TORCH: TorchSpace, Framework.KERAS: KerasSpace, Framework.TF_KERAS: TfKerasSpace,
+              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace}
     try:
         cls = spaces[framework]
     except KeyError:

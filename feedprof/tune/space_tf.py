@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof.reasons import EpochEndStall, Reason, VersusAutotune
-from feedprof.store import Trial
+from feedprof.store import Framework, Trial
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus, ladder_rungs
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
@@ -17,7 +17,7 @@ class KerasSpace(Space):
     """Keras 3 PyDataset: workers (threads, or processes with use_multiprocessing),
     max_queue_size. workers=1 loads in the training loop's own thread."""
 
-    framework = "keras"
+    framework = Framework.KERAS
     primary = "workers"
     knobs = ("workers", "use_multiprocessing", "max_queue_size")
 
@@ -62,21 +62,21 @@ class KerasSpace(Space):
             out.append(({**cfg, "max_queue_size": 2 * cfg["max_queue_size"]}, {}))
         return out
 
-    def code(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.keras import code_line
+    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+        from feedprof.frameworks.keras import paste_line
 
-        return code_line(self.legalize(config), loader, script)
+        return paste_line(self.legalize(config), loader, script)
 
 
 class TfKerasSpace(KerasSpace):
     """Legacy tf.keras: the same knobs, passed to fit()."""
 
-    framework = "tf.keras"
+    framework = Framework.TF_KERAS
 
-    def code(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.tf_keras import code_line
+    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+        from feedprof.frameworks.tf_keras import paste_line
 
-        return code_line(self.legalize(config), loader, script)
+        return paste_line(self.legalize(config), loader, script)
 
     def notes(self) -> List[Reason]:
         return [EpochEndStall()]
@@ -87,7 +87,7 @@ class TfDataSpace(Space):
     private threadpool as large, beyond the core count), prefetch buffer,
     deterministic; AUTOTUNE measured as one more candidate."""
 
-    framework = "tf.data"
+    framework = Framework.TF_DATA
     primary = "num_parallel_calls"
     knobs = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 
@@ -154,7 +154,7 @@ class TfDataSpace(Space):
                                 autotune_rss_bytes=auto.latest.peak_rss_bytes, switched=switched)
         return self.legalize(dict((auto if switched else pick).config)), [versus]
 
-    def code(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.tfdata import code_line
+    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+        from feedprof.frameworks.tfdata import paste_line
 
-        return code_line(self.legalize(config), loader, script)
+        return paste_line(self.legalize(config), loader, script)

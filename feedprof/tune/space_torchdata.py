@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof.reasons import Reason, ThreadsVersusProcesses
-from feedprof.store import Trial
+from feedprof.store import Framework, Trial
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
 
 DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
@@ -16,7 +16,7 @@ class NodesSpace(Space):
     """num_workers=0 maps in the loop's own thread; threads share the training
     process (and its GIL), processes cost a Python process each."""
 
-    framework = "torchdata.nodes"
+    framework = Framework.TORCHDATA_NODES
     primary = "num_workers"
     knobs = ("num_workers", "method", "prefetch_factor")
 
@@ -73,8 +73,8 @@ class NodesSpace(Space):
             threads_do_as_well=thread.score >= process.score * (1 - tol))
         return cfg, [finding]
 
-    def code(self, config: Config, loader: Any, script: str) -> str:
-        return self.paste(config, loader, script).code
+    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+        return self.paste(config, loader, script).line
 
     def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
         from feedprof.frameworks.torchdata_nodes import paste_for

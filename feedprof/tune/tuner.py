@@ -22,7 +22,7 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from feedprof import defaults
 from feedprof.analyse import noise, stats
@@ -31,11 +31,10 @@ from feedprof.analyse.limits import survivable
 from feedprof.analyse.recommend import PICK_TOLERANCE, recommend, trial_from_run
 from feedprof.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
                               NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
-from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.record.host import local_world_size, machine_info, usable_cpu_count
-from feedprof.record.clock import now_iso
-from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, save
+from feedprof.record.clock import MONOTONIC, Clock, now_iso
+from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.tune.budget import MemoryBudget
+from feedprof.tune.machine import MachineFacts
 from feedprof.trial.launch import Launch
 from feedprof.tune.observer import SilentObserver, TuneObserver
 from feedprof.trial.protocol import Mode, site_matches
@@ -98,22 +97,33 @@ def ladder(space: Space, opts: TuneOptions, host: HostInfo) -> Strategy:
     return LadderStrategy(space, tol=opts.tolerance)
 
 
+@dataclass(frozen=True)
+class TuneJob:
+    """What to tune, and where its files go."""
+
+    script: str  # "" for a multi-process job: its launch command says what runs
+    out_dir: str
+    argv: Tuple[str, ...] = ()
+    launch: Optional[Launch] = None  # a multi-process job: its own launch command (jobrunner.py)
+    previous: Optional[TuneResult] = None  # --resume: its trials are told to the strategy again, not re-run
+
+
 class Tuner:
-    def __init__(self, script: str, argv: Sequence[str], out_dir: str, options: TuneOptions,
-                 observer: Optional[TuneObserver] = None, previous: Optional[TuneResult] = None,
-                 strategy: StrategyFactory = ladder, clock: Clock = MONOTONIC,
-                 trial_runner: Optional[Callable[..., Any]] = None, host: Optional[HostInfo] = None,
-                 launch: Optional[Launch] = None):
-        self.script = os.path.abspath(script) if script else ""
-        self.argv = list(argv)
-        self.launch = launch  # a multi-process job: its own launch command (jobrunner.py)
-        self.out_dir = out_dir
+    def __init__(self, job: TuneJob, options: TuneOptions, machine: MachineFacts,
+                 observer: Optional[TuneObserver] = None, strategy: StrategyFactory = ladder,
+                 clock: Clock = MONOTONIC, trial_runner: Optional[Callable[..., Any]] = None):
+        self.script = os.path.abspath(job.script) if job.script else ""
+        self.argv = list(job.argv)
+        self.launch = job.launch
+        self.out_dir = job.out_dir
         self.opts = options
+        self.machine = machine
+        self.host = machine.host
         self.observer: TuneObserver = observer or SilentObserver()
-        self.results_path = os.path.join(out_dir, "results.json")
-        os.makedirs(out_dir, exist_ok=True)
+        self.results_path = os.path.join(job.out_dir, "results.json")
+        os.makedirs(job.out_dir, exist_ok=True)
         self.clock = clock
-        self.run_trial = trial_runner or (run_trial if launch is None else self._run_job)
+        self.run_trial = trial_runner or (run_trial if job.launch is None else self._run_job)
         self.make_strategy = strategy
         self.trials: List[Trial] = []
         self.notes: List[Reason] = []
@@ -123,15 +133,15 @@ class Tuner:
         self.strategy: Optional[Strategy] = None
         self.loader: Optional[LoaderRecord] = None
         self.zygote: Optional[Zygote] = None
-        # --resume: trials measured before are told to the strategy again, not re-run
+        previous = job.previous
         self._saved: List[Trial] = [t for t in previous.trials if t.state != TrialState.INTERRUPTED] \
             if previous else []
         self._elapsed_before = previous.duration_s if previous else 0.0
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
-        self.memory = MemoryBudget.of_this_machine(options.max_memory_bytes)
-        self.cpu_cap = max(1, usable_cpu_count() // local_world_size())
-        self.host = host or machine_info(gpu=options.gpu)
+        ram = options.max_memory_bytes if options.max_memory_bytes is not None else machine.ram_bytes
+        self.memory = MemoryBudget(ram_bytes=ram, shm_bytes=machine.shm_bytes)
+        self.cpu_cap = machine.cpu_cap
 
     # -- time ---------------------------------------------------------------
 
@@ -161,7 +171,7 @@ class Tuner:
                             fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None)
             if rec is not None:
                 paste = sp.paste(rec.config, self.loader, self.script, self.argv)
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), code=paste.code,
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=paste.line,
                                           loader_site=self.loader.site if self.loader else "",
                                           reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
                                           + self._per_rank_reason(rec))
@@ -181,11 +191,11 @@ class Tuner:
         from feedprof.analyse.diagnose import workers_of
 
         return (AppliesToEveryRank(local_ranks=self.memory.ranks, world_size=max([i.world_size for i in info] + [1]),
-                                   workers_per_rank=workers_of(rec.config), cpus=usable_cpu_count(),
+                                   workers_per_rank=workers_of(rec.config), cpus=self.machine.cpus_usable,
                                    cpu_cap=self.cpu_cap),)
 
     def _busy(self) -> List[Reason]:
-        busy = noise.busy_machine(self.trials, usable_cpu_count())
+        busy = noise.busy_machine(self.trials, self.machine.cpus_usable)
         return [busy] if busy is not None else []
 
     def save(self, complete: bool = False, stop_reason: Optional[Reason] = None) -> TuneResult:
@@ -283,8 +293,13 @@ class Tuner:
         except (ZygoteError, OSError) as exc:
             self.notes.append(ForkServerFailed(error=str(exc)))
 
+    def _start(self) -> TuneStart:
+        return TuneStart(script=self.script, launch=tuple(self.launch.command) if self.launch else (),
+                         budget_s=self.opts.budget_s, cpu_cap=self.cpu_cap, host=self.host,
+                         results_path=self.results_path)
+
     def _run_tune(self) -> TuneResult:
-        self.observer.tune_started(self)
+        self.observer.tune_started(self._start())
         baseline = self._baseline()
         self._start_zygote(baseline.run.modules)
         self.strategy = self.make_strategy(self.space, self.opts, self.host)
@@ -376,7 +391,7 @@ class Tuner:
         self.script = run.script or self.script
         local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [len(run.ranks), 1])
         if local > 1:
-            self.cpu_cap = max(1, usable_cpu_count() // local - 1)
+            self.cpu_cap = max(1, self.machine.cpus_usable // local - 1)
         self.memory.ranks = local
 
     def _training_loader(self, baseline: Trial) -> LoaderRecord:

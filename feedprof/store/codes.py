@@ -1,6 +1,6 @@
 """The fixed vocabularies of feedprof's records: each is an enum whose members
 are their JSON strings (``Role.SEARCH == "search"``, ``f"{Role.SEARCH}"`` is
-"search"), so files stay plain and code stays typed. store.py re-exports them."""
+"search"), so files stay plain and code stays typed. ``feedprof.store`` re-exports them."""
 from __future__ import annotations
 
 from enum import Enum
@@ -66,3 +66,47 @@ class WindowEnd(Code):
     FULL_RUN = "full_run"  # --full, or feedprof.profile()
     NO_LOADER = "no_loader"
     NO_RESULT = "no_result"  # the trial process wrote nothing
+
+
+class Framework(Code):
+    """Whose loader it is: the adapter in frameworks/ that finds it and sets its knobs."""
+
+    NONE = ""  # no loader found
+    TORCH = "torch"  # torch.utils.data.DataLoader (and torchdata's StatefulDataLoader)
+    KERAS = "keras"  # Keras 3 PyDataset
+    TF_KERAS = "tf.keras"  # legacy Keras 2 (tf_keras) fit(...)
+    TF_DATA = "tf.data"
+    TORCHDATA_NODES = "torchdata.nodes"
+    ITERABLE = "iterable"  # any iterable passed to watch(): timed, no knobs
+
+
+class RunKind(Code):
+    """How a run was taken."""
+
+    PROFILE = "profile"  # feedprof profile: one observed run of the script's own settings
+    TRIAL = "trial"  # one trial of a tune
+    RANK = "rank"  # one rank of a multi-process job's run
+    CONTEXT = "context"  # feedprof.profile() inside the user's own process
+    ONLINE = "online"  # feedprof tune --online: the real run, its loader tuned as it trained
+
+
+class InputBound(Code):
+    """The TensorFlow Profiler's classes of input-bound (analyse/diagnose.py: classify)."""
+
+    HIGHLY = "highly"  # 20 % or more of the time waiting for data
+    MODERATELY = "moderately"  # 5 % or more
+    NOT = "not"
+    UNKNOWN = "unknown"  # not measured
+
+
+class VerdictKind(Code):
+    """What a recommendation's headline says (analyse/recommend.py: verdict_of)."""
+
+    NONE = ""
+    FASTER = "faster"  # a config beats the script's own settings
+    CHEAPER = "cheaper"  # as fast as the script's own, for less
+    FEWER_WORKERS = "fewer_workers"  # the loader is not the limit and fewer workers do as well
+    NOT_LOADER = "not_loader"  # near the compute ceiling already
+    NO_BETTER = "no_better"  # input-bound, yet nothing tried beats the script's own settings
+    DUPLICATES = "duplicates"  # more workers repeat the data: at most one
+    SURVIVES = "survives"  # the script's own settings were killed or failed: the best config that ran

@@ -1,6 +1,6 @@
 """Inert records of what the sampler read over a run: CPU, memory, open files
 and GPU series, one row per sample, and their exact peaks. Same rules as
-store.py (which re-exports these): frozen, plain data, ``None`` means "not
+every record here: frozen, plain data, ``None`` means "not
 measured", units in names.
 """
 from __future__ import annotations

@@ -1,9 +1,14 @@
-"""Files of schema version 1 (``feedprof.run/1``, ``feedprof.tune/1``) as
-version 2 data, so ``feedprof report`` and ``--resume`` read them.
+"""Files of older schema versions as current data, one version at a time,
+so ``feedprof report`` and ``--resume`` read them. Pure dict-to-dict: no
+records here.
 
-Version 1 stored findings as sentences; version 2 stores them as codes with
-figures (reasons.py). Old sentences become ``Text`` findings, shown as they
-were; everything else maps one to one. Pure dict-to-dict: no records here.
+- 1 -> 2: version 1 stored findings as sentences; version 2 stores them as
+  codes with figures (reasons.py). Old sentences become ``Text`` findings,
+  shown as they were; everything else maps one to one.
+- 2 -> 3: the recommendation's paste-ready line is ``paste_line`` (was
+  ``code``, a word that also names findings and exit codes); the closed
+  vocabularies (framework, run kind, input-bound class, verdict kind) keep
+  their strings.
 """
 from __future__ import annotations
 
@@ -92,3 +97,36 @@ def upgrade_v1(data: Dict[str, Any]) -> Dict[str, Any]:
         out["recommendation"] = dict(rec, verdict=_text(rec.get("verdict")) or {"code": "text", "text": ""},
                                      reasons=_texts(rec.get("reasons")))
     return out
+
+
+def _run_v3(run: Dict[str, Any]) -> Dict[str, Any]:
+    out = dict(run, schema="feedprof.run/3")
+    if isinstance(run.get("ranks"), list):
+        out["ranks"] = [_run_v3(r) if isinstance(r, dict) else r for r in run["ranks"]]
+    return out
+
+
+def upgrade_v2(data: Dict[str, Any]) -> Dict[str, Any]:
+    """Version 2 data (run or tune) as version 3 data."""
+    if data.get("schema") == "feedprof.run/2":
+        return _run_v3(data)
+    out = dict(data, schema="feedprof.tune/3")
+    out["trials"] = [dict(t, run=_run_v3(t["run"])) if isinstance(t, dict) and isinstance(t.get("run"), dict) else t
+                     for t in data.get("trials") or ()]
+    rec = data.get("recommendation")
+    if isinstance(rec, dict):
+        rec = dict(rec)
+        rec["paste_line"] = rec.pop("code", "")
+        out["recommendation"] = rec
+    return out
+
+
+STEPS = {"1": upgrade_v1, "2": upgrade_v2}  # version -> its data as the next version's
+READS = ("1", "2", "3")  # the versions this feedprof reads (the last: what it writes)
+
+
+def upgrade(data: Dict[str, Any], version: str) -> Dict[str, Any]:
+    """``data`` of schema ``version`` as the current version's."""
+    while version in STEPS:
+        data, version = STEPS[version](data), str(int(version) + 1)
+    return data

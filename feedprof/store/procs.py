@@ -1,7 +1,6 @@
 """Inert records of processes: those on a GPU (``feedprof gpus``) and those a
-run left behind (``Run.leftovers``). Same rules as store.py: frozen, plain
-data, ``None`` means "not known" (no import of store.py: it imports this
-module for ``Run.leftovers``); words for people are written by
+run left behind (``Run.leftovers``). Same rules as every record here: frozen,
+plain data, ``None`` means "not known"; words for people are written by
 ``render/gpus.py`` and ``render/leftovers.py``.
 """
 from __future__ import annotations

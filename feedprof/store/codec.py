@@ -1,6 +1,6 @@
 """Frozen dataclasses to JSON and back, by their type hints; atomic writes.
 
-Knows nothing of feedprof's records or schemas (store.py does).
+Knows nothing of feedprof's records or schemas (the rest of this package does).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import sys
 import types
 import typing
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 TAG = "code"  # the key that names a tagged union's member (see _member)
 
@@ -24,7 +24,7 @@ class DecodeError(ValueError):
 def to_dict(obj: Any) -> Any:
     """Dataclasses to plain JSON-able data; non-finite floats become None."""
     if dataclasses.is_dataclass(obj):
-        fields = {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        fields = {name: to_dict(getattr(obj, name)) for name in json_names(type(obj))}
         tag = getattr(type(obj), TAG, None) if hasattr(type(obj), "tagged") else None
         return {TAG: tag, **fields} if tag is not None else fields
     if isinstance(obj, enum.Enum):
@@ -36,6 +36,19 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+def json_names(cls: type) -> List[str]:
+    """The keys a record is written with: its fields, and before the field
+    named by ``derived_from`` the properties named in ``derived`` (figures
+    derived from that field, written for readers of the JSON, never read back)."""
+    derived, source = getattr(cls, "derived", ()), getattr(cls, "derived_from", None)
+    names: List[str] = []
+    for f in dataclasses.fields(cls):
+        if f.name == source:
+            names.extend(derived)
+        names.append(f.name)
+    return names
 
 
 def from_dict(cls: type, data: Any) -> Any:

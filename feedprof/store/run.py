@@ -1,67 +1,25 @@
-"""Inert records of what feedprof measured, and their versioned JSON form.
+"""The record of one run (``run.json``): its loaders' steps and epochs, the
+measured window, how it ended, which rank it was, and the summary analyse/
+derived from them.
 
-Everything that crosses a process or a file boundary is one of these frozen
-dataclasses: the record layer produces them, analyse and render only read
-them, and ``feedprof report`` rebuilds them from ``run.json`` /
-``results.json`` alone. Nothing here calls back into hardware, and nothing
-here is worded: findings are ``reasons.Reason`` records with their figures.
-
-Conventions: times are seconds (``_s``) since the run's origin, memory is
-bytes (``_bytes``), process CPU is psutil's percent of one core (100 = one
-core busy, so a process tree can exceed 100), ``system_cpu_pct`` is percent
-of all usable cores. ``None`` means "not measured", never zero.
+Conventions (every record in this package): times are seconds (``_s``)
+since the run's origin, memory is bytes (``_bytes``), process CPU is
+psutil's percent of one core (100 = one core busy, so a process tree can
+exceed 100), ``system_cpu_pct`` is percent of all usable cores. ``None``
+means "not measured", never zero.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from feedprof.codec import DecodeError, dumps, from_dict, write_text_atomic
-from feedprof.codes import Code, GpuStatus, Phase, Role, TrialState, WindowEnd  # noqa: F401 (the records' vocabulary)
-from feedprof.reasons import Reason, Verdict
-from feedprof.store_online import OnlineRecord
-from feedprof.store_procs import Leftovers
-from feedprof.store_samples import GpuSeries, Peaks, Samples  # noqa: F401 (re-exported: part of the run record)
+from feedprof.reasons import Reason
+from feedprof.store.codes import Framework, InputBound, RunKind, TrialState, WindowEnd
+from feedprof.store.host import HostInfo
+from feedprof.store.procs import Leftovers
+from feedprof.store.samples import Samples
 
-SCHEMA_RUN = "feedprof.run/2"
-SCHEMA_TUNE = "feedprof.tune/2"
-
-
-class StoreError(ValueError):
-    """A file that is not a readable feedprof run or tune."""
-
-
-# --------------------------------------------------------------------- host
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    nvml_index: int
-    cuda_index: Optional[int]  # None: NVML sees it but CUDA_VISIBLE_DEVICES hides it
-    uuid: str
-    name: str
-    mem_total_bytes: Optional[int]
-
-
-@dataclass(frozen=True)
-class HostInfo:
-    hostname: str = ""
-    cpu_model: str = ""
-    cpus_usable: int = 0  # affinity- and cgroup-aware
-    cpus_online: int = 0
-    ram_bytes: int = 0
-    shm_total_bytes: Optional[int] = None
-    python_version: str = ""
-    platform: str = ""
-    feedprof_version: str = ""
-    frameworks: Dict[str, str] = field(default_factory=dict)
-    gpus: Tuple[GpuInfo, ...] = ()
-    gpu_status: GpuStatus = GpuStatus.UNKNOWN
-    gpu_status_detail: str = ""  # NVML's own error text, where there is one
-
-
-# -------------------------------------------------------------------- steps
+SCHEMA_RUN = "feedprof.run/3"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
 
 
 @dataclass(frozen=True)
@@ -97,7 +55,7 @@ class EpochLog:
 @dataclass(frozen=True)
 class LoaderRecord:
     loader_id: int
-    framework: str  # torch | keras | tf.keras | tf.data | iterable
+    framework: Framework
     name: str = ""  # what the user called it in watch(), else the site
     site: str = ""  # innermost frame of user code that built it, "train.py:42"
     call_chain: Tuple[str, ...] = ()  # user frames, outermost first
@@ -175,7 +133,7 @@ class Summary:
     """What one run says about its training loader (analyse/diagnose.py)."""
 
     loader: str = ""
-    framework: str = ""
+    framework: Framework = Framework.NONE
     batches_measured: int = 0
     measured_s: float = 0.0
     batches_per_s: Optional[float] = None  # median over chunks of the window
@@ -187,7 +145,7 @@ class Summary:
     samples_per_s: Optional[float] = None
     data_wait_fraction: Optional[float] = None
     data_wait_s: Optional[float] = None
-    input_bound: str = "unknown"  # highly | moderately | not | unknown
+    input_bound: InputBound = InputBound.UNKNOWN
     time_to_first_batch_s: Optional[float] = None
     epoch_startup_s: Optional[float] = None  # mean first-batch time of later epochs
     epoch_teardown_s: Optional[float] = None  # mean time ending an epoch on the loader's side
@@ -215,7 +173,7 @@ class Summary:
 @dataclass(frozen=True)
 class Run:
     schema: str = SCHEMA_RUN
-    kind: str = "profile"  # profile | trial | context
+    kind: RunKind = RunKind.PROFILE
     script: Optional[str] = None
     argv: Tuple[str, ...] = ()
     started_at: str = ""  # ISO 8601, local time with offset
@@ -236,118 +194,3 @@ class Run:
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)
-
-
-# --------------------------------------------------------------------- tune
-
-
-@dataclass(frozen=True)
-class Trial:
-    index: int
-    role: Role
-    config: Dict[str, Any]
-    state: TrialState
-    cause: Optional[Reason] = None  # why it did not end well
-    phase: Phase = Phase.SEARCH
-    config_text: str = ""  # the config as keywords, leaving out the framework's defaults
-    batches_per_s: Optional[float] = None
-    batches_per_s_low: Optional[float] = None
-    batches_per_s_high: Optional[float] = None
-    effective_batches_per_s: Optional[float] = None
-    samples_per_s: Optional[float] = None
-    data_wait_fraction: Optional[float] = None
-    time_to_first_batch_s: Optional[float] = None
-    system_cpu_pct: Optional[float] = None
-    main_cpu_pct: Optional[float] = None
-    workers_cpu_pct: Optional[float] = None
-    workers_runq_pct: Optional[float] = None
-    other_cpu_cores: Optional[float] = None
-    gpu_util_pct: Tuple[Optional[float], ...] = ()
-    peak_rss_bytes: Optional[int] = None
-    peak_pss_bytes: Optional[int] = None
-    peak_shm_used_bytes: Optional[int] = None
-    duration_s: float = 0.0
-    run: Optional[Run] = None  # the full record, curves included
-
-
-@dataclass(frozen=True)
-class Recommendation:
-    framework: str
-    config: Dict[str, Any]  # the framework's own keyword names
-    config_text: str = ""  # the same in words, defaults left out
-    trial_index: Optional[int] = None
-    batches_per_s: Optional[float] = None
-    samples_per_s: Optional[float] = None
-    baseline_config: Dict[str, Any] = field(default_factory=dict)
-    baseline_batches_per_s: Optional[float] = None
-    speedup: Optional[float] = None  # over the baseline
-    ceiling_batches_per_s: Optional[float] = None
-    fraction_of_ceiling: Optional[float] = None
-    input_bound_fraction: Optional[float] = None  # of the baseline: what the verdict is based on
-    data_wait_fraction: Optional[float] = None  # of the baseline, measured directly (None: not observable)
-    ceiling_gap_fraction: Optional[float] = None  # of the baseline: 1 - baseline / compute ceiling
-    input_bound: str = "unknown"  # highly | moderately | not | unknown (the TF Profiler's classes)
-    verdict: Reason = field(default_factory=Verdict)  # the headline's figures (render/words.py words it)
-    reasons: Tuple[Reason, ...] = ()
-    code: str = ""  # the paste-ready line
-    loader_site: str = ""
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    schema: str = SCHEMA_TUNE
-    script: str = ""
-    argv: Tuple[str, ...] = ()
-    framework: str = ""
-    loader_site: str = ""
-    started_at: str = ""
-    duration_s: float = 0.0
-    budget_s: float = 0.0
-    complete: bool = False  # False: interrupted or the budget cut the search short
-    stop_reason: Optional[Reason] = None
-    host: HostInfo = field(default_factory=HostInfo)
-    recommendation: Optional[Recommendation] = None
-    trials: Tuple[Trial, ...] = ()
-    notes: Tuple[Reason, ...] = ()
-    launch: Tuple[str, ...] = ()  # the launch command of a multi-process job (feedprof tune -- LAUNCH...)
-    online: Optional[OnlineRecord] = None  # tune --online: the real run's windows, switches and failures
-    run: Optional[Run] = None  # tune --online: the real run itself, curves included
-
-
-# ------------------------------------------------------------------ files
-
-
-def save(obj: Any, path: str) -> None:
-    write_text_atomic(path, dumps(obj))
-
-
-def load(path: str) -> Any:
-    """Read a ``run.json`` (-> :class:`Run`) or ``results.json`` (-> :class:`TuneResult`)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise StoreError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise StoreError(f"{path}: is a directory, not a feedprof JSON file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: not JSON ({exc})") from None
-    return from_json_data(data, source=path)
-
-
-def from_json_data(data: Any, source: str = "input") -> Any:
-    schema = data.get("schema") if isinstance(data, dict) else None
-    if not isinstance(schema, str) or not schema.startswith("feedprof."):
-        raise StoreError(f"{source}: not a feedprof file (no 'schema': '{SCHEMA_RUN}' or '{SCHEMA_TUNE}')")
-    kind, _, version = schema.partition("/")
-    cls = {"feedprof.run": Run, "feedprof.tune": TuneResult}.get(kind)
-    if cls is None or version not in ("1", "2"):
-        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1-2, tune/1-2)")
-    try:
-        if version == "1":
-            from feedprof.upgrade import upgrade_v1
-
-            data = upgrade_v1(data)
-        return from_dict(cls, data)
-    except (DecodeError, TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
-        raise StoreError(f"{source}: malformed {schema} file ({exc})") from None

@@ -1,0 +1,47 @@
+"""Records to files and back: ``run.json`` and ``results.json``, of any
+version this feedprof reads (older ones through upgrade.py)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from feedprof.store.codec import DecodeError, dumps, from_dict, write_text_atomic
+from feedprof.store.run import SCHEMA_RUN, Run
+from feedprof.store.tune import SCHEMA_TUNE, TuneResult
+from feedprof.store.upgrade import READS, upgrade
+
+
+class StoreError(ValueError):
+    """A file that is not a readable feedprof run or tune."""
+
+
+def save(obj: Any, path: str) -> None:
+    write_text_atomic(path, dumps(obj))
+
+
+def load(path: str) -> Any:
+    """Read a ``run.json`` (-> :class:`Run`) or ``results.json`` (-> :class:`TuneResult`)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise StoreError(f"{path}: is a directory, not a feedprof JSON file") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: not JSON ({exc})") from None
+    return from_json_data(data, source=path)
+
+
+def from_json_data(data: Any, source: str = "input") -> Any:
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not isinstance(schema, str) or not schema.startswith("feedprof."):
+        raise StoreError(f"{source}: not a feedprof file (no 'schema': '{SCHEMA_RUN}' or '{SCHEMA_TUNE}')")
+    kind, _, version = schema.partition("/")
+    cls = {"feedprof.run": Run, "feedprof.tune": TuneResult}.get(kind)
+    if cls is None or version not in READS:
+        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1-3, tune/1-3)")
+    try:
+        return from_dict(cls, upgrade(data, version))
+    except (DecodeError, TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
+        raise StoreError(f"{source}: malformed {schema} file ({exc})") from None
