@@ -86,7 +86,7 @@ def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: b
 
 def text(obj: Any) -> str:
     """In plain words: a TuneResult's recommendation, a Run's or Summary's
-    summary, or one finding (``feedprof.reasons``), as the command line says them."""
+    summary, or one finding (``feedprof.store.reasons``), as the command line says them."""
     from feedprof.render.text import words_for
 
     return words_for(obj)

@@ -21,7 +21,7 @@ import sys
 import weakref
 from typing import Any, Optional
 
-RICH_TYPES = (("feedprof.store", "Summary"), ("feedprof.store", "Run"), ("feedprof.store", "TuneResult"))
+RICH_TYPES = (("feedprof.store.run", "Summary"), ("feedprof.store.run", "Run"), ("feedprof.store.tune", "TuneResult"))
 _shells: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 

@@ -1,7 +1,7 @@
 """A trainer's advice checked against the measurements, and threads against
 processes (pure: recommendations made from trial records)."""
 from feedprof.analyse.recommend import recommend
-from feedprof.reasons import TrainerAdviceChecked, TrainerSuggestedWorkers, ThreadsVersusProcesses
+from feedprof.store.reasons import TrainerAdviceChecked, TrainerSuggestedWorkers, ThreadsVersusProcesses
 from feedprof.render.words import say
 from feedprof.store import Outcome, Phase, Role, Run, TrialState
 from feedprof.tune.space import TorchSpace

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from feedprof.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
+from feedprof.store.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
                               SharedMemoryExhausted)
 from feedprof.store import Peaks, Role, Run, Samples, TrialState
 from feedprof.tune.budget import SAFETY, MemoryBudget

@@ -4,7 +4,7 @@ import pytest
 
 from feedprof.analyse import stats
 from feedprof.analyse.diagnose import classify, effective_rate, summarize, training_loader
-from feedprof.reasons import NoLoaderIterated, OnlyWarmup
+from feedprof.store.reasons import NoLoaderIterated, OnlyWarmup
 from feedprof.store import EpochLog, LoaderRecord, Peaks, Run, Samples, StepLog, Window
 
 

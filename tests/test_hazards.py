@@ -8,7 +8,7 @@ import pytest
 from feedprof.analyse.hazards import duplicated, fds_near_limit, memory_growth
 from feedprof.analyse.limits import duplication_in, growth_need, growth_projection, usable, worker_cap
 from feedprof.analyse.recommend import recommend
-from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, OutOfMemoryKilled, ScriptFailed,
+from feedprof.store.reasons import (CudaInForkedWorker, DuplicatedPerWorker, OutOfMemoryKilled, ScriptFailed,
                               SharedMemoryExhausted, TooManyOpenFiles)
 from feedprof.record.digest import batch_digest, digests_wanted
 from feedprof.store import EpochLog, LoaderRecord, Peaks, Phase, Role, Run, Samples, TrialState, Window

@@ -2,7 +2,7 @@
 import pytest
 
 from feedprof.analyse.merge import MergeError, merge_runs
-from feedprof.reasons import Straggler
+from feedprof.store.reasons import Straggler
 from feedprof.store import HostInfo, RankInfo, Run, Summary
 
 

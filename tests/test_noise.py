@@ -3,7 +3,7 @@ import pytest
 
 from feedprof.analyse.noise import relative_spread, repeat_noise, told_apart
 from feedprof.analyse.recommend import recommend
-from feedprof.reasons import CheaperWithinNoise
+from feedprof.store.reasons import CheaperWithinNoise
 from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace
 from tests.records import make_trial

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from feedprof.reasons import ScriptFailed, Verdict
+from feedprof.store.reasons import ScriptFailed, Verdict
 from feedprof.store import Recommendation, TuneResult, save  # noqa: E402
 from tests.records import make_trial  # noqa: E402
 

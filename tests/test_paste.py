@@ -3,7 +3,7 @@ there (frameworks/origin.py, paste.py): real files, read as the tune reads them.
 import textwrap
 
 from feedprof.frameworks.torch import paste_for
-from feedprof.reasons import SetByFlag, SetElsewhere, SettingSourceUnknown
+from feedprof.store.reasons import SetByFlag, SetElsewhere, SettingSourceUnknown
 from feedprof.render.words import say
 from feedprof.store import LoaderRecord
 

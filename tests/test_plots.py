@@ -1,7 +1,7 @@
 """What the charts draw, computed from stored records (no browser needed)."""
 import pytest
 
-from feedprof.reasons import OverMemoryBudget
+from feedprof.store.reasons import OverMemoryBudget
 from feedprof.render import plots
 from feedprof.store import (GpuSeries, HostInfo, LoaderRecord, Recommendation, Run, Samples, StepLog,
                             TuneResult, Window)

@@ -11,7 +11,7 @@ import termios
 
 import pytest
 
-from feedprof.reasons import BaselineFigures, OverMemoryBudget, Verdict
+from feedprof.store.reasons import BaselineFigures, OverMemoryBudget, Verdict
 from feedprof.render.progress import CONFIG_COLUMN, ConsoleProgress, format_recommendation
 from feedprof.store import GpuStatus, HostInfo, LoaderRecord, Recommendation, TuneResult, TuneStart
 from tests.conftest import run_feedprof, write_script

@@ -3,7 +3,7 @@ import signal
 
 import pytest
 
-from feedprof.reasons import (CudaInForkedWorker, ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin,
+from feedprof.store.reasons import (CudaInForkedWorker, ExitedWithCode, Interrupted, KilledBySignal, NoBatchWithin,
                               OutOfMemoryKilled, ScriptFailed, SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
 from feedprof.record.host import memory_limit_bytes
 from feedprof.store import HostInfo, Outcome, Peaks, Samples, TrialState

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from feedprof.reasons import GpuUnavailable, SamplingStopped
+from feedprof.store.reasons import GpuUnavailable, SamplingStopped
 from feedprof.store import GpuStatus
 
 from feedprof.record.gpu import NullGpu

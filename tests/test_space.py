@@ -1,5 +1,5 @@
 """The search spaces: legal configs, costs, secondary knobs and what is judged."""
-from feedprof.reasons import EpochEndStall, PinMemoryNoEffect, VersusAutotune
+from feedprof.store.reasons import EpochEndStall, PinMemoryNoEffect, VersusAutotune
 from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace, make_space
 from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace

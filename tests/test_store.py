@@ -4,7 +4,7 @@ import pytest
 
 import feedprof
 from feedprof.store.codec import dumps
-from feedprof.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unknown, Verdict, WaitNotObservable
+from feedprof.store.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unknown, Verdict, WaitNotObservable
 from feedprof.analyse.recommend import trial_from_run
 from feedprof.store import (SCHEMA_RUN, SCHEMA_TUNE, Framework, GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord,
                             Outcome, Phase, Role, Run, RunKind, Samples, StoreError, Summary, Trial, TrialState,

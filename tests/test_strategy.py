@@ -2,7 +2,7 @@
 import pytest
 
 from feedprof.analyse.recommend import pick, recommend
-from feedprof.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
+from feedprof.store.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
 from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace, ladder_rungs
 from feedprof.tune.strategy import GridStrategy, LadderStrategy, Proposal
@@ -344,7 +344,7 @@ def test_confirmation_goes_on_while_the_two_cannot_be_told_apart():
 
 def simulate_kills(killed_from, cap=2, max_workers=32, budget_trials=30):
     """io_bound, except that the OOM killer takes any config with ``killed_from`` workers or more."""
-    from feedprof.reasons import OutOfMemoryKilled
+    from feedprof.store.reasons import OutOfMemoryKilled
 
     space = TorchSpace({"num_workers": 0}, cpu_cap=cap, max_primary=max_workers, cuda_used=False)
     strat = LadderStrategy(space)

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from feedprof.reasons import BudgetCutShort, OutOfMemoryKilled, OverMemoryBudget
+from feedprof.store.reasons import BudgetCutShort, OutOfMemoryKilled, OverMemoryBudget
 from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
                             Window)
 from feedprof.tune.budget import MemoryBudget

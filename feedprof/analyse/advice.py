@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from feedprof.analyse.diagnose import workers_of
-from feedprof.reasons import Reason, TrainerAdviceChecked, TrainerSuggestedWorkers
+from feedprof.store.reasons import Reason, TrainerAdviceChecked, TrainerSuggestedWorkers
 from feedprof.store import InputBound, Trial
 
 

@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from feedprof.analyse import stats
 from feedprof.analyse.hazards import run_hazards
-from feedprof.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
+from feedprof.store.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
                               WaitNotObservable, said_once)
 from feedprof.store import InputBound, LoaderRecord, Run, Samples, StepLog, Summary
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from feedprof.reasons import DuplicatedPerWorker, MemoryGrows, OpenFilesNearLimit
+from feedprof.store.reasons import DuplicatedPerWorker, MemoryGrows, OpenFilesNearLimit
 from feedprof.store import LoaderRecord, Run
 
 DUP_EXCESS = 0.5  # share of batches matching across workers in step, beyond out of step

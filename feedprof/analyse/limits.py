@@ -26,7 +26,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import training_loader, workers_of
 from feedprof.analyse.hazards import (complete_epoch_batches, duplicated, fds_near_limit, longest_epoch_batches,
                                       memory_growth, worker_uss_series)
-from feedprof.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, RankFailed,
+from feedprof.store.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, RankFailed,
                               Reason, TooManyOpenFiles, WorkerInfoNeverAsked, WorkersCapped)
 from feedprof.store import LoaderRecord, Role, Trial, TrialState
 

@@ -13,7 +13,7 @@ import math
 from typing import Dict, Optional, Sequence
 
 from feedprof.analyse import stats
-from feedprof.reasons import BusyMachine
+from feedprof.store.reasons import BusyMachine
 from feedprof.store import Trial, TrialState
 
 Z = 1.5  # medians apart by this many standard errors are told apart

@@ -20,7 +20,7 @@ from feedprof.analyse import noise, stats
 from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
-from feedprof.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
+from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
                               FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
                               Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import InputBound, Recommendation, Role, Run, Trial, TrialState, VerdictKind

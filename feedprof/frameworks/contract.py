@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
-from feedprof.reasons import Reason
+from feedprof.store.reasons import Reason
 from feedprof.record.steps import LoaderInfo, StepRecorder
 
 

@@ -6,7 +6,7 @@ import importlib
 import sys
 from typing import Any
 
-from feedprof.reasons import NotInstrumented
+from feedprof.store.reasons import NotInstrumented
 
 # module the script imports -> (adapter module in feedprof.frameworks, its install function)
 ADAPTERS = (

@@ -31,7 +31,7 @@ import os
 import sys
 from typing import Any, Dict, Optional
 
-from feedprof.reasons import NoSuperInit
+from feedprof.store.reasons import NoSuperInit
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 

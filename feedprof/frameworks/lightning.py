@@ -15,7 +15,7 @@ import re
 import warnings
 from typing import Any
 
-from feedprof.reasons import TrainerSuggestedWorkers
+from feedprof.store.reasons import TrainerSuggestedWorkers
 
 SUGGESTION = re.compile(r"does not have many workers.*num_workers=(\d+)", re.S)
 

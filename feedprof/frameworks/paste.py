@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.frameworks.origin import AtAssign, AtCall, FromFlag, NotFound, Tracer, argument, display
 from feedprof.frameworks.source import find_call, parse_file, resolve_site, rewrite_statement
-from feedprof.reasons import Reason, SetByFlag, SetElsewhere, SettingSourceUnknown
+from feedprof.store.reasons import Reason, SetByFlag, SetElsewhere, SettingSourceUnknown
 
 _ABSENT = object()
 

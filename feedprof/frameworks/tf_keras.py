@@ -21,7 +21,7 @@ import sys
 from typing import Any, Dict
 
 from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
-from feedprof.reasons import EpochEndStall
+from feedprof.store.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 

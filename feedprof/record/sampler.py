@@ -33,7 +33,7 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.gpu import NVML_SAMPLE_FLOOR_S, NullGpu, open_gpu
 from feedprof.record.host import ProcessTreeProbe, TargetGone, TreeReading
 from feedprof.record.workers import IN_PROCESS, ProbeSchedule
-from feedprof.reasons import GpuIntervalBelowNvml, GpuUnavailable, Reason, SamplingStopped
+from feedprof.store.reasons import GpuIntervalBelowNvml, GpuUnavailable, Reason, SamplingStopped
 from feedprof.store import GpuSeries, GpuStatus, Peaks, Samples
 
 DEFAULT_INTERVAL_S = defaults.INTERVAL_S

@@ -1,4 +1,4 @@
-"""The words for what more workers break (reasons/run.py, "what more workers
+"""The words for what more workers break (store/reasons/run.py, "what more workers
 break", and the causes of killed or failed trials): what happens, the
 numbers feedprof measured, and the fix. render/words.py merges ``WORDS``
 into its table; ``say`` words a nested finding."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
-from feedprof import reasons as r
+from feedprof.store import reasons as r
 from feedprof.units import fmt_bytes, fmt_pct, fmt_seconds
 
 SHM_REMEDY = ("the loader ran out of shared memory (/dev/shm): in Docker, run with --shm-size=8g or "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from feedprof.reasons import GpuUnavailable, Reason
+from feedprof.store.reasons import GpuUnavailable, Reason
 from feedprof.render.leftovers import format_leftovers
 from feedprof.render.words import gpu_status, say
 from feedprof.store import HostInfo, InputBound, Run, Summary, TuneResult

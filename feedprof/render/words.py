@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
-from feedprof import reasons as r
+from feedprof.store import reasons as r
 from feedprof.render import hazard_words
 from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
-from feedprof.reasons import Reason
+from feedprof.store.reasons import Reason
 from feedprof.store.codes import Framework, InputBound, RunKind, TrialState, WindowEnd
 from feedprof.store.host import HostInfo
 from feedprof.store.procs import Leftovers

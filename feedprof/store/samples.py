@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
 
-from feedprof.reasons import Reason
+from feedprof.store.reasons import Reason
 
 
 @dataclass(frozen=True)

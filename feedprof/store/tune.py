@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, Optional, Tuple
 
-from feedprof.reasons import Reason, Verdict
+from feedprof.store.reasons import Reason, Verdict
 from feedprof.store.codes import Framework, InputBound, Phase, Role, TrialState
 from feedprof.store.host import HostInfo
 from feedprof.store.online import OnlineRecord

@@ -38,7 +38,7 @@ from feedprof.store.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, Plan
 from feedprof.analyse.diagnose import workers_of
 from feedprof.frameworks.install import install_adapters
-from feedprof.reasons import Reason, ScriptExited, WindowNotReached
+from feedprof.store.reasons import Reason, ScriptExited, WindowNotReached
 from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.ranks import cuda_device

@@ -9,7 +9,7 @@ import os
 import signal
 from typing import Optional
 
-from feedprof.reasons import (ExitedWithCode, Interrupted, KilledBySignal, OutOfMemoryKilled, Reason,
+from feedprof.store.reasons import (ExitedWithCode, Interrupted, KilledBySignal, OutOfMemoryKilled, Reason,
                               SharedMemoryExhausted, TooManyOpenFiles)
 from feedprof.record.host import memory_limit_bytes
 from feedprof.store import HostInfo, Outcome, Samples, TrialState

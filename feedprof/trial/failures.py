@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from feedprof.store.codes import TrialState
-from feedprof.reasons import (CudaInForkedWorker, OutOfMemoryKilled, Reason, ScriptFailed, SharedMemoryExhausted,
+from feedprof.store.reasons import (CudaInForkedWorker, OutOfMemoryKilled, Reason, ScriptFailed, SharedMemoryExhausted,
                               TooManyOpenFiles)
 from feedprof.trial.userframes import failure_hint
 

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Any, List, Optional
 
-from feedprof.reasons import ScriptExited, ScriptFailed
+from feedprof.store.reasons import ScriptExited, ScriptFailed
 from feedprof.record.ranks import rank_from_env
 from feedprof.store import RankInfo, TrialState
 from feedprof.frameworks.install import install_adapters

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 import psutil
 
 from feedprof.analyse.diagnose import summarize
-from feedprof.reasons import Interrupted, RankFailed
+from feedprof.store.reasons import Interrupted, RankFailed
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run
 from feedprof.record.sampler import Sampler

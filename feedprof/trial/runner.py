@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import psutil
 
 from feedprof.analyse.diagnose import summarize
-from feedprof.reasons import Interrupted
+from feedprof.store.reasons import Interrupted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run
 from feedprof.record.sampler import Sampler

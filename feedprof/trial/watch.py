@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional
 
 import psutil
 
-from feedprof.reasons import NoBatchWithin, Reason, TrialTimedOut
+from feedprof.store.reasons import NoBatchWithin, Reason, TrialTimedOut
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.sampler import Sampler
 from feedprof.trial.options import TrialOptions

@@ -14,6 +14,6 @@ How the parts meet (each module's NOTE draws its own part):
 
 Running one isolated trial (a child process, a fork server, a launched job) is
 the trial/ package's job; tune/ only decides what to run next.
-Nothing here words anything for people: findings are reasons/ records,
+Nothing here words anything for people: findings are store/reasons/ records,
 which render/ words.
 """

@@ -32,7 +32,7 @@ import psutil
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.hazards import GrowthRun, memory_growth
 from feedprof.analyse.limits import growth_need
-from feedprof.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
+from feedprof.store.reasons import (GrowthOverMemoryBudget, OutOfMemoryKilled, OverFdLimit, OverMemoryBudget, OverShmBudget,
                               Reason, SharedMemoryExhausted, TooManyOpenFiles)
 from feedprof.record.host import memory_limit_bytes, shm_total_bytes, shm_used_bytes
 from feedprof.store import Run, Trial, TrialState

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import recommend, trial_from_run
-from feedprof.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
+from feedprof.store.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
 from feedprof.store import Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState, TuneResult
 from feedprof.store.online import OnlineFailure, OnlineRecord, OnlineWindow
 from feedprof.tune.online_strategy import History, key_of, workers
@@ -42,7 +42,7 @@ def _failure_cause(f: OnlineFailure) -> Reason:
     if f.kind == "hung":
         return TrialTimedOut(limit_s=0.0)
     if "Bus error" in f.error:
-        from feedprof.reasons import SharedMemoryExhausted
+        from feedprof.store.reasons import SharedMemoryExhausted
 
         return SharedMemoryExhausted(signal="SIGBUS", workers=workers(f.config))
     if "Killed" in f.error:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from feedprof.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
+from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.store import Framework, Trial
 
 Config = Dict[str, Any]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-from feedprof.reasons import EpochEndStall, Reason, VersusAutotune
+from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
 from feedprof.store import Framework, Trial
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus, ladder_rungs
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-from feedprof.reasons import Reason, ThreadsVersusProcesses
+from feedprof.store.reasons import Reason, ThreadsVersusProcesses
 from feedprof.store import Framework, Trial
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
 

@@ -41,7 +41,7 @@ from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set
 from feedprof.analyse import noise
 from feedprof.analyse.limits import usable, worker_cap
 from feedprof.analyse.recommend import Measured, config_key, measured_configs, pick, score
-from feedprof.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
+from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
                               PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, WorkersCapped, said_once)
 from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.space import Config, Space, job_cores

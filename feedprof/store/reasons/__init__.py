@@ -9,16 +9,16 @@ reader of ``results.json`` gets the numbers without parsing prose.
 A new finding is a new subclass here, its words in ``render/words.py``, and
 its figures in the JSON schema (``python -m feedprof.schema --write``).
 """
-from feedprof.reasons.base import (
+from feedprof.store.reasons.base import (
     Config, Reason, Text, Unknown, said_once)
-from feedprof.reasons.run import (
+from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
     NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
     OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, RankFailed, SamplingStopped, ScriptExited, ScriptFailed,
     SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
     WindowNotReached, WorkerInfoNeverAsked)
-from feedprof.reasons.tune import (
+from feedprof.store.reasons.tune import (
     AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
     JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly,

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Tuple
 
-from feedprof.reasons.base import Config, Reason
+from feedprof.store.reasons.base import Config, Reason
 from feedprof.store.codes import InputBound, VerdictKind
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Optional
 
-from feedprof.reasons.base import Reason
+from feedprof.store.reasons.base import Reason
 from feedprof.store.codes import Framework
 
 
