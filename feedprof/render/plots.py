@@ -278,10 +278,10 @@ def draw_timeline(t_s: Sequence[Tuple[float, float]], rates: Sequence[float], wa
                   labels: Sequence[str], settled_at_s: Optional[float], failures_t_s: Sequence[float]) -> str:
     """An online run (tune --online): each window of the run as a segment at its rate and its
     data wait, coloured by the config in force; the moment the search settled; failed pools."""
-    fig = _figure(8.0, 3.4)
+    fig = new_figure(8.0, 3.4)
     top, bottom = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2, sharex=None)
-    _style(top, "batches/s")
-    _style(bottom, "data wait %")
+    style_axes(top, "batches/s")
+    style_axes(bottom, "data wait %")
     colours: dict = {}
     for (t0, t1), rate, wait, label in zip(t_s, rates, wait_pct, labels):
         first = label not in colours  # one legend entry per config

@@ -33,7 +33,7 @@ from feedprof.store import HostInfo, Run, StoreError, TrialState, Window, Window
 from feedprof.trial.ending import classify_end, log_tail, with_figures
 from feedprof.trial.flight import InFlight, TrialInterrupted, TrialPaths
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
-from feedprof.trial.protocol import TrialSpec
+from feedprof.trial.protocol import Mode, TrialSpec
 from feedprof.trial.signals import deferred_signals
 from feedprof.trial.watch import Watch, kill_group
 
