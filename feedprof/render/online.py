@@ -4,12 +4,19 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from feedprof.store import TuneResult
-from feedprof.units import fmt_seconds
+from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
 
 FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker"}
 WHY_NOT = {"iterable_dataset": "an IterableDataset: the worker count decides what each worker yields",
            "out_of_order": "in_order=False: batches may arrive out of order, so a switch could lose some",
-           "own_iterator": "a DataLoader subclass with its own iterator"}
+           "own_iterator": "a DataLoader subclass with its own iterator",
+           "framework:tf.data": "a tf.data pipeline: AUTOTUNE already tunes its parallelism inside the run, and "
+                                "feedprof does not rebuild a pipeline mid-run; `feedprof tune` (offline) explores "
+                                "the private thread pool AUTOTUNE leaves alone",
+           "framework:keras": "a Keras PyDataset: fit builds its workers inside its own loop, where feedprof does "
+                              "not switch them; `feedprof tune` (offline) tunes workers and use_multiprocessing",
+           "framework:tf.keras": "legacy tf.keras fit(workers=...): tuned offline only (`feedprof tune`)",
+           "framework:torchdata.nodes": "a torchdata.nodes pipeline: tuned offline only (`feedprof tune`)"}
 
 
 def describe_config(config: Dict[str, Any]) -> str:
@@ -27,6 +34,8 @@ def online_lines(result: TuneResult) -> List[str]:
     ended = "to its own end" if not o.exit_code else f"and ended with its own status {o.exit_code}"
     if not result.complete:
         ended = "until it was interrupted"
+    if not o.switches:
+        return [f"The job ran once, {ended}; its loader's settings were not changed"] + _untuned_lines(result)
     lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
              f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows)"]
     if o.settled_at_s is not None:
@@ -38,12 +47,24 @@ def online_lines(result: TuneResult) -> List[str]:
         lines.append(f"{describe_config(f.config)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
                      f"the batches in flight were fetched again with the script's own settings and the run "
                      f"went on; no config with as many workers was tried after")
-    for mode in o.loaders:
-        if mode.mode != "mid_epoch":
-            lines.append(f"loader {mode.loader_id} was not tuned online: {WHY_NOT.get(mode.why_not, mode.why_not)}")
+    lines += _untuned_lines(result)
     if o.workers_changed:
         lines.append("the samples and their order were the script's own; randomness inside the workers "
                      "(augmentation drawn in a worker) follows the worker count, so it differed from a run as written")
+    return lines
+
+
+def _untuned_lines(result: TuneResult) -> List[str]:
+    o = result.online
+    lines = [f"the training loader was not tuned online: {WHY_NOT.get(m.why_not, m.why_not)}"
+             for m in o.loaders if m.mode != "mid_epoch"]
+    if not o.switches and not o.loaders:
+        lines.append("no torch DataLoader was iterated: there was nothing to tune online")
+    s = result.run.summary if result.run is not None else None
+    if not o.switches and s is not None and s.batches_per_s:
+        wait = f", waiting for data {fmt_pct(s.data_wait_fraction)} of the time" \
+            if s.data_wait_fraction is not None else ""
+        lines.append(f"the run measured {fmt_rate(s.batches_per_s)} with its own settings{wait}")
     return lines
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import recommend, trial_from_run
 from feedprof.store.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
 from feedprof.store import Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState, TuneResult
-from feedprof.store.online import OnlineFailure, OnlineRecord, OnlineWindow
+from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
 from feedprof.tune.online_strategy import History, key_of, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
@@ -92,6 +92,28 @@ def _trials(h: History, decider: Any, space: Any) -> List[Trial]:
     return trials
 
 
+def _settled(trials: List[Trial], decider: Any) -> List[Trial]:
+    """What the recommendation is made from: once the search settled, the config the run kept
+    (measured over the rest of the run) against the baseline and the ceiling, and whatever broke
+    (its hazards); before that, every config measured, by the online pick's own rule."""
+    if not decider.final or decider.current is None:
+        return trials
+    kept = key_of(decider.current)
+    return [t for t in trials if key_of(t.config) == kept or t.role in (Role.BASELINE, Role.CEILING)
+            or t.state != TrialState.OK]
+
+
+def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
+    """The run's busiest loader, when online tuning could not reach it (not a torch DataLoader)."""
+    if run is None or decider.history.baseline is not None:
+        return ()
+    runs = run.ranks or (run,)
+    busiest = max((rec for r in runs[:1] for rec in r.loaders), key=lambda rec: rec.batches, default=None)
+    if busiest is None or busiest.framework == Framework.TORCH:
+        return ()
+    return (OnlineLoaderMode(loader_id=busiest.loader_id, mode="none", why_not=f"framework:{busiest.framework}"),)
+
+
 def _target_loader(run: Optional[Run]) -> Any:
     if run is None:
         return None
@@ -112,18 +134,19 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         space = make_space(Framework.TORCH, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
-        rec = recommend(trials, space, cpu_cap=cpu_cap)
+        rec = recommend(_settled(trials, decider), space, tol=h.noise(), cpu_cap=cpu_cap)
         if rec is not None:
             paste = space.paste(rec.config, loader, script, list(argv))
             rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=paste.line,
                                       loader_site=loader.site if loader else "",
                                       reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes()))
     exit_code = run.outcome.exit_code if run is not None else None
+    modes = tuple(decider.loaders) + _untuned(run, decider)
     online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),
                           settled_at_s=decider.settled_at_s, settled_config=dict(decider.current or {}),
                           windows=tuple(h.windows), switches=tuple(decider.switches), failures=tuple(h.failures),
                           warmups=tuple(h.warmups),
-                          loaders=tuple(decider.loaders),
+                          loaders=modes,
                           workers_changed=any(key_of(s.config) != key_of(h.baseline or {}) for s in decider.switches),
                           exit_code=exit_code)
     return TuneResult(script=script, argv=tuple(argv), framework=Framework.TORCH if h.baseline is not None else Framework.NONE,

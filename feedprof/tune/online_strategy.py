@@ -29,6 +29,7 @@ from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
 GAIN = 0.05  # a climb that gains less is flat
+MAX_NOISE = 0.15
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
 IO_BOUND_CPU = 0.5  # workers using less than this share of a core each wait on I/O
@@ -96,13 +97,16 @@ class History:
         return statistics.median(rates) if rates else None
 
     def noise(self) -> float:
-        """Relative spread of windows of one config, the worst measured config's (≥ GAIN)."""
+        """How far apart two configs' rates must be to be told apart: the typical relative
+        half-range of one config's windows, shrunk by the windows behind its median,
+        never under GAIN nor over MAX_NOISE (a spread that wide is a measurement to repeat)."""
         spreads = []
         for config in self.measured():
             rates = [w.batches_per_s for w in self.of(config)]
-            if len(rates) >= 2 and statistics.median(rates) > 0:
-                spreads.append((max(rates) - min(rates)) / (2 * statistics.median(rates)))
-        return max([GAIN] + [min(s, 0.25) for s in spreads])
+            mid = statistics.median(rates)
+            if len(rates) >= 2 and mid > 0:
+                spreads.append((max(rates) - min(rates)) / (2 * mid) / math.sqrt(len(rates)))
+        return min(MAX_NOISE, max([GAIN] + ([statistics.median(spreads)] if spreads else [])))
 
     def measured(self) -> List[Dict[str, Any]]:
         seen: Dict[str, Dict[str, Any]] = {}
