@@ -146,7 +146,8 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
     seconds, share = args.explore or (None, None)
     opts = OnlineOptions(explore_s=seconds or OnlineOptions.explore_s, explore_share=share,
-                         max_workers=args.max_workers, loader_site=args.loader, interval_s=args.interval,
+                         max_workers=args.max_workers, max_memory_bytes=args.max_memory,
+                         loader_site=args.loader, interval_s=args.interval,
                          gpu=not args.no_gpu)
     result, interrupted = run_online_tune(script, script_args, out_dir, opts, launch=launch,
                                           quiet=args.quiet)

@@ -88,3 +88,14 @@ def test_the_explore_budget_spent_settles_on_the_pick_so_far():
     h = io_bound_baseline()
     step = decide(h, LIMITS, BASE, 0)
     assert step.final and step.why == "budget"
+
+
+def test_a_retreat_goes_to_the_best_config_with_fewer_workers():
+    from feedprof.tune.online_strategy import retreat
+
+    h = io_bound_baseline()
+    four, sixteen = with_workers(BASE, 4), with_workers(BASE, 16)
+    h.windows += [window(four, 80, 0.5, t=2), window(four, 82, 0.5, t=3),
+                  window(sixteen, 190, 0.05, t=4), window(sixteen, 185, 0.05, t=5)]
+    assert retreat(h, sixteen) == four
+    assert retreat(h, four) == BASE

@@ -6,7 +6,8 @@ from typing import Any, Dict, List
 from feedprof.store import TuneResult
 from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
 
-FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker"}
+FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker",
+          "memory": "the job's memory passed the budget"}
 WHY_NOT = {"iterable_dataset": "an IterableDataset: the worker count decides what each worker yields",
            "out_of_order": "in_order=False: batches may arrive out of order, so a switch could lose some",
            "own_iterator": "a DataLoader subclass with its own iterator",

@@ -23,7 +23,7 @@ from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
 from feedprof.trial.protocol import read_events
-from feedprof.tune.online_strategy import History, Limits, Step, decide, key_of
+from feedprof.tune.online_strategy import History, Limits, Step, decide, key_of, retreat
 
 DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
@@ -36,6 +36,7 @@ class OnlineOptions:
     window_seconds: float = 0.5
     min_window_batches: int = 3
     max_workers: Optional[int] = None
+    max_memory_bytes: Optional[int] = None
     loader_site: Optional[str] = None
     interval_s: float = 0.2
     gpu: bool = True
@@ -60,11 +61,36 @@ class Decider:
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
+    memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
+    _available0_bytes: int = 0
     _offsets: Dict[str, int] = field(default_factory=dict)
 
     def poll(self) -> None:
-        if self._read_events() and not self.final and self.history.baseline is not None:
+        changed = self._read_events()
+        if self.history.baseline is None:
+            return
+        if self._memory_over_budget():
+            self._retreat("memory")
+        elif changed and not self.final:
             self._decide()
+
+    def _memory_over_budget(self) -> bool:
+        """Has the job taken more of the machine's memory than the budget since it started
+        (cheap: one system reading per poll)? Only a config with workers is left for it."""
+        if self.memory_budget_bytes is None or self.current is None or not self.current.get("num_workers"):
+            return False
+        import psutil
+
+        taken = self._available0_bytes - psutil.virtual_memory().available
+        return taken > self.memory_budget_bytes
+
+    def _retreat(self, kind: str) -> None:
+        """Leave the config in force before it breaks the run: a failure of that config, and the
+        best measured config with fewer workers for the rest of the run."""
+        failed = self.current or {}
+        self.history.failures.append(OnlineFailure(rank=0, config=failed, kind=kind, error="memory over the budget",
+                                                   t_s=self.clock.now_s() - self.origin_s))
+        self._write(Step(retreat(self.history, failed), final=self.final, why="retreat"))
 
     def _read_events(self) -> bool:
         changed = False
@@ -125,6 +151,16 @@ class Decider:
         if self.opts.explore_share is not None:  # a share of the run so far, at least a few windows' worth
             budget = max(5.0, self.opts.explore_share * now_s)
         return budget - spent
+
+    def watch_memory(self, max_bytes: Optional[int]) -> None:
+        """From now on, leave a config whose job takes more than ``max_bytes`` (default: the offline
+        tune's budget, 80 % of what is free now, or of the container's limit)."""
+        import psutil
+
+        from feedprof.tune.budget import MemoryBudget
+
+        self._available0_bytes = psutil.virtual_memory().available
+        self.memory_budget_bytes = MemoryBudget.of_this_machine(max_bytes).ram_bytes
 
     def ranks(self) -> int:
         return max(1, len(self._offsets))
@@ -188,6 +224,7 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
     if os.path.exists(decision):
         os.remove(decision)
     decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock)
+    decider.watch_memory(opts.max_memory_bytes)
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
                          loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)

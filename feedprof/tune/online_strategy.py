@@ -248,3 +248,9 @@ def _confirm(h: History) -> Optional[Step]:
         if h.n_windows(c) < CONFIRM:
             return Step(c, why="confirm")
     return None
+
+
+def retreat(h: History, failed: Dict[str, Any]) -> Dict[str, Any]:
+    """The best measured config with fewer workers than ``failed`` (the script's own at worst)."""
+    fewer = [c for c in h.measured() if workers(c) < workers(failed) and not h.failed(c)]
+    return max(fewer, key=lambda c: h.rate(c) or 0.0, default=h.baseline or {})
