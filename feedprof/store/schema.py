@@ -99,7 +99,7 @@ def _tagged_union(base: type, defs: Dict[str, Any]) -> Dict[str, Any]:
     ref = {"$ref": f"#/$defs/{base.__name__}"}
     if base.__name__ not in defs:
         defs[base.__name__] = {}
-        members = sorted({m for m in base._by_code.values() if issubclass(m, base)}, key=lambda m: m.__name__)
+        members = base.kinds()
         defs[base.__name__] = {"oneOf": [_define(m, defs) for m in members]}
     return ref
 

@@ -17,6 +17,11 @@ class Reason:
         Reason._by_code[cls.code] = cls
 
     @classmethod
+    def kinds(cls) -> List[type]:
+        """Every finding class under this one, by name (the JSON Schema's tagged union)."""
+        return sorted({m for m in Reason._by_code.values() if issubclass(m, cls)}, key=lambda m: m.__name__)
+
+    @classmethod
     def tagged(cls, code: Any) -> type:
         """The subclass a JSON object names (codec.py decodes tagged unions with it)."""
         return cls._by_code.get(code, Unknown)
