@@ -6,7 +6,7 @@ import pytest
 
 from feedprof.frameworks.contract import Plan
 from feedprof.record.steps import LoaderInfo
-from feedprof.trial.child import QUEUE_MULTIPLE, Controller, StopTrial
+from feedprof.trial.controller import QUEUE_MULTIPLE, Controller, StopTrial
 from feedprof.trial.protocol import Mode, TrialSpec
 from tests.fakes import FakeClock
 

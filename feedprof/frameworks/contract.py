@@ -1,4 +1,4 @@
-"""The contract between the trial controller (trial/child.py) and the
+"""The contract between the trial controller (trial/controller.py) and the
 framework adapters (torch.py, keras.py, tf_keras.py, tfdata.py).
 
 An adapter patches its framework where loaders are built and iterated, and

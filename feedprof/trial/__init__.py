@@ -14,6 +14,8 @@ back a result or a classified failure. Used by `tune` for every trial and by
     child.py      inside that process: the script runs as __main__ with its
                   loaders instrumented (frameworks/ adapters, through
                   frameworks/contract.py), and ends once its window is measured
+    controller.py what each loader gets, the training loader timed, the window, the result
+    online_child.py  online mode (tune --online): the decided config served, windows of the run
     hosted.py     the same controller inside a launched rank (bootstrap/sitecustomize.py)
     protocol.py   the files runner and child exchange (spec, events, result)
     zygote.py     a fork server that imported the framework once, for later trials

@@ -28,7 +28,7 @@ from feedprof.store.reasons import ScriptExited, ScriptFailed
 from feedprof.record.ranks import rank_from_env
 from feedprof.store import RankInfo, TrialState
 from feedprof.frameworks.install import install_adapters
-from feedprof.trial.child import Controller
+from feedprof.trial.controller import Controller
 from feedprof.trial.protocol import TrialSpec
 from feedprof.trial.userframes import failure_hint, script_traceback
 

@@ -1,0 +1,331 @@
+"""The trial's controller: what each loader of the script gets, the training
+loader timed, the window measured, the result written (the adapters' side of
+it is frameworks/contract.py; the process around it is child.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+import weakref
+from types import FrameType
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from feedprof.analyse import stats
+from feedprof.store.codec import dumps, write_text_atomic
+from feedprof.frameworks.contract import LoaderHandle, Plan
+from feedprof.analyse.diagnose import workers_of
+from feedprof.store.reasons import Reason, WindowNotReached
+from feedprof.record.digest import digests_wanted
+from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.ranks import cuda_device
+from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
+from feedprof.store import Framework, Outcome, RankInfo, Run, RunKind, TrialState, Window, WindowEnd
+from feedprof.trial.protocol import Mode, TrialSpec, site_matches
+from feedprof.trial.replay import ReplayCache, ReplayIterator
+from feedprof.trial.online_child import OnlineTuning
+from feedprof.trial.userframes import user_call_chain
+
+QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
+SETTLE_TOLERANCE = 0.10  # a first chunk this much faster than the rest is a queue draining
+MAX_SETTLE_MOVES = 2  # the window's start moves at most this often
+
+
+class StopTrial(BaseException):
+    """The window is measured: unwind the script (not an error)."""
+
+
+
+class _StepView:
+    """What after_batch needs of an iterator, for steps timed from a callback."""
+
+    def __init__(self, rec: StepRecorder):
+        self.recorder = rec
+
+
+class Controller:
+    """The trial's side of frameworks/contract.Controller: decides what each
+    loader gets, times the training loader, and ends the script once measured."""
+
+    def __init__(self, spec: TrialSpec, clock: Clock = MONOTONIC, rank: Optional[RankInfo] = None):
+        self.spec = spec
+        # A rank of a multi-process job (hosted.py) is never ended alone: the others
+        # would hang in a collective. It writes its window and trains on; the
+        # parent ends the whole job once every rank has its window.
+        self.rank = rank
+        self.hosted = rank is not None
+        self.now = clock.now_s
+        self.script_dir = os.path.dirname(os.path.abspath(spec.script))
+        self.recorders: List[StepRecorder] = []
+        self._slots: Dict[Tuple[str, ...], List[LoaderHandle]] = {}
+        self._replay = ReplayCache()
+        self.window: Optional[Window] = None
+        self.done = False
+        self.stop_requested = False  # window measured off the main thread: stop at the next safe point
+        self._callback_handles: List[LoaderHandle] = []
+        self._settle_moves = 0
+        self.result_written = False
+        self.notes: List[Reason] = []
+        self._lock = threading.Lock()  # tf.data pulls batches from its own threads
+        self._events = open(spec.events_path, "a", encoding="utf-8")
+        self.online: Optional[OnlineTuning] = None
+        if spec.mode == Mode.ONLINE:
+            self.online = OnlineTuning(spec.decision_path, self.emit, self.now, spec.origin_s,
+                                       spec.window_seconds, spec.min_window_batches)
+
+    # -- events -----------------------------------------------------------
+
+    def emit(self, event: str, **fields: Any) -> None:
+        import json
+
+        self._events.write(json.dumps({"event": event, "t_s": self.now() - self.spec.origin_s, **fields}) + "\n")
+        self._events.flush()
+
+    def user_chain(self, caller: FrameType, direct: bool = True) -> Tuple[str, ...]:
+        """The script's frames, if the adapter's caller is the script's own code
+        (``direct=False``: or further out, for a library call the script made)."""
+        return user_call_chain(self.script_dir, caller, direct=direct)
+
+    def injection(self, framework: str) -> Optional[Dict[str, Any]]:
+        """Knobs to inject into every part of a pipeline built by the script's own
+        code (tf.data: which pipeline is the training one is known only when it
+        is iterated, after it is built)."""
+        spec = self.spec
+        if spec.mode in (Mode.INJECT, Mode.CEILING) and spec.inject and spec.framework in (None, framework):
+            return dict(spec.inject)
+        return None
+
+    def timed_by_callback(self, handle: LoaderHandle) -> None:
+        """A loader fit pulls inside its compiled train function: its steps are
+        timed by the fit callback that starts next."""
+        self._callback_handles.append(handle)
+
+    def claim_callback_handles(self) -> List[LoaderHandle]:
+        handles, self._callback_handles = self._callback_handles, []
+        return handles
+
+    def note(self, reason: Reason) -> None:
+        """Something the user should read in the summary (said once)."""
+        if reason not in self.notes:
+            self.notes.append(reason)
+
+    def check_stop(self) -> None:
+        """A safe point on the main thread (a Keras callback): end the script if the
+        window was measured elsewhere."""
+        if self.stop_requested and not self.hosted and threading.current_thread() is threading.main_thread():
+            raise StopTrial
+
+    # -- called by framework adapters ------------------------------------
+
+    def plan(self, framework: str, caller: FrameType) -> Plan:
+        """At a loader's construction: is it the one being tuned, and what to inject.
+
+        Every loader built at the target's call site gets the knobs: scripts
+        often build a fresh DataLoader each epoch at the same line.
+        """
+        chain = user_call_chain(self.script_dir, caller)
+        spec = self.spec
+        is_target: Optional[bool] = None
+        if not chain:  # built by framework code on the user's behalf (Keras's own DataLoader...)
+            return Plan(framework=framework, chain=chain, is_target=False, inject=None, replay=False)
+        if spec.target_chain is not None:
+            is_target = tuple(spec.target_chain) == chain and spec.framework in (None, framework)
+        elif spec.target_site is not None:
+            is_target = site_matches(spec.target_site, chain)
+        injecting = spec.mode in (Mode.INJECT, Mode.CEILING) and bool(is_target)
+        return Plan(framework=framework, chain=chain, is_target=is_target,
+                    inject=dict(spec.inject) if injecting and spec.inject else None,
+                    replay=spec.mode == Mode.CEILING and bool(is_target))
+
+    def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
+        from feedprof.frameworks import in_flight
+
+        info.in_flight = info.in_flight or in_flight(plan.framework, info.config)
+        self.emit("loader", framework=plan.framework, site=plan.chain[-1] if plan.chain else "",
+                  call_chain=list(plan.chain), is_target=plan.is_target)
+        try:
+            ref = weakref.ref(loader) if loader is not None else None
+        except TypeError:  # a type without weak references: always treated as alive
+            ref = None
+        return LoaderHandle(plan=plan, info=info, ref=ref)
+
+    def _bind(self, handle: LoaderHandle) -> StepRecorder:
+        """The recorder for a loader's first iteration. A loader built where an
+        earlier one was, once that one is gone (re-created every epoch),
+        continues its record; loaders alive together keep separate records."""
+        plan = handle.plan
+        slots = self._slots.setdefault(plan.chain, [])
+        for slot in slots:
+            previous = slot.ref() if slot.ref is not None else handle
+            if previous is None:
+                slot.ref = handle.ref
+                slot.rec.binding.instances += 1
+                return slot.rec
+        binding = Binding(site=handle.info.site or (plan.chain[-1] if plan.chain else ""), call_chain=plan.chain,
+                          ordinal=len(slots), injected=bool(plan.inject), replayed=plan.replay,
+                          is_target=plan.is_target)
+        # the warm-up covers what the loader holds in flight: batches made
+        # during start-up, handed over at once, are not its steady rate
+        rec = StepRecorder(loader_id=len(self.recorders), framework=plan.framework,
+                           warmup_batches=max(self.spec.warmup_batches, handle.info.in_flight),
+                           origin_s=self.spec.origin_s, info=handle.info, binding=binding)
+        if handle.info.iterable and not plan.replay:  # does each worker yield the same records?
+            rec.digests_wanted = digests_wanted(workers_of(handle.info.config) or 0)
+        self.recorders.append(rec)
+        slots.append(LoaderHandle(plan=plan, info=handle.info, ref=handle.ref, rec=rec))
+        return rec
+
+    def iterate(self, handle: LoaderHandle, make_iter: Callable[[], Iterator],
+                replay: Optional[bool] = None) -> Iterator:
+        """``replay=False``: the framework replays its batch itself (Keras replays
+        at __getitem__, so its worker pool is left idle, not bypassed)."""
+        if handle.rec is None:
+            handle.rec = self._bind(handle)
+        rec = handle.rec
+        rec.epoch_started(self.now())
+        if rec.binding.replayed if replay is None else replay:
+            return ReplayIterator(rec, make_iter, self._replay, rec.info.batches_per_epoch,
+                                  self.after_batch, self.now)
+        if self.online is not None:
+            make_iter = self._online_epoch(handle, make_iter)
+        return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now)
+
+    def _online_epoch(self, handle: LoaderHandle, make_iter: Callable[[], Iterator]) -> Callable[[], Iterator]:
+        """Online mode: a torch loader that can switch mid-epoch is served by an
+        OnlineLoader (frameworks/torch_online.py); any other keeps its own iterator."""
+        loader = handle.ref() if handle.ref is not None else None
+        if handle.online is None and loader is not None and handle.plan.framework == Framework.TORCH \
+                and handle.plan.is_target is not False:
+            from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+
+            why_not = online_capable(loader)
+            self.emit("online_loader", loader_id=handle.rec.loader_id, mode="mid_epoch" if why_not is None else "none",
+                      why_not=why_not or "")
+            handle.online = OnlineLoader(loader, self.online, handle.rec.loader_id, handle.info.script_config) \
+                if why_not is None else False
+        if not handle.online:
+            return make_iter
+        self.online.consider(handle.online)
+        return handle.online.epoch
+
+    def after_batch(self, it: Any, batch: Any) -> None:
+        rec: StepRecorder = it.recorder
+        if rec.digests_wanted:
+            rec.fingerprint(batch)
+        if rec.deliveries == 1:
+            if rec.info.batch_size is None:
+                rec.info.batch_size = infer_batch_size(batch)
+            self.emit("first_batch", loader_id=rec.loader_id)
+        if self.spec.full or self.done or rec.binding.is_target is False:
+            return
+        end = self._window_full(rec)
+        if end is None or not self._settled(rec):
+            return
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+            self.window = self._window_of(rec, end)
+            self.write_result(TrialState.OK)
+            self.emit("window_done", loader_id=rec.loader_id)
+        if self.hosted:
+            return
+        if threading.current_thread() is threading.main_thread():
+            raise StopTrial
+        # Off the main thread (a tf.data generator): raising here would come back as a
+        # TensorFlow error. The main thread stops at its next safe point (check_stop).
+        self.stop_requested = True
+
+    def _window_full(self, rec: StepRecorder) -> Optional[WindowEnd]:
+        """Has the window enough batches, or enough seconds? Seconds are counted
+        on the wall clock from the window's start, epoch start-ups included:
+        with short epochs those are a real share of the time (what
+        persistent_workers saves) and must be inside the window. A window is
+        at least QUEUE_MULTIPLE times the batches the loader holds in flight,
+        so that a queue filled at start-up is a small part of it."""
+        spec, steady = self.spec, rec.window_batches()
+        start = rec.window_start_s()
+        window_s = 0.0 if start is None else rec.t_last - start
+        if steady >= spec.window_batches:
+            return WindowEnd.BATCHES
+        least = max(spec.min_window_batches, QUEUE_MULTIPLE * rec.info.in_flight)
+        if window_s >= spec.window_seconds and steady >= least:
+            return WindowEnd.SECONDS
+        return None
+
+    def _settled(self, rec: StepRecorder) -> bool:
+        """Is the window's rate steady? A first chunk much faster than the rest
+        is a queue filled during start-up draining (deep prefetch queues of many
+        workers): the window then starts after that chunk, and goes on."""
+        if rec.window_from_batches >= rec.steady_batches or self._settle_moves >= MAX_SETTLE_MOVES:
+            return True
+        origin = self.spec.origin_s
+        start = rec.window_start_s()
+        log = rec.step_log()
+        chunks = stats.chunks(log, stats.DEFAULT_CHUNKS, None if start is None else start - origin)
+        rest = stats.median([rate for _, rate in chunks[1:]])
+        if len(chunks) < 3 or not rest or chunks[0][1] <= (1 + SETTLE_TOLERANCE) * rest:
+            return True
+        first_end = log.t_end_s[chunks[0][0]] + origin
+        rec.window_from_batches = rec.steady_batches - sum(
+            n for t, n in zip(log.t_end_s, log.n_steps) if t + origin > first_end)
+        rec.window_from_s = first_end
+        self._settle_moves += 1
+        return False
+
+    def epoch_begins(self, handle: LoaderHandle) -> None:
+        """An epoch of a loader whose steps are timed from the training loop."""
+        if handle.rec is None:
+            handle.rec = self._bind(handle)
+        handle.rec.epoch_started(self.now())
+
+    def timed_step(self, handle: LoaderHandle, t_end_s: float, n_steps: int = 1) -> None:
+        """Steps whose batches are pulled where Python cannot see them (inside a
+        compiled train function), timed by their end: their wall time is the gap
+        from the previous end (``n_steps`` of them under steps_per_execution);
+        their data wait is not observable."""
+        if handle.rec is None:
+            self.epoch_begins(handle)
+        rec = handle.rec
+        rec.info.wait_observable = False
+        rec.batch(t_end_s, t_end_s, n_steps)
+        self.after_batch(_StepView(rec), None)
+
+    # -- results ------------------------------------------------------------
+
+    def _window_of(self, rec: StepRecorder, end: WindowEnd) -> Window:
+        o = self.spec.origin_s
+        start = rec.window_start_s()
+        return Window(loader_id=rec.loader_id, t_start_s=None if start is None else start - o,
+                      t_end_s=None if rec.t_last is None else rec.t_last - o, end=end)
+
+    def training_recorder(self) -> Optional[StepRecorder]:
+        candidates = [r for r in self.recorders if r.binding.is_target is not False]
+        return max(candidates or self.recorders, key=lambda r: r.batches, default=None)
+
+    def write_result(self, state: TrialState, cause: Optional[Reason] = None, tb: str = "",
+                     exit_code: Optional[int] = None) -> None:
+        if self.window is None:
+            rec = self.training_recorder()
+            if rec is not None:
+                self.window = self._window_of(rec, WindowEnd.FULL_RUN if self.spec.full else WindowEnd.SCRIPT_ENDED)
+                if not self.spec.full and state == TrialState.OK:
+                    self.notes.append(WindowNotReached(steady_batches=rec.steady_batches,
+                                                       window_batches=self.spec.window_batches))
+        from feedprof.record.cuda import cuda_in_use
+
+        if self.rank is not None:
+            self.rank = dataclasses.replace(self.rank, **cuda_device())
+        run = Run(kind=RunKind.TRIAL, script=self.spec.script, argv=tuple(self.spec.argv),
+                  loaders=tuple(r.snapshot() for r in self.recorders),
+                  window=self.window or Window(end=WindowEnd.NO_LOADER),
+                  outcome=Outcome(state=state, cause=cause, exit_code=exit_code, traceback=tb),
+                  cuda_used=cuda_in_use(), notes=tuple(self.notes),
+                  modules=tuple(m for m in HEAVY_MODULES if m in sys.modules), rank=self.rank)
+        write_text_atomic(self.spec.result_path, dumps(run))
+        self.result_written = True
+
+
+HEAVY_MODULES = ("torch", "torch._dynamo", "tensorflow", "keras", "tf_keras", "jax", "lightning",
+                 "pytorch_lightning", "transformers.trainer")
