@@ -144,14 +144,18 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launc
     """``feedprof tune --online``: the job runs once while its loader is tuned;
     results.json and report.html are written at its end, or on Ctrl-C.
     Returns (result, interrupted)."""
-    from feedprof.render.online import format_online
+    from feedprof.render.online import decision_line, format_online
     from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.tune.online import run_online
+
+    def say(step: Any, t_s: float) -> None:
+        print(decision_line(step.config, step.why, step.final, t_s), file=err, flush=True)
 
     with claimed(out_dir):
         if not quiet:
             print("feedprof: tuning inside the run (--online): the job runs once, as written", file=err, flush=True)
-        result, interrupted = run_online(script, argv, out_dir, opts, launch=launch)
+        result, interrupted = run_online(script, argv, out_dir, opts, launch=launch,
+                                         on_decision=None if quiet else say)
         from feedprof.trial.signals import deferred_signals
 
         with deferred_signals():

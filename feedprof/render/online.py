@@ -69,6 +69,18 @@ def _untuned_lines(result: TuneResult) -> List[str]:
     return lines
 
 
+STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, as fast",
+              "confirm": "measuring again, interleaved with its rival", "measuring": "measuring",
+              "retreat": "leaving a config whose memory passed the budget",
+              "settled": "settled: kept for the rest of the run", "budget": "explore budget spent: kept for the rest",
+              "not_input_bound": "not input-bound: the script's own settings are kept", "baseline": "measuring"}
+
+
+def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float) -> str:
+    """One progress line per decision, on stderr while the job's own output goes on."""
+    return f"feedprof --online: {fmt_seconds(t_s)} into the run: {describe_config(config)} ({STEP_WORDS.get(why, why)})"
+
+
 def format_online(result: TuneResult) -> str:
     lines = online_lines(result)
     return "\n".join(["feedprof --online: " + lines[0]] + [f"  - {line}" for line in lines[1:]]) if lines else ""

@@ -61,6 +61,7 @@ class Decider:
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
+    on_decision: Optional[Callable[[Step, float], None]] = None  # told each decision (the progress lines)
     memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
     _available0_bytes: int = 0
     _offsets: Dict[str, int] = field(default_factory=dict)
@@ -183,6 +184,8 @@ class Decider:
             self.publish(payload)
         else:
             write_text_atomic(os.path.join(self.trial_dir, DECISION_FILE), json.dumps(payload))
+        if self.on_decision is not None:
+            self.on_decision(step, self.clock.now_s() - self.origin_s)
 
     def tell(self, ev: Dict[str, Any]) -> None:
         """An event from the loop in this very process (no files): decide at once."""
@@ -209,7 +212,8 @@ def trial_paths(out_dir: str) -> Tuple[str, str]:
 
 
 def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
-               clock: Clock = MONOTONIC) -> Tuple[Any, bool]:
+               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float], None]] = None
+               ) -> Tuple[Any, bool]:
     """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
     from feedprof.record.clock import now_iso
     from feedprof.record.host import machine_info, usable_cpu_count
@@ -223,7 +227,7 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
     os.makedirs(run_dir, exist_ok=True)
     if os.path.exists(decision):
         os.remove(decision)
-    decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock)
+    decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock, on_decision=on_decision)
     decider.watch_memory(opts.max_memory_bytes)
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
