@@ -20,7 +20,7 @@ def io_bound_baseline():
 
 
 def test_the_baseline_is_measured_first():
-    h = History(baseline=BASE, windows=[window(BASE, 20, 0.9)])
+    h = History(baseline=BASE, windows=[window(BASE, 60, 0.3)])  # a loop that waits less: two windows
     assert decide(h, LIMITS, BASE, 60).config == BASE
 
 
@@ -99,3 +99,10 @@ def test_a_retreat_goes_to_the_best_config_with_fewer_workers():
                   window(sixteen, 190, 0.05, t=4), window(sixteen, 185, 0.05, t=5)]
     assert retreat(h, sixteen) == four
     assert retreat(h, four) == BASE
+
+
+def test_one_window_of_a_loop_that_mostly_waits_is_enough_to_climb():
+    h = History(baseline=BASE, windows=[window(BASE, 20, 0.9, load_cpu_s=0.01)])
+    assert decide(h, LIMITS, BASE, 60).why == "climb"
+    barely = History(baseline=BASE, windows=[window(BASE, 90, 0.2, load_cpu_s=0.01)])
+    assert decide(barely, LIMITS, BASE, 60).config == BASE

@@ -225,6 +225,7 @@ class OnlineLoader:
         self.feed = Feed(self.length)
         self.pool: Optional[Pool] = None
         self.starting: Dict[str, Any] = self.script_config
+        self.served: Optional[Dict[str, Any]] = None  # the config of the last pool started
         self.pool_epoch = 0  # the epoch the pool's segment belongs to
         self.epochs = 0
         self.base_seed = 0
@@ -254,7 +255,7 @@ class OnlineLoader:
             return pool
         # A new epoch of a loader without persistent workers starts fresh workers, as the script's
         # own loader does: they see the dataset as the main process left it (set_epoch() and the like).
-        restart = same
+        restart = self.served == config
         self._drop_pool()
         self.starting = config  # (a pool that fails to start is that config's failure)
         before = self.feed.segment
@@ -265,13 +266,20 @@ class OnlineLoader:
             if started is not None and started is not before:
                 self.feed.hand_back(started.taken)
             raise
-        self.pool_epoch = self.epochs
+        self.pool_epoch, self.served = self.epochs, config
         self.tuning.switched(self, config, restart=restart)
         return self.pool
 
     def close(self) -> None:
         """The run is over: no worker outlives it."""
         self._drop_pool()
+
+    def epoch_ended(self) -> None:
+        """The epoch's last batch was delivered: a loader without persistent workers shuts its
+        workers down now, as the script's own does (the next epoch starts fresh ones)."""
+        self.tuning.epoch_ended(self)
+        if not self.own_persistent:
+            self._drop_pool()
 
     def _drop_pool(self) -> None:
         pool, self.pool = self.pool, None
@@ -319,7 +327,7 @@ class OnlineEpoch:
             pool = ol.serve(tuning.config_for(ol))  # a switch's cost is this batch's wait
             batch = pool.next_batch(tuning.hang_limit_s(ol, pool.config), now)
         except StopIteration:
-            tuning.epoch_ended(ol)
+            ol.epoch_ended()
             raise
         except Exception as exc:  # noqa: BLE001 - classified by recover(); the user's own is raised again
             failure = exc
@@ -327,7 +335,7 @@ class OnlineEpoch:
             try:
                 batch = ol.recover(failure, now)
             except StopIteration:
-                tuning.epoch_ended(ol)
+                ol.epoch_ended()
                 raise
         tuning.delivered(ol, t_req, now(), batch, time.thread_time() - cpu0_s)
         return batch

@@ -13,7 +13,7 @@ from feedprof.analyse.recommend import recommend, trial_from_run
 from feedprof.store.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
 from feedprof.store import Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState, TuneResult
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
-from feedprof.tune.online_strategy import History, key_of, workers
+from feedprof.tune.online_strategy import PICK_TOLERANCE, History, key_of, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
 
@@ -134,7 +134,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         space = make_space(Framework.TORCH, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
-        rec = recommend(_settled(trials, decider), space, tol=h.noise(), cpu_cap=cpu_cap)
+        rec = recommend(_settled(trials, decider), space, tol=PICK_TOLERANCE, cpu_cap=cpu_cap)
         if rec is not None:
             paste = space.paste(rec.config, loader, script, list(argv))
             rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=paste.line,

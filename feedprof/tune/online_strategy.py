@@ -30,6 +30,8 @@ NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
 GAIN = 0.05  # a climb that gains less is flat
 MAX_NOISE = 0.15
+PICK_TOLERANCE = GAIN  # the online pick is within this of the fastest measured config
+CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
 IO_BOUND_CPU = 0.5  # workers using less than this share of a core each wait on I/O
@@ -112,7 +114,16 @@ class History:
         seen: Dict[str, Dict[str, Any]] = {}
         for w in self.windows:
             seen.setdefault(key_of(w.config), w.config)
-        return [c for c in seen.values() if self.n_windows(c) >= NEED]
+        return [c for c in seen.values() if self.enough(c)]
+
+    def enough(self, config: Dict[str, Any]) -> bool:
+        """Measured well enough to be judged: NEED windows, or one of the script's own settings
+        when the loop waited most of it (every second more there is the run's slowest)."""
+        n = self.n_windows(config)
+        if n and self.baseline is not None and key_of(config) == key_of(self.baseline):
+            first = self.of(config)[0]
+            return n >= NEED or first.wait_fraction >= CLEARLY_WAITING
+        return n >= NEED
 
     def failed(self, config: Dict[str, Any]) -> bool:
         return any(key_of(f.config) == key_of(config) for f in self.failures)
@@ -165,12 +176,13 @@ def worker_cap(h: History, limits: Limits) -> int:
 
 
 def pick(h: History) -> Optional[Dict[str, Any]]:
-    """The cheapest measured config within noise of the fastest."""
+    """The cheapest measured config within GAIN of the fastest: the rest of the real run pays
+    any slowdown, so the online pick gives away no more than that for fewer workers."""
     measured = [c for c in h.measured() if not h.failed(c)]
     if not measured:
         return None
     best = max(h.rate(c) or 0.0 for c in measured)
-    tol = h.noise()
+    tol = PICK_TOLERANCE
     within = [c for c in measured if (h.rate(c) or 0.0) >= (1 - tol) * best]
     return min(within, key=workers)
 
@@ -184,9 +196,9 @@ def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: 
     base = h.baseline
     if base is None:
         return Step(current, why="baseline")
-    if h.n_windows(base) < NEED:
+    if not h.enough(base):
         return Step(base, why="baseline")
-    if not h.failed(current) and h.n_windows(current) < NEED:
+    if key_of(current) != key_of(base) and not h.failed(current) and h.n_windows(current) < NEED:
         return Step(current, why="measuring")
     settled = pick(h) or base
     if explore_left_s <= 0:
@@ -235,7 +247,8 @@ def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
     lo = max(slower, default=0)
     hi = min(within, default=n_best)
     mid = (lo + hi) // 2
-    if lo < mid < hi and not _tried(h, mid, base):
+    # every refinement runs the real job on fewer workers for a while: only where it saves a good part
+    if lo < mid < hi and hi - mid >= max(2, hi // 4) and not _tried(h, mid, base):
         return Step(with_workers(base, mid), why="refine")
     return None
 
