@@ -74,9 +74,20 @@ def picked(results: Dict[str, Any]) -> Dict[str, Any]:
     return dict(rec.get("config") or {})
 
 
-def workload_row(name: str, scale: float, budget: float, grid: List[int]) -> Dict[str, Any]:
+def workload_row(name: str, scale: float, budget: float, grid: List[int],
+                 reuse: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     script = os.path.join(HERE, "workloads", f"{name}.py")
     args = scaled(WORKLOADS[name][0], scale)
+    if reuse is not None and reuse.get("args") == args:  # the runs without feedprof's online code: kept
+        row = {k: reuse[k] for k in ("workload", "args", "written_s", "grid_s", "best", "best_s", "offline_tune_s",
+                                     "offline_pick", "offline_pick_run_s", "offline_total_s")}
+        print(f"{name}: as written, grid and offline tune reused from the last run", flush=True)
+    else:
+        row = _without_online(name, script, args, budget, grid)
+    return _with_online(name, script, args, row)
+
+
+def _without_online(name: str, script: str, args: List[str], budget: float, grid: List[int]) -> Dict[str, Any]:
     row: Dict[str, Any] = {"workload": name, "args": args}
     row["written_s"] = run_forced(script, None, args)
     print(f"{name}: as written {row['written_s']:.1f} s", flush=True)
@@ -92,6 +103,10 @@ def workload_row(name: str, scale: float, budget: float, grid: List[int]) -> Dic
     row["offline_total_s"] = row["offline_tune_s"] + row["offline_pick_run_s"]
     print(f"{name}: offline tune {row['offline_tune_s']:.1f} s -> {row['offline_pick']}, "
           f"then {row['offline_pick_run_s']:.1f} s", flush=True)
+    return row
+
+
+def _with_online(name: str, script: str, args: List[str], row: Dict[str, Any]) -> Dict[str, Any]:
     online = feedprof(["tune", "--online", script, "--", *args])
     row["online_s"], row["online_pick"] = online["wall_s"], picked(online["results"])
     rec = online["results"].get("recommendation") or {}
@@ -130,13 +145,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--budget", type=float, default=60.0, help="the offline tune's budget, seconds")
     ap.add_argument("--grid", default="2,4,8,16,32")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "online-vs-offline-cpu-2core.json"))
+    ap.add_argument("--reuse", default=None, metavar="JSON",
+                    help="keep the as-written, grid and offline runs of this earlier result; re-run online")
     a = ap.parse_args(argv)
+    earlier = {}
+    if a.reuse:
+        with open(a.reuse, encoding="utf-8") as fh:
+            earlier = {r["workload"]: r for r in json.load(fh)["rows"]}
     unknown = [w for w in a.workloads if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s) {unknown}; known: {sorted(WORKLOADS)}")
     rows: List[Dict[str, Any]] = []
     for name in a.workloads:
-        rows.append(workload_row(name, a.scale, a.budget, [int(n) for n in a.grid.split(",")]))
+        rows.append(workload_row(name, a.scale, a.budget, [int(n) for n in a.grid.split(",")], earlier.get(name)))
         with open(a.out, "w", encoding="utf-8") as fh:
             json.dump({"scale": a.scale, "rows": rows}, fh, indent=1)
     print(table(rows))

@@ -23,6 +23,10 @@ p.add_argument("--generator", action="store_true")
 p.add_argument("--kill-above", type=int, default=None)  # a worker dies (SIGKILL) when more than this many run
 p.add_argument("--fail-at", type=int, default=None)  # the dataset raises at this index in the last epoch
 p.add_argument("--exit", type=int, default=0)
+p.add_argument("--bad-record", type=int, default=None)  # raises every epoch; the loop skips it
+p.add_argument("--augment", action="store_true")  # random noise drawn where the sample is loaded
+p.add_argument("--batch-sampler", action="store_true")  # its own, drawing its order eagerly in __iter__
+p.add_argument("--rebuild", action="store_true")  # a new DataLoader every epoch, at the same line
 args = p.parse_args()
 EPOCH = {"n": 0}
 
@@ -37,22 +41,60 @@ class Storage(Dataset):
             os.kill(os.getpid(), signal.SIGKILL)
         if args.fail_at is not None and i == args.fail_at and EPOCH["n"] == args.epochs - 1:
             raise ValueError(f"corrupt record {i}")
+        if args.bad_record is not None and i == args.bad_record:
+            raise KeyError(f"bad record {i}")
         time.sleep(args.fetch_ms / 1000)
-        return torch.full((8,), float(i) / args.samples), i
+        x = torch.full((8,), float(i) / args.samples)
+        if args.augment:
+            x = x + 0.01 * torch.rand(8)
+        return x, i
+
+
+class Shuffled:
+    """A batch sampler whose order is drawn when iter() is called (not lazily)."""
+
+    def __len__(self):
+        return args.samples // args.batch_size
+
+    def __iter__(self):
+        order = torch.randperm(args.samples).tolist()
+        return iter([order[k:k + args.batch_size] for k in range(0, len(self) * args.batch_size, args.batch_size)])
 
 
 torch.manual_seed(0)
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 gen = torch.Generator().manual_seed(7) if args.generator else None
-loader = DataLoader(Storage(), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                    persistent_workers=args.persistent, generator=gen)
+
+
+def make_loader():
+    if args.batch_sampler:
+        return DataLoader(Storage(), batch_sampler=Shuffled(), num_workers=args.workers)
+    return DataLoader(Storage(), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                      persistent_workers=args.persistent, generator=gen)
+
+
+def batches(loader):
+    """The loader's batches; a bad record's batch is skipped, as a loop that catches the error does."""
+    it = iter(loader)
+    while True:
+        try:
+            yield next(it)
+        except StopIteration:
+            return
+        except KeyError:
+            continue
+
+
+loader = make_loader()
 digests = []
 t0 = time.time()
 for epoch in range(args.epochs):
     EPOCH["n"] = epoch
     h = hashlib.sha256()
-    for x, idx in loader:
+    if args.rebuild:
+        loader = make_loader()
+    for x, idx in batches(loader):
         h.update(idx.numpy().tobytes())
         loss = (model(x) - 1).pow(2).mean()
         opt.zero_grad()
@@ -89,8 +131,24 @@ class Storage(Dataset):
         return args.samples
 
     def __getitem__(self, i):
+        if args.bad_record is not None and i == args.bad_record:
+            raise KeyError(f"bad record {i}")
         time.sleep(args.fetch_ms / 1000)
-        return torch.full((8,), float(i) / args.samples), i
+        x = torch.full((8,), float(i) / args.samples)
+        if args.augment:
+            x = x + 0.01 * torch.rand(8)
+        return x, i
+
+
+class Shuffled:
+    """A batch sampler whose order is drawn when iter() is called (not lazily)."""
+
+    def __len__(self):
+        return args.samples // args.batch_size
+
+    def __iter__(self):
+        order = torch.randperm(args.samples).tolist()
+        return iter([order[k:k + args.batch_size] for k in range(0, len(self) * args.batch_size, args.batch_size)])
 
 
 torch.manual_seed(0)

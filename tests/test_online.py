@@ -128,3 +128,23 @@ def test_a_torchrun_job_is_tuned_on_every_rank(tmp_path, no_leftovers):
     ranks = {w["rank"] for w in results["online"]["windows"]}
     assert ranks == {0, 1}
     assert {s["rank"] for s in results["online"]["switches"] if s["config"]["num_workers"]} == {0, 1}
+
+
+@pytest.mark.parametrize("variant", [["--bad-record", "37"], ["--batch-sampler"], ["--rebuild"],
+                                     ["--workers", "2", "--fetch-ms", "0", "--augment"]],
+                         ids=["loop_skips_a_bad_record", "eager_batch_sampler", "loader_rebuilt_each_epoch",
+                              "workers_augment_not_input_bound"])
+def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, variant):
+    """A loop that catches the dataset's error and goes on, a batch sampler that draws its order
+    in __iter__, a DataLoader built anew every epoch, and workers that draw random augmentation
+    (their seeds are the script's own while its settings are kept)."""
+    script = write_script(tmp_path, "train.py", SEEDED)
+    plain, want = _as_written(script, tmp_path / "plain.json", *variant)
+    assert plain.returncode == 0, plain.stderr
+    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
+    assert proc.returncode == 0, proc.stderr
+    assert got["epochs"] == want["epochs"] and got["weights"] == want["weights"]
+    assert got["next_rand"] == want["next_rand"]
+    if "--rebuild" in variant:  # tuning goes on in the loaders built after the first
+        assert max(w["epoch"] for w in results["online"]["windows"]) >= 1 or \
+            len({s["config"]["num_workers"] for s in results["online"]["switches"]}) >= 2

@@ -30,7 +30,7 @@ import collections
 import copy
 import re
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
 TIMED_OUT = "DataLoader timed out after"
@@ -65,7 +65,13 @@ class Segment:
         if feed.handed_back:
             batch = feed.handed_back.popleft()
         else:
-            batch = next(feed.order)  # StopIteration ends the epoch, as always
+            try:
+                batch = next(feed.order)  # StopIteration ends the epoch, as always
+            except StopIteration:
+                raise
+            except Exception as exc:  # the script's sampler failed: its error, raised as the script's
+                feed.failed = exc
+                raise
         self.taken.append(batch)
         return batch
 
@@ -79,10 +85,12 @@ class Feed:
         self.order: Any = iter(())
         self.handed_back: Deque[Any] = collections.deque()
         self.segment: Optional[Segment] = None
+        self.failed: Optional[BaseException] = None  # the script's own sampler raised this
 
     def new_epoch(self, order: Any) -> None:
         self.order = order
         self.handed_back.clear()
+        self.failed = None
 
     def hand_back(self, batches: List[Any]) -> None:
         self.handed_back.extendleft(reversed(batches))
@@ -128,26 +136,19 @@ class Pool:
         self.own_timeout_s = own_timeout_s
         self.proxy = _copy_with(loader, feed, config, base_seed, own_timeout_s or POLL_S)
         if self.workers:
-            # torch's SIGCHLD handler raises in the main thread wherever it is, the script's
-            # step included: this pool's workers are never registered with it, and their
-            # deaths are found at next_batch instead
-            handling = dl._utils.signal_handling
-            register, handling._set_worker_pids = handling._set_worker_pids, lambda *_: None
-            try:
-                self.it = dl._MultiProcessingDataLoaderIter(self.proxy)
-            finally:
-                handling._set_worker_pids = register
-            self.it._worker_pids_set = False
+            self.it = _start_workers(self.proxy, base_seed)
         else:
             self.it = dl._SingleProcessDataLoaderIter(self.proxy)
         self.segment = feed.segment
-        self.delivered = 0
 
     def new_epoch(self, feed: Feed) -> None:
-        self.delivered = 0
         try:
-            if self.workers:
-                self.it._reset(self.proxy)
+            if self.workers:  # (torch's reset waits on the workers: the script's own timeout, not the poll)
+                self.it._timeout = self.own_timeout_s
+                try:
+                    self.it._reset(self.proxy)
+                finally:
+                    self.it._timeout = self.own_timeout_s or POLL_S
             else:
                 from torch.utils.data import dataloader as dl
 
@@ -158,27 +159,71 @@ class Pool:
     def worker_pids(self) -> List[int]:
         return [w.pid for w in getattr(self.it, "_workers", ())] if self.workers else []
 
+    def worker_signals(self) -> List[int]:
+        """The signals that ended this pool's dead workers (SIGKILL: memory; SIGBUS: /dev/shm)."""
+        codes = [getattr(w, "exitcode", None) for w in getattr(self.it, "_workers", ())] if self.workers else []
+        return [-c for c in codes if isinstance(c, int) and c < 0]
+
     def next_batch(self, hang_after_s: Optional[float], now: Callable[[], float]) -> Any:
         """The next batch; a pool that is only polling retries until ``hang_after_s``."""
         t0 = now()
         while True:
             try:
-                batch = next(self.it)
+                return next(self.it)
             except RuntimeError as exc:
                 if self.own_timeout_s or TIMED_OUT not in str(exc):
                     raise
                 if hang_after_s is not None and now() - t0 > hang_after_s:
                     raise PoolHung(now() - t0) from None
-                continue
-            self.delivered += 1
-            return batch
 
-    def undelivered(self) -> List[Any]:
-        return list(self.segment.taken[self.delivered:]) if self.segment is not None else []
+    def consumed(self) -> int:
+        """Batches of this epoch's segment the loop has had, delivered or raised."""
+        if self.segment is None:
+            return 0
+        return self.it._rcvd_idx if self.workers else len(self.segment.taken)
+
+    def undelivered(self, again: int = 0) -> List[Any]:
+        """What the pool took and the loop never had (and the last ``again`` it had: a batch whose
+        error is to be raised again from the script's own settings)."""
+        if self.segment is None:
+            return []
+        return list(self.segment.taken[max(0, self.consumed() - again):])
 
     def close(self) -> None:
         if self.workers:
             self.it._shutdown_workers()
+
+
+_SEEDED: Dict[type, type] = {}
+
+
+def _start_workers(proxy: Any, base_seed: int) -> Any:
+    """A multi-process DataLoader iterator whose worker i is seeded ``base_seed + i``, as the
+    script's own iterator seeds them, and whose workers torch's SIGCHLD handler never hears of:
+    that handler raises in the main thread wherever it is, the script's step included (this
+    pool's deaths are found at next_batch instead)."""
+    from torch.utils.data import dataloader as dl
+
+    base = dl._MultiProcessingDataLoaderIter
+    cls = _SEEDED.get(base)
+    if cls is None:  # torch draws the seed in __init__ (from the proxy's private generator): ignored
+        cls = _SEEDED[base] = type("OnlineWorkers", (base,), {
+            "_base_seed": property(lambda it: it._feedprof_seed, lambda it, value: None)})
+    it = cls.__new__(cls)
+    it._feedprof_seed = base_seed
+    handling = dl._utils.signal_handling
+    register, handling._set_worker_pids = handling._set_worker_pids, lambda *_: None
+    try:
+        it.__init__(proxy)
+    except BaseException:
+        it._worker_pids_set = False  # (never registered: its __del__ must not unregister)
+        if hasattr(it, "_workers"):
+            it._shutdown_workers()
+        raise
+    finally:
+        handling._set_worker_pids = register
+    it._worker_pids_set = False
+    return it
 
 
 class PoolHung(Exception):
@@ -209,8 +254,10 @@ class OnlineLoader:
     draws its own iterators would make. ``tuning`` (trial/online_child.py) says
     which config to serve and is told every batch."""
 
-    def __init__(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any]):
+    def __init__(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+                 chain: Tuple[str, ...] = ()):
         self.loader = loader
+        self.chain = tuple(chain)  # where the script builds it: a loader rebuilt there takes its place
         self.tuning = tuning
         self.loader_id = loader_id
         from feedprof.frameworks.torch import effective
@@ -220,7 +267,7 @@ class OnlineLoader:
         self.own_timeout_s = float(loader.timeout or 0)
         try:
             self.length = len(loader._index_sampler)
-        except TypeError:  # a sampler without __len__
+        except (TypeError, NotImplementedError):  # a sampler without __len__
             self.length = 0
         self.feed = Feed(self.length)
         self.pool: Optional[Pool] = None
@@ -229,13 +276,16 @@ class OnlineLoader:
         self.pool_epoch = 0  # the epoch the pool's segment belongs to
         self.epochs = 0
         self.base_seed = 0
+        self.pools_this_epoch = 0
 
     def epoch(self) -> "OnlineEpoch":
         """What the script's ``iter(loader)`` returns."""
+        order = iter(self.loader._index_sampler)  # (before the seed, as torch's iterator does)
         if not (self.own_persistent and self.epochs):
             self.base_seed = draw_base_seed(self.loader)
         self.epochs += 1
-        self.feed.new_epoch(iter(self.loader._index_sampler))
+        self.pools_this_epoch = 0
+        self.feed.new_epoch(order)
         if self.script_config.get("num_workers"):
             # the script's own workers would start fetching now: the sampler draws here
             try:
@@ -260,7 +310,7 @@ class OnlineLoader:
         self.starting = config  # (a pool that fails to start is that config's failure)
         before = self.feed.segment
         try:
-            self.pool = Pool(self.loader, self.feed, config, self.base_seed, self.own_timeout_s)
+            self.pool = Pool(self.loader, self.feed, config, self._pool_seed(), self.own_timeout_s)
         except BaseException:
             started = self.feed.segment  # what its workers took before it failed: served by the next pool
             if started is not None and started is not before:
@@ -269,6 +319,13 @@ class OnlineLoader:
         self.pool_epoch, self.served = self.epochs, config
         self.tuning.switched(self, config, restart=restart)
         return self.pool
+
+    def _pool_seed(self) -> int:
+        """The epoch's first pool seeds its workers as the script's own iterator would (base seed
+        + worker id); a later pool in the same epoch gets seeds of its own, so no worker stream
+        starts over."""
+        k, self.pools_this_epoch = self.pools_this_epoch, self.pools_this_epoch + 1
+        return (self.base_seed + k * 0x9E3779B97F4A7C15) & 0x7FFF_FFFF_FFFF_FFFF if k else self.base_seed
 
     def close(self) -> None:
         """The run is over: no worker outlives it."""
@@ -281,12 +338,12 @@ class OnlineLoader:
         if not self.own_persistent:
             self._drop_pool()
 
-    def _drop_pool(self) -> None:
+    def _drop_pool(self, again: int = 0) -> None:
         pool, self.pool = self.pool, None
         if pool is None:
             return
         if self.pool_epoch == self.epochs:  # taken this epoch, not delivered: the next pool serves them
-            self.feed.hand_back(pool.undelivered())
+            self.feed.hand_back(pool.undelivered(again))
         try:
             pool.close()
         except (OSError, RuntimeError, AssertionError):  # a broken pool: its group is reaped at the end
@@ -296,13 +353,17 @@ class OnlineLoader:
         """A pool failed mid-epoch: a kill or a hang goes back to a safe config;
         the dataset's own error is raised again from the script's own config,
         exactly as the unmodified run raises it."""
+        if self.feed.failed is not None:  # the script's sampler: its error, as without feedprof
+            raise exc
         kind = failure_kind(exc)
         failed = self.pool.config if self.pool is not None else self.starting
         if kind is None and failed == self.script_config:
             raise exc
-        self.tuning.failed(self, failed, kind or "error", exc)
+        signals = self.pool.worker_signals() if self.pool is not None else []
+        self.tuning.failed(self, failed, kind or "error", exc, signals)
         fallback = self.script_config if kind is None else self.tuning.safe_config(self, failed)
-        self._drop_pool()
+        # an error raised in a worker is the batch the loop had: fetched again with the script's settings
+        self._drop_pool(again=1 if kind is None else 0)
         return self.serve(fallback).next_batch(None, now)
 
 

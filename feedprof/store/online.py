@@ -58,9 +58,12 @@ class OnlineFailure:
 
     rank: int
     config: Dict[str, Any]
-    kind: str  # killed | hung | error
+    kind: str  # killed | hung | error | memory
     error: str
     t_s: float
+    signals: Tuple[int, ...] = ()  # what ended its dead workers (9: SIGKILL, the OOM killer; 7: SIGBUS, /dev/shm)
+    taken_bytes: Optional[int] = None  # kind memory: what the job had taken, against budget_bytes
+    budget_bytes: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -197,17 +197,26 @@ class Controller:
         loader = handle.ref() if handle.ref is not None else None
         if handle.online is None and loader is not None and handle.plan.framework == Framework.TORCH \
                 and handle.plan.is_target is not False:
-            from feedprof.frameworks.torch_online import OnlineLoader, online_capable
-
-            why_not = online_capable(loader)
-            self.emit("online_loader", loader_id=handle.rec.loader_id, mode="mid_epoch" if why_not is None else "none",
-                      why_not=why_not or "")
-            handle.online = OnlineLoader(loader, self.online, handle.rec.loader_id, handle.info.script_config) \
-                if why_not is None else False
+            handle.online = self._online_loader(handle, loader)
         if not handle.online:
             return make_iter
         self.online.consider(handle.online)
         return handle.online.epoch
+
+    def _online_loader(self, handle: LoaderHandle, loader: Any) -> Any:
+        """The loader's OnlineLoader, or False (said in an event) where it cannot switch mid-epoch,
+        or where building one failed: the run then goes on with the loader's own iterator."""
+        from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+
+        try:
+            why_not = online_capable(loader)
+            online = OnlineLoader(loader, self.online, handle.rec.loader_id, handle.info.script_config,
+                                  chain=handle.plan.chain) if why_not is None else False
+        except Exception as exc:  # noqa: BLE001 - feedprof's side must never end the job
+            why_not, online = f"failed: {type(exc).__name__}: {exc}"[:200], False
+        self.emit("online_loader", loader_id=handle.rec.loader_id, mode="mid_epoch" if online else "none",
+                  why_not=why_not or "")
+        return online
 
     def after_batch(self, it: Any, batch: Any) -> None:
         rec: StepRecorder = it.recorder

@@ -71,7 +71,10 @@ def _cpu_s(pids: List[int]) -> Optional[float]:
 def _batch_len(batch: Any) -> int:
     from feedprof.record.steps import infer_batch_size
 
-    return infer_batch_size(batch) or 0
+    try:
+        return infer_batch_size(batch) or 0
+    except Exception:  # noqa: BLE001 - a batch of a shape nobody foresaw: counted as batches only
+        return 0
 
 
 class OnlineTuning:
@@ -86,8 +89,9 @@ class OnlineTuning:
         self.seq = 0
         self.config: Optional[Dict[str, Any]] = None  # None: the script's own
         self.final = False
+        self.broken = False  # feedprof's own side failed: the run goes on, no more switching
         self._t_polled = float("-inf")
-        self._mtime_ns = 0
+        self._seen: tuple = ()
         self._banned_until_seq: Dict[str, int] = {}  # a failed config's key -> the decision that may bring it back
         self.target: Any = None
         self._state: Dict[int, _LoaderState] = {}
@@ -95,11 +99,30 @@ class OnlineTuning:
     # -- which loader, which config ---------------------------------------
 
     def consider(self, ol: Any) -> None:
-        """A loader starts an epoch: the one with the most batches per epoch is tuned."""
-        if self.target is None or (ol is not self.target and ol.length > self.target.length):
-            self.target = ol
-            self.emit("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
-                      per_epoch=not ol.own_persistent)
+        """A loader starts an epoch: the one with the most batches per epoch is tuned (a loader
+        of unknown length counts as the longest), and a loader the script builds again where
+        the tuned one was built takes its place."""
+        old = self.target
+        if old is ol:
+            return
+        longer = (ol.length or float("inf")) > (old.length or float("inf")) if old is not None else True
+        if not (longer or (ol.chain and ol.chain == old.chain)):
+            return
+        self.target = ol
+        if old is not None:
+            old.close()  # (a loader rebuilt every epoch: its predecessor's workers end here)
+        self._say("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
+                  per_epoch=not ol.own_persistent, script_config=ol.script_config)
+
+    def _say(self, event: str, **fields: Any) -> None:
+        """An event for the parent; a failure of feedprof's own (a full disk) never reaches the
+        script's loop: the run goes on with the config in force, and no more switching."""
+        if self.broken:
+            return
+        try:
+            self.emit(event, **fields)
+        except Exception:  # noqa: BLE001 - feedprof's side, whatever it is, must not end the job
+            self.broken = True
 
     def _poll(self) -> None:
         t = self.now()
@@ -110,14 +133,15 @@ class OnlineTuning:
             st = os.stat(self.decision_path)
         except OSError:
             return
-        if st.st_mtime_ns == self._mtime_ns:
+        seen = (st.st_mtime_ns, st.st_ino, st.st_size)  # (written by rename: a new inode each time)
+        if seen == self._seen:
             return
         try:
             with open(self.decision_path, encoding="utf-8") as fh:
                 d = json.load(fh)
         except (OSError, ValueError):
             return  # written atomically: a partial read is a race with a rename; next poll
-        self._mtime_ns = st.st_mtime_ns
+        self._seen = seen
         if d.get("seq", 0) > self.seq:
             self.seq, self.config, self.final = d["seq"], d.get("config"), bool(d.get("final"))
 
@@ -129,6 +153,8 @@ class OnlineTuning:
     def config_for(self, ol: Any) -> Dict[str, Any]:
         if ol is not self.target:
             return ol.script_config
+        if self.broken:
+            return ol.pool.config if ol.pool is not None else ol.script_config
         self._poll()
         config = self.config if self.config is not None else ol.script_config
         if self._banned_until_seq.get(_key(config), -1) >= self.seq:
@@ -161,19 +187,23 @@ class OnlineTuning:
         st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate ...
         st.warm_t0_s, st.warm_batches, st.restart = None, 0, restart  # ... but its cost (online_warmup)
         if ol is self.target and not restart:
-            self.emit("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
+            self._say("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
 
-    def failed(self, ol: Any, config: Dict[str, Any], kind: str, exc: BaseException) -> None:
+    def failed(self, ol: Any, config: Dict[str, Any], kind: str, exc: BaseException,
+               signals: Optional[List[int]] = None) -> None:
+        """A pool of the tuned loader broke (another loader's pool breaking is only recovered)."""
+        if ol is not self.target:
+            return
         self._banned_until_seq[_key(config)] = self.seq
-        self.emit("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
-                  error=f"{type(exc).__name__}: {exc}"[:500], seq=self.seq)
+        self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
+                  error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq)
 
     def epoch_ended(self, ol: Any) -> None:
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
             st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
         if ol is self.target:
-            self.emit("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
+            self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
 
     def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
@@ -207,7 +237,7 @@ class OnlineTuning:
         st.warm_batches += 1
         st.warmup_left -= 1
         if st.warmup_left == 0:
-            self.emit("online_warmup", loader_id=ol.loader_id, config=ol.pool.config, warm_batches=st.warm_batches,
+            self._say("online_warmup", loader_id=ol.loader_id, config=ol.pool.config, warm_batches=st.warm_batches,
                       warm_s=t_got_s - st.warm_t0_s, restart=st.restart, per_epoch=not ol.own_persistent,
                       batches_per_epoch=ol.length)
 
@@ -215,7 +245,7 @@ class OnlineTuning:
         w, st.window = st.window, None
         cpu1 = _cpu_s(st.pids) if st.pids else 0.0
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
-        self.emit("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
+        self._say("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
                   wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
                   epoch=ol.epochs, seq=self.seq)
 

@@ -64,6 +64,8 @@ class Decider:
     on_decision: Optional[Callable[[Step, float], None]] = None  # told each decision (the progress lines)
     memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
     _available0_bytes: int = 0
+    _broke_current: bool = False
+    _taken_bytes: int = 0
     _offsets: Dict[str, int] = field(default_factory=dict)
 
     def poll(self) -> None:
@@ -72,25 +74,31 @@ class Decider:
             return
         if self._memory_over_budget():
             self._retreat("memory")
+        elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
+            self._broke_current = False
+            self._write(Step(retreat(self.history, self.current or {}), final=True, why="retreat"))
         elif changed and not self.final:
             self._decide()
 
     def _memory_over_budget(self) -> bool:
         """Has the job taken more of the machine's memory than the budget since it started
         (cheap: one system reading per poll)? Only a config with workers is left for it."""
-        if self.memory_budget_bytes is None or self.current is None or not self.current.get("num_workers"):
+        if self.memory_budget_bytes is None or self.current is None or not self.current.get("num_workers") \
+                or self.history.failed(self.current):  # (left once already: the child is on its way)
             return False
         import psutil
 
-        taken = self._available0_bytes - psutil.virtual_memory().available
-        return taken > self.memory_budget_bytes
+        self._taken_bytes = self._available0_bytes - psutil.virtual_memory().available
+        return self._taken_bytes > self.memory_budget_bytes
 
     def _retreat(self, kind: str) -> None:
         """Leave the config in force before it breaks the run: a failure of that config, and the
         best measured config with fewer workers for the rest of the run."""
         failed = self.current or {}
         self.history.failures.append(OnlineFailure(rank=0, config=failed, kind=kind, error="memory over the budget",
-                                                   t_s=self.clock.now_s() - self.origin_s))
+                                                   t_s=self.clock.now_s() - self.origin_s,
+                                                   taken_bytes=self._taken_bytes,
+                                                   budget_bytes=self.memory_budget_bytes))
         self._write(Step(retreat(self.history, failed), final=self.final, why="retreat"))
 
     def _read_events(self) -> bool:
@@ -115,9 +123,6 @@ class Decider:
                 self.first_window_s = w.t_start_s
             return True
         if kind == "online_switch":
-            if self.history.baseline is None and ev.get("seq", 0) == 0:
-                self.history.baseline = ev["config"]  # the script's own settings
-                self.current = ev["config"]
             why = "recovered" if self._recovering(ev["config"]) else self.last_why
             self.switches.append(OnlineSwitch(rank=rank, t_s=ev["t_s"], config=ev["config"], why=why))
             return True
@@ -129,15 +134,32 @@ class Decider:
             return True
         if kind == "online_failure":
             self.history.failures.append(OnlineFailure(rank=rank, config=ev["config"], kind=ev["kind"],
-                                                       error=ev.get("error", ""), t_s=ev["t_s"]))
+                                                       error=ev.get("error", ""), t_s=ev["t_s"],
+                                                       signals=tuple(ev.get("signals") or ())))
+            self._broke_current = self.current is not None and key_of(ev["config"]) == key_of(self.current)
             return True
         if kind == "online_target":
-            self.history.batches_per_epoch = ev.get("batches_per_epoch") or 0
-            self.history.restarts_per_epoch = bool(ev.get("per_epoch"))
-            return False
+            self._new_target(ev)
+            return True
         if kind == "online_loader" and rank == 0:
             self.loaders.append(OnlineLoaderMode(loader_id=ev["loader_id"], mode=ev["mode"], why_not=ev["why_not"]))
         return False
+
+    def _new_target(self, ev: Dict[str, Any]) -> None:
+        """The loader tuned from now on (the first, or a longer one, or one rebuilt): its own
+        settings are the baseline; a different baseline starts the measurements over."""
+        h = self.history
+        h.batches_per_epoch = ev.get("batches_per_epoch") or 0
+        h.restarts_per_epoch = bool(ev.get("per_epoch"))
+        own = ev.get("script_config")
+        if own is None or (h.baseline is not None and key_of(own) == key_of(h.baseline)):
+            return
+        if h.baseline is not None:
+            h.windows.clear()
+            h.warmups.clear()
+        h.baseline = own
+        if self.current is None:
+            self.current = own
 
     def _recovering(self, config: Dict[str, Any]) -> bool:
         return bool(self.history.failures) and key_of(config) == key_of(self.history.baseline or {}) \

@@ -10,9 +10,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import recommend, trial_from_run
-from feedprof.store.reasons import KilledBySignal, OutOfMemoryKilled, Reason, ScriptFailed, TrialTimedOut
+from feedprof.store.reasons import (KilledBySignal, OutOfMemoryKilled, OverMemoryBudget, Reason, ScriptFailed,
+                                    SharedMemoryExhausted, TrialTimedOut)
 from feedprof.store import Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState, TuneResult
-from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
+from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
 from feedprof.tune.online_strategy import PICK_TOLERANCE, History, key_of, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
@@ -39,15 +40,18 @@ def _summary(h: History, config: Dict[str, Any]) -> Optional[Summary]:
 
 
 def _failure_cause(f: OnlineFailure) -> Reason:
+    import signal
+
     if f.kind == "hung":
         return TrialTimedOut(limit_s=0.0)
-    if "Bus error" in f.error:
-        from feedprof.store.reasons import SharedMemoryExhausted
-
+    if f.kind == "memory":
+        return OverMemoryBudget(need_bytes=f.taken_bytes or 0, free_bytes=f.budget_bytes or 0)
+    if signal.SIGBUS in f.signals or "Bus error" in f.error:
         return SharedMemoryExhausted(signal="SIGBUS", workers=workers(f.config))
-    if "Killed" in f.error:
+    if signal.SIGKILL in f.signals or "Killed" in f.error:
         return OutOfMemoryKilled(signal="SIGKILL", workers=workers(f.config))
-    return KilledBySignal(signal=f.error[:120])
+    names = [signal.Signals(n).name for n in f.signals if n in signal.Signals._value2member_map_]
+    return KilledBySignal(signal=", ".join(names) or "unknown")
 
 
 def _outcome(failure: Optional[OnlineFailure]) -> Outcome:

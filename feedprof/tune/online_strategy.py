@@ -35,6 +35,7 @@ CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting thi
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
 IO_BOUND_CPU = 0.5  # workers using less than this share of a core each wait on I/O
+CAPPING = ("killed", "hung", "memory")  # failures that rule out every config with as many workers
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -171,7 +172,8 @@ def worker_cap(h: History, limits: Limits) -> int:
     if h.restarts_per_epoch and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
         cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
     for f in h.failures:
-        cap = min(cap, workers(f.config) - 1)
+        if f.kind in CAPPING:  # (an error raised in a worker rules out that config alone)
+            cap = min(cap, workers(f.config) - 1)
     return max(cap, 0)
 
 
@@ -222,13 +224,13 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
     rate, n_best = h.steady_rate(best) or 0.0, workers(best)  # (the ceiling is a steady rate too)
     if rate >= NEAR_CEILING * ceiling or (h.wait_fraction(best) or 0.0) < 2 * NOT_INPUT_BOUND:
         return None
-    higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best)
+    higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best and not h.failed(c))
     if higher:  # a larger count was measured and was not faster: the climb has flattened
         return None
     lanes = max(n_best, 1)
     want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
     n = min(want, worker_cap(h, limits))
-    killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best]
+    killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and f.kind in CAPPING]
     if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
         n = min(n, (n_best + min(killed)) // 2)
     if n <= n_best or _tried(h, n, base):
@@ -242,8 +244,9 @@ def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
         return None
     n_best, top = workers(best), h.rate(best) or 0.0
     tol = h.noise()
-    slower = [workers(c) for c in h.measured() if workers(c) < n_best and (h.rate(c) or 0.0) < (1 - tol) * top]
-    within = [workers(c) for c in h.measured() if workers(c) < n_best and (h.rate(c) or 0.0) >= (1 - tol) * top]
+    sound = [c for c in h.measured() if not h.failed(c) and workers(c) < n_best]
+    slower = [workers(c) for c in sound if (h.rate(c) or 0.0) < (1 - tol) * top]
+    within = [workers(c) for c in sound if (h.rate(c) or 0.0) >= (1 - tol) * top]
     lo = max(slower, default=0)
     hi = min(within, default=n_best)
     mid = (lo + hi) // 2
@@ -264,6 +267,11 @@ def _confirm(h: History) -> Optional[Step]:
 
 
 def retreat(h: History, failed: Dict[str, Any]) -> Dict[str, Any]:
-    """The best measured config with fewer workers than ``failed`` (the script's own at worst)."""
-    fewer = [c for c in h.measured() if workers(c) < workers(failed) and not h.failed(c)]
-    return max(fewer, key=lambda c: h.rate(c) or 0.0, default=h.baseline or {})
+    """The best measured config with fewer workers than ``failed``; without one, half its workers
+    (the script's own settings where they have fewer)."""
+    n = workers(failed)
+    fewer = [c for c in h.measured() if workers(c) < n and not h.failed(c)]
+    if fewer:
+        return max(fewer, key=lambda c: h.rate(c) or 0.0)
+    base = h.baseline or {}
+    return base if workers(base) < n else with_workers(base, n // 2)
