@@ -131,24 +131,8 @@ class Storage(Dataset):
         return args.samples
 
     def __getitem__(self, i):
-        if args.bad_record is not None and i == args.bad_record:
-            raise KeyError(f"bad record {i}")
         time.sleep(args.fetch_ms / 1000)
-        x = torch.full((8,), float(i) / args.samples)
-        if args.augment:
-            x = x + 0.01 * torch.rand(8)
-        return x, i
-
-
-class Shuffled:
-    """A batch sampler whose order is drawn when iter() is called (not lazily)."""
-
-    def __len__(self):
-        return args.samples // args.batch_size
-
-    def __iter__(self):
-        order = torch.randperm(args.samples).tolist()
-        return iter([order[k:k + args.batch_size] for k in range(0, len(self) * args.batch_size, args.batch_size)])
+        return torch.full((8,), float(i) / args.samples), i
 
 
 torch.manual_seed(0)

@@ -58,7 +58,10 @@ def online_lines(result: TuneResult) -> List[str]:
 def _untuned_lines(result: TuneResult) -> List[str]:
     o = result.online
     lines = [f"the training loader was not tuned online: {WHY_NOT.get(m.why_not, m.why_not)}"
-             for m in o.loaders if m.mode != "mid_epoch"]
+             for m in o.loaders if m.mode == "none"]
+    lines += [f"another loader (#{m.loader_id}, a validation pass?) waited {fmt_pct(float(m.why_not or 0))} "
+              f"of its epoch with its own settings: it took the settled config for its later epochs"
+              for m in o.loaders if m.mode == "follows"]
     if not o.switches and not o.loaders:
         lines.append("no torch DataLoader was iterated: there was nothing to tune online")
     s = result.run.summary if result.run is not None else None

@@ -94,7 +94,9 @@ class OnlineSwitch:
 
 @dataclass(frozen=True)
 class OnlineLoaderMode:
-    """How a loader was handled online: mid_epoch switching, or none (and why not)."""
+    """How a loader was handled online: mid_epoch switching, none (``why_not`` says why), or
+    follows: another loader that waited most of an epoch took the settled config (``why_not``
+    holds the share it waited)."""
 
     loader_id: int
     mode: str

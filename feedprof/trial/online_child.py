@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 POLL_S = 0.05  # how often the decision file is looked at
 HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...
 HANG_BATCHES = 20.0  # ... or this many times the slowest batch so far, if longer
+FOLLOW_WAIT = 0.5  # another loader waiting this share of its epoch takes the settled config too
 
 
 @dataclass
@@ -95,6 +96,8 @@ class OnlineTuning:
         self._banned_until_seq: Dict[str, int] = {}  # a failed config's key -> the decision that may bring it back
         self.target: Any = None
         self._state: Dict[int, _LoaderState] = {}
+        self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, last delivery]
+        self._followers: set = set()  # other loaders that take the settled config (they waited too)
 
     # -- which loader, which config ---------------------------------------
 
@@ -152,7 +155,8 @@ class OnlineTuning:
 
     def config_for(self, ol: Any) -> Dict[str, Any]:
         if ol is not self.target:
-            return ol.script_config
+            follows = ol.loader_id in self._followers and self.config is not None and not self.broken
+            return self.config if follows else ol.script_config
         if self.broken:
             return ol.pool.config if ol.pool is not None else ol.script_config
         self._poll()
@@ -193,12 +197,15 @@ class OnlineTuning:
                signals: Optional[List[int]] = None) -> None:
         """A pool of the tuned loader broke (another loader's pool breaking is only recovered)."""
         if ol is not self.target:
+            self._followers.discard(ol.loader_id)  # (another loader: back to its own settings for good)
             return
         self._banned_until_seq[_key(config)] = self.seq
         self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
                   error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq)
 
     def epoch_ended(self, ol: Any) -> None:
+        if ol is not self.target:
+            self._maybe_follow(ol)
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
             st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
@@ -207,6 +214,7 @@ class OnlineTuning:
 
     def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
+            self._other_batch(ol, t_req_s, t_got_s)
             return
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.slowest_s = max(st.slowest_s, t_got_s - t_req_s)
@@ -228,6 +236,24 @@ class OnlineTuning:
         w.t_end_s = t_got_s
         if w.span_s >= self.window_s and w.batches >= self.min_window_batches:
             self._close(ol, st)
+
+    def _other_batch(self, ol: Any, t_req_s: float, t_got_s: float) -> None:
+        """Another loader's batch (a validation pass): its epoch's wait, to judge at its end."""
+        seen = self._others.setdefault(ol.loader_id, [t_req_s, 0.0, 0.0])
+        seen[1] += t_got_s - t_req_s
+        seen[2] = t_got_s
+
+    def _maybe_follow(self, ol: Any) -> None:
+        """Another loader that waited most of its epoch with its own settings takes the settled
+        config from its next epoch on (the same in-order switching: what it delivers is unchanged)."""
+        t0_s, wait_s, t_end_s = self._others.pop(ol.loader_id, (0.0, 0.0, 0.0))
+        if ol.loader_id in self._followers or not self.final or self.broken or self.config is None \
+                or not self.config.get("num_workers") or ol.pool is None or ol.pool.config != ol.script_config:
+            return
+        if t_end_s > t0_s and wait_s / (t_end_s - t0_s) >= FOLLOW_WAIT:
+            self._followers.add(ol.loader_id)
+            self._say("online_follow", loader_id=ol.loader_id, config=self.config,
+                      wait_fraction=wait_s / (t_end_s - t0_s))
 
     def _warming(self, ol: Any, st: _LoaderState, t_req_s: float, t_got_s: float) -> None:
         """A new pool's first batches: once it is full, what starting it cost (workers forked,

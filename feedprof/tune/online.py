@@ -141,6 +141,10 @@ class Decider:
         if kind == "online_target":
             self._new_target(ev)
             return True
+        if kind == "online_follow" and rank == 0:
+            self.loaders.append(OnlineLoaderMode(loader_id=ev["loader_id"], mode="follows",
+                                                 why_not=f"{ev.get('wait_fraction', 0):.2f}"))
+            return False
         if kind == "online_loader" and rank == 0:
             self.loaders.append(OnlineLoaderMode(loader_id=ev["loader_id"], mode=ev["mode"], why_not=ev["why_not"]))
         return False
