@@ -154,6 +154,7 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launc
     with claimed(out_dir):
         if not quiet:
             print("feedprof: tuning inside the run (--online): the job runs once, as written", file=err, flush=True)
+        _warm_renderer()
         result, interrupted = run_online(script, argv, out_dir, opts, launch=launch,
                                          on_decision=None if quiet else say)
         from feedprof.trial.signals import deferred_signals
@@ -167,3 +168,19 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launc
             print(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'results.json'))} and "
                   f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}", file=err, flush=True)
     return result, interrupted
+
+
+def _warm_renderer() -> None:
+    """Import the report's renderer (matplotlib: about a second) while the job runs, which
+    leaves this process idle, rather than after it ends, when the user waits for the report."""
+    import importlib
+    import threading
+
+    def warm() -> None:
+        for name in ("feedprof.render.html", "matplotlib.figure", "matplotlib.backends.backend_svg"):
+            try:
+                importlib.import_module(name)
+            except ImportError:  # (the report says so itself when it is written)
+                return
+
+    threading.Thread(target=warm, name="feedprof-warm-renderer", daemon=True).start()

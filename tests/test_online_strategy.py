@@ -106,3 +106,11 @@ def test_one_window_of_a_loop_that_mostly_waits_is_enough_to_climb():
     assert decide(h, LIMITS, BASE, 60).why == "climb"
     barely = History(baseline=BASE, windows=[window(BASE, 90, 0.2, load_cpu_s=0.01)])
     assert decide(barely, LIMITS, BASE, 60).config == BASE
+
+
+def test_no_refinement_where_fewer_workers_cannot_supply_enough():
+    h = io_bound_baseline()  # 20 b/s waiting 0.9 s of every second: one worker supplies ~22 b/s
+    ten = with_workers(BASE, 10)
+    h.windows += [window(ten, 150, 0.1, t=2, workers_cpu_s=0.5), window(ten, 148, 0.1, t=3, workers_cpu_s=0.5)]
+    step = decide(h, Limits(cpu_cap=2, max_workers=10), ten, 60)
+    assert step.final and step.config == ten  # 5 workers could supply ~110 b/s at most: not tried

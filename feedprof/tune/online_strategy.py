@@ -250,10 +250,25 @@ def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
     lo = max(slower, default=0)
     hi = min(within, default=n_best)
     mid = (lo + hi) // 2
-    # every refinement runs the real job on fewer workers for a while: only where it saves a good part
-    if lo < mid < hi and hi - mid >= max(2, hi // 4) and not _tried(h, mid, base):
-        return Step(with_workers(base, mid), why="refine")
-    return None
+    # every refinement runs the real job on fewer workers for a while: only where it saves a good
+    # part of them, and where what `mid` workers can supply at most is not already too little
+    if not (lo < mid < hi and hi - mid >= max(2, hi // 4)) or _tried(h, mid, base):
+        return None
+    if mid * _supply_per_worker(h, with_workers(base, lo)) < (1 - tol) * top:
+        return None
+    return Step(with_workers(base, mid), why="refine")
+
+
+def _supply_per_worker(h: History, slower: Dict[str, Any]) -> float:
+    """Batches per second one worker can supply at most, from a config that kept the loop
+    waiting: at 0 workers, one over the wait per batch (the loading alone); at n workers, its
+    rate over n (n workers supplied it, and the loop still waited for them)."""
+    n = workers(slower)
+    if n:
+        return (h.rate(slower) or 0.0) / n
+    ws = h.of(slower)
+    wait_s, batches = sum(w.wait_s for w in ws), sum(w.batches for w in ws)
+    return batches / wait_s if wait_s > 0 else float("inf")
 
 
 def _confirm(h: History) -> Optional[Step]:
