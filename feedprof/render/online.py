@@ -60,7 +60,7 @@ def _untuned_lines(result: TuneResult) -> List[str]:
     lines = [f"the training loader was not tuned online: {WHY_NOT.get(m.why_not, m.why_not)}"
              for m in o.loaders if m.mode == "none"]
     lines += [f"another loader (#{m.loader_id}, a validation pass?) waited {fmt_pct(float(m.why_not or 0))} "
-              f"of its epoch with its own settings: it took the settled config for its later epochs"
+              f"of its time with its own settings: it took the tuned loader's config from then on"
               for m in o.loaders if m.mode == "follows"]
     if not o.switches and not o.loaders:
         lines.append("no torch DataLoader was iterated: there was nothing to tune online")

@@ -25,7 +25,8 @@ from typing import Any, Callable, Dict, List, Optional
 POLL_S = 0.05  # how often the decision file is looked at
 HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...
 HANG_BATCHES = 20.0  # ... or this many times the slowest batch so far, if longer
-FOLLOW_WAIT = 0.5  # another loader waiting this share of its epoch takes the settled config too
+FOLLOW_WAIT = 0.5  # another loader waiting this share of its epoch so far takes the config in force too ...
+FOLLOW_BATCHES, FOLLOW_SPAN_S = 3, 0.2  # ... once it has had this many batches over this long
 
 
 @dataclass
@@ -96,7 +97,7 @@ class OnlineTuning:
         self._banned_until_seq: Dict[str, int] = {}  # a failed config's key -> the decision that may bring it back
         self.target: Any = None
         self._state: Dict[int, _LoaderState] = {}
-        self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, last delivery]
+        self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, batches]
         self._followers: set = set()  # other loaders that take the settled config (they waited too)
 
     # -- which loader, which config ---------------------------------------
@@ -205,7 +206,7 @@ class OnlineTuning:
 
     def epoch_ended(self, ol: Any) -> None:
         if ol is not self.target:
-            self._maybe_follow(ol)
+            self._others.pop(ol.loader_id, None)
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
             st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
@@ -238,22 +239,19 @@ class OnlineTuning:
             self._close(ol, st)
 
     def _other_batch(self, ol: Any, t_req_s: float, t_got_s: float) -> None:
-        """Another loader's batch (a validation pass): its epoch's wait, to judge at its end."""
-        seen = self._others.setdefault(ol.loader_id, [t_req_s, 0.0, 0.0])
+        """Another loader's batch (a validation pass): once a few of its batches show it waits
+        most of the time with its own settings, it follows the config in force (switched at
+        its next batch, in order like the tuned loader: what it delivers is unchanged)."""
+        seen = self._others.setdefault(ol.loader_id, [t_req_s, 0.0, 0])
         seen[1] += t_got_s - t_req_s
-        seen[2] = t_got_s
-
-    def _maybe_follow(self, ol: Any) -> None:
-        """Another loader that waited most of its epoch with its own settings takes the settled
-        config from its next epoch on (the same in-order switching: what it delivers is unchanged)."""
-        t0_s, wait_s, t_end_s = self._others.pop(ol.loader_id, (0.0, 0.0, 0.0))
-        if ol.loader_id in self._followers or not self.final or self.broken or self.config is None \
-                or not self.config.get("num_workers") or ol.pool is None or ol.pool.config != ol.script_config:
+        seen[2] += 1
+        span_s = t_got_s - seen[0]
+        if ol.loader_id in self._followers or self.broken or not (self.config or {}).get("num_workers") \
+                or ol.pool is None or ol.pool.config != ol.script_config:
             return
-        if t_end_s > t0_s and wait_s / (t_end_s - t0_s) >= FOLLOW_WAIT:
+        if seen[2] >= FOLLOW_BATCHES and span_s >= FOLLOW_SPAN_S and seen[1] / span_s >= FOLLOW_WAIT:
             self._followers.add(ol.loader_id)
-            self._say("online_follow", loader_id=ol.loader_id, config=self.config,
-                      wait_fraction=wait_s / (t_end_s - t0_s))
+            self._say("online_follow", loader_id=ol.loader_id, config=self.config, wait_fraction=seen[1] / span_s)
 
     def _warming(self, ol: Any, st: _LoaderState, t_req_s: float, t_got_s: float) -> None:
         """A new pool's first batches: once it is full, what starting it cost (workers forked,
