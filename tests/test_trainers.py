@@ -128,3 +128,22 @@ def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no
     assert rec["config"] == {"num_workers": 1, "method": "process", "prefetch_factor": 2} and rec["batch_size"] == 4
     assert rec["config_sites"] == [f"train.py:{line_of(text, 'tn.ParallelMapper(')}",
                                    f"train.py:{line_of(text, 'tn.Prefetcher(')}"]
+
+
+@pytest.mark.parametrize("trainer", ["lightning", "transformers"])
+def test_trainers_are_tuned_online_unmodified(tmp_path, no_leftovers, trainer):
+    """tune --online on a Lightning script (DDP rebuilds the loader) and a Trainer script
+    (accelerate wraps it): the loader the trainer builds switches while it trains, the job
+    ends with its own status, and the advice is the script's own line."""
+    pytest.importorskip("lightning" if trainer == "lightning" else "transformers")
+    body = (LIGHTNING.replace("max_epochs=5", "max_epochs=2") if trainer == "lightning"
+            else TRANSFORMERS.replace("num_train_epochs=2", "num_train_epochs=1"))
+    script = write_script(tmp_path, "train.py", body)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", "--online", script, "--out", str(out), "--quiet"], timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((out / "results.json").read_text())
+    assert len({s["config"]["num_workers"] for s in res["online"]["switches"]}) >= 2
+    rec = res["recommendation"]
+    assert rec["config"]["num_workers"] >= 2
+    assert "train.py:" in rec["paste_line"] and "site-packages" not in rec["paste_line"]

@@ -77,7 +77,7 @@ class Decider:
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
             self._write(Step(retreat(self.history, self.current or {}), final=True, why="retreat"))
-        elif changed and not self.final:
+        elif not self.final and (changed or self.explore_left_s() <= 0):  # (a silent config cannot hold it)
             self._decide()
 
     def _memory_over_budget(self) -> bool:

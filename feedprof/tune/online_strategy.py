@@ -198,13 +198,13 @@ def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: 
     base = h.baseline
     if base is None:
         return Step(current, why="baseline")
+    settled = pick(h) or base
+    if explore_left_s <= 0:  # (first: a config that never fills a window cannot hold the search)
+        return Step(settled, final=True, why="budget")
     if not h.enough(base):
         return Step(base, why="baseline")
     if key_of(current) != key_of(base) and not h.failed(current) and h.n_windows(current) < NEED:
         return Step(current, why="measuring")
-    settled = pick(h) or base
-    if explore_left_s <= 0:
-        return Step(settled, final=True, why="budget")
     if (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
         return Step(base, final=True, why="not_input_bound")
     step = _climb(h, limits, base) or _refine(h, base) or _confirm(h)
