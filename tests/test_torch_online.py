@@ -1,6 +1,7 @@
 """The feed that worker pools share in online mode (frameworks/torch_online.py): what one
 pool took but did not deliver is served first by the next, so the loop sees the order once."""
-from feedprof.frameworks.torch_online import Feed, failure_kind, PoolHung
+from feedprof.frameworks.torch_online import Feed
+from feedprof.frameworks.torch_pool import PoolHung, failure_kind
 
 
 def test_batches_taken_but_not_delivered_are_served_first_by_the_next_pool():

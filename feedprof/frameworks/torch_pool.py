@@ -1,0 +1,151 @@
+"""One worker pool of an online DataLoader (frameworks/torch_online.py): torch's own
+iterator, built on a private copy of the user's loader that reads its batches from the
+shared feed, its workers seeded as the script's own iterator seeds them, its deaths and
+hangs found by polling rather than by torch's SIGCHLD handler."""
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, Callable, Dict, List, Optional
+
+KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
+TIMED_OUT = "DataLoader timed out after"
+POLL_S = 1.0  # how often a waiting pool checks its workers are alive (torch's own check is every 5 s)
+
+
+def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, timeout_s: float) -> Any:
+    """A shallow copy of the loader that reads its batches from ``feed`` and
+    draws its workers' seed from a private generator seeded with ``base_seed``."""
+    import torch
+
+    proxy = copy.copy(loader)
+    put = object.__setattr__  # past DataLoader.__setattr__, which guards some of these
+    put(proxy, "batch_sampler" if loader.batch_sampler is not None else "sampler", feed)
+    n = int(config.get("num_workers") or 0)
+    put(proxy, "num_workers", n)
+    put(proxy, "prefetch_factor", (config.get("prefetch_factor") or 2) if n else None)
+    put(proxy, "pin_memory", bool(config.get("pin_memory", loader.pin_memory)))
+    put(proxy, "persistent_workers", True)  # the pool outlives the epoch: switching decides its end
+    put(proxy, "timeout", timeout_s if n else 0)
+    put(proxy, "_iterator", None)
+    gen = torch.Generator()
+    gen.manual_seed(base_seed & 0x7FFF_FFFF_FFFF_FFFF)
+    put(proxy, "generator", gen)
+    return proxy
+
+
+class Pool:
+    """One config's worker pool (or the main process, at 0 workers) serving a feed."""
+
+    def __init__(self, loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, own_timeout_s: float):
+        from torch.utils.data import dataloader as dl
+
+        self.config = dict(config)
+        self.workers = int(config.get("num_workers") or 0)
+        # the script's own timeout where it set one; else a short poll (see next_batch)
+        self.own_timeout_s = own_timeout_s
+        self.proxy = _copy_with(loader, feed, config, base_seed, own_timeout_s or POLL_S)
+        if self.workers:
+            self.it = _start_workers(self.proxy, base_seed)
+        else:
+            self.it = dl._SingleProcessDataLoaderIter(self.proxy)
+        self.segment = feed.segment
+
+    def new_epoch(self, feed: Any) -> None:
+        try:
+            if self.workers:  # (torch's reset waits on the workers: the script's own timeout, not the poll)
+                self.it._timeout = self.own_timeout_s
+                try:
+                    self.it._reset(self.proxy)
+                finally:
+                    self.it._timeout = self.own_timeout_s or POLL_S
+            else:
+                from torch.utils.data import dataloader as dl
+
+                self.it = dl._SingleProcessDataLoaderIter(self.proxy)
+        finally:
+            self.segment = feed.segment
+
+    def worker_pids(self) -> List[int]:
+        return [w.pid for w in getattr(self.it, "_workers", ())] if self.workers else []
+
+    def worker_signals(self) -> List[int]:
+        """The signals that ended this pool's dead workers (SIGKILL: memory; SIGBUS: /dev/shm)."""
+        codes = [getattr(w, "exitcode", None) for w in getattr(self.it, "_workers", ())] if self.workers else []
+        return [-c for c in codes if isinstance(c, int) and c < 0]
+
+    def next_batch(self, hang_after_s: Optional[float], now: Callable[[], float]) -> Any:
+        """The next batch; a pool that is only polling retries until ``hang_after_s``."""
+        t0 = now()
+        while True:
+            try:
+                return next(self.it)
+            except RuntimeError as exc:
+                if self.own_timeout_s or TIMED_OUT not in str(exc):
+                    raise
+                if hang_after_s is not None and now() - t0 > hang_after_s:
+                    raise PoolHung(now() - t0) from None
+
+    def consumed(self) -> int:
+        """Batches of this epoch's segment the loop has had, delivered or raised."""
+        if self.segment is None:
+            return 0
+        return self.it._rcvd_idx if self.workers else len(self.segment.taken)
+
+    def undelivered(self, again: int = 0) -> List[Any]:
+        """What the pool took and the loop never had (and the last ``again`` it had: a batch whose
+        error is to be raised again from the script's own settings)."""
+        if self.segment is None:
+            return []
+        return list(self.segment.taken[max(0, self.consumed() - again):])
+
+    def close(self) -> None:
+        if self.workers:
+            self.it._shutdown_workers()
+
+
+_SEEDED: Dict[type, type] = {}
+
+
+def _start_workers(proxy: Any, base_seed: int) -> Any:
+    """A multi-process DataLoader iterator whose worker i is seeded ``base_seed + i``, as the
+    script's own iterator seeds them, and whose workers torch's SIGCHLD handler never hears of:
+    that handler raises in the main thread wherever it is, the script's step included (this
+    pool's deaths are found at next_batch instead)."""
+    from torch.utils.data import dataloader as dl
+
+    base = dl._MultiProcessingDataLoaderIter
+    cls = _SEEDED.get(base)
+    if cls is None:  # torch draws the seed in __init__ (from the proxy's private generator): ignored
+        cls = _SEEDED[base] = type("OnlineWorkers", (base,), {
+            "_base_seed": property(lambda it: it._feedprof_seed, lambda it, value: None)})
+    it = cls.__new__(cls)
+    it._feedprof_seed = base_seed
+    handling = dl._utils.signal_handling
+    register, handling._set_worker_pids = handling._set_worker_pids, lambda *_: None
+    try:
+        it.__init__(proxy)
+    except BaseException:
+        it._worker_pids_set = False  # (never registered: its __del__ must not unregister)
+        if hasattr(it, "_workers"):
+            it._shutdown_workers()
+        raise
+    finally:
+        handling._set_worker_pids = register
+    it._worker_pids_set = False
+    return it
+
+
+class PoolHung(Exception):
+    def __init__(self, waited_s: float):
+        super().__init__(f"no batch for {waited_s:.1f} s")
+        self.waited_s = waited_s
+
+
+def failure_kind(exc: BaseException) -> Optional[str]:
+    """killed | hung, for a pool's failure that is not the dataset's own error."""
+    if isinstance(exc, PoolHung):
+        return "hung"
+    if isinstance(exc, RuntimeError) and KILLED.search(str(exc)):
+        return "killed"
+    return None
