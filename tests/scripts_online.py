@@ -158,3 +158,39 @@ with open(f"{args.report}.{rank}", "w") as fh:
     json.dump({"epochs": digests, "weights": w, "train_s": time.time() - t0}, fh)
 dist.destroy_process_group()
 '''
+
+IN_LOOP = '''
+import hashlib, json, sys, time
+import torch
+import feedprof
+from torch.utils.data import DataLoader, Dataset
+
+
+class Storage(Dataset):
+    def __len__(self):
+        return 960
+
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return torch.full((4,), float(i)), i
+
+
+torch.manual_seed(0)
+loader = DataLoader(Storage(), batch_size=16, shuffle=True)
+tune = sys.argv[2] == "tune"
+digests = []
+with feedprof.profile(tune=tune) as prof:
+    for epoch in range(5):
+        h = hashlib.sha256()
+        for x, idx in prof.watch(loader):  # (watched anew every epoch, as loops often do)
+            h.update(idx.numpy().tobytes())
+            time.sleep(0.002)
+        digests.append(h.hexdigest()[:16])
+out = {"epochs": digests, "next_rand": torch.rand(1).item()}
+if tune:
+    result = prof.tuned()
+    out["workers"] = result.recommendation.config["num_workers"]
+    out["switches"] = len(result.online.switches)
+    prof.report(sys.argv[1] + ".html")
+json.dump(out, open(sys.argv[1], "w"))
+'''

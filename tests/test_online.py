@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import run_feedprof, write_script
-from scripts_online import DDP, SEEDED
+from scripts_online import DDP, IN_LOOP, SEEDED
 
 pytest.importorskip("torch")
 
@@ -148,3 +148,20 @@ def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, va
     if "--rebuild" in variant:  # tuning goes on in the loaders built after the first
         assert max(w["epoch"] for w in results["online"]["windows"]) >= 1 or \
             len({s["config"]["num_workers"] for s in results["online"]["switches"]}) >= 2
+
+
+def test_profile_tune_true_tunes_the_users_own_loop(tmp_path, no_leftovers):
+    """feedprof.profile(tune=True) and prof.watch(loader): the same switching inside the user's
+    process, the same order, and a tune's result and report."""
+    script = write_script(tmp_path, "loop.py", IN_LOOP)
+    runs = {}
+    for mode in ("plain", "tune"):
+        report = tmp_path / f"{mode}.json"
+        proc = subprocess.run([sys.executable, script, str(report), mode], capture_output=True, text=True,
+                              timeout=180)
+        assert proc.returncode == 0, proc.stderr
+        runs[mode] = json.loads(report.read_text())
+    assert runs["tune"]["epochs"] == runs["plain"]["epochs"]
+    assert runs["tune"]["next_rand"] == runs["plain"]["next_rand"]
+    assert runs["tune"]["switches"] >= 2 and runs["tune"]["workers"] >= 2
+    assert (tmp_path / "tune.json.html").exists()
