@@ -22,6 +22,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from feedprof.analyse.recommend import config_key
+
 POLL_S = 0.05  # how often the decision file is looked at
 HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...
 HANG_BATCHES = 20.0  # ... or this many times the slowest batch so far, if longer
@@ -94,7 +96,7 @@ class OnlineTuning:
         self.broken = False  # feedprof's own side failed: the run goes on, no more switching
         self._t_polled = float("-inf")
         self._seen: tuple = ()
-        self._banned_until_seq: Dict[str, int] = {}  # a failed config's key -> the decision that may bring it back
+        self._banned_until_seq: Dict[tuple, int] = {}  # a failed config's key -> the decision that may bring it back
         self.target: Any = None
         self._state: Dict[int, _LoaderState] = {}
         self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, batches]
@@ -162,7 +164,7 @@ class OnlineTuning:
             return ol.pool.config if ol.pool is not None else ol.script_config
         self._poll()
         config = self.config if self.config is not None else ol.script_config
-        if self._banned_until_seq.get(_key(config), -1) >= self.seq:
+        if self._banned_until_seq.get(config_key(config), -1) >= self.seq:
             return ol.pool.config if ol.pool is not None else ol.script_config
         return config
 
@@ -200,7 +202,7 @@ class OnlineTuning:
         if ol is not self.target:
             self._followers.discard(ol.loader_id)  # (another loader: back to its own settings for good)
             return
-        self._banned_until_seq[_key(config)] = self.seq
+        self._banned_until_seq[config_key(config)] = self.seq
         self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
                   error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq)
 
@@ -270,9 +272,5 @@ class OnlineTuning:
         cpu1 = _cpu_s(st.pids) if st.pids else 0.0
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
         self._say("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
-                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s, t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu,
-                  epoch=ol.epochs, seq=self.seq)
-
-
-def _key(config: Dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
+                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s,
+                  t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu, epoch=ol.epochs, seq=self.seq)

@@ -23,7 +23,8 @@ from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
 from feedprof.trial.protocol import read_events
-from feedprof.tune.online_strategy import History, Limits, Step, decide, key_of, retreat
+from feedprof.analyse.recommend import config_key
+from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat
 
 DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
@@ -73,7 +74,7 @@ class Decider:
         if self.history.baseline is None:
             return
         if self._memory_over_budget():
-            self._retreat("memory")
+            self._leave_for_memory()
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
             self._write(Step(retreat(self.history, self.current or {}), final=True, why="retreat"))
@@ -91,11 +92,11 @@ class Decider:
         self._taken_bytes = self._available0_bytes - psutil.virtual_memory().available
         return self._taken_bytes > self.memory_budget_bytes
 
-    def _retreat(self, kind: str) -> None:
-        """Leave the config in force before it breaks the run: a failure of that config, and the
-        best measured config with fewer workers for the rest of the run."""
+    def _leave_for_memory(self) -> None:
+        """Leave the config in force before its memory breaks the run: a failure of that config,
+        and the best measured config with fewer workers for the rest of the run."""
         failed = self.current or {}
-        self.history.failures.append(OnlineFailure(rank=0, config=failed, kind=kind, error="memory over the budget",
+        self.history.failures.append(OnlineFailure(rank=0, config=failed, kind="memory", error="memory over the budget",
                                                    t_s=self.clock.now_s() - self.origin_s,
                                                    taken_bytes=self._taken_bytes,
                                                    budget_bytes=self.memory_budget_bytes))
@@ -116,8 +117,8 @@ class Decider:
         if kind == "online_window":
             w = OnlineWindow(rank=rank, config=ev["config"], batches=ev["batches"], samples=ev["samples"],
                              wait_s=ev["wait_s"], t_start_s=ev["t_start_s"], t_end_s=ev["t_end_s"],
-                             workers_cpu_s=ev.get("workers_cpu_s"), load_cpu_s=ev.get("load_cpu_s", 0.0), span_s=ev.get("span_s"),
-                             epoch=ev.get("epoch", 0))
+                             workers_cpu_s=ev.get("workers_cpu_s"), load_cpu_s=ev.get("load_cpu_s", 0.0),
+                             span_s=ev.get("span_s"), epoch=ev.get("epoch", 0))
             self.history.windows.append(w)
             if self.first_window_s is None:
                 self.first_window_s = w.t_start_s
@@ -136,7 +137,7 @@ class Decider:
             self.history.failures.append(OnlineFailure(rank=rank, config=ev["config"], kind=ev["kind"],
                                                        error=ev.get("error", ""), t_s=ev["t_s"],
                                                        signals=tuple(ev.get("signals") or ())))
-            self._broke_current = self.current is not None and key_of(ev["config"]) == key_of(self.current)
+            self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
             return True
         if kind == "online_target":
             self._new_target(ev)
@@ -156,7 +157,7 @@ class Decider:
         h.batches_per_epoch = ev.get("batches_per_epoch") or 0
         h.restarts_per_epoch = bool(ev.get("per_epoch"))
         own = ev.get("script_config")
-        if own is None or (h.baseline is not None and key_of(own) == key_of(h.baseline)):
+        if own is None or (h.baseline is not None and config_key(own) == config_key(h.baseline)):
             return
         if h.baseline is not None:
             h.windows.clear()
@@ -166,8 +167,8 @@ class Decider:
             self.current = own
 
     def _recovering(self, config: Dict[str, Any]) -> bool:
-        return bool(self.history.failures) and key_of(config) == key_of(self.history.baseline or {}) \
-            and self.current is not None and key_of(self.current) != key_of(config)
+        return bool(self.history.failures) and config_key(config) == config_key(self.history.baseline or {}) \
+            and self.current is not None and config_key(self.current) != config_key(config)
 
     def explore_left_s(self) -> float:
         if self.first_window_s is None:
@@ -199,7 +200,7 @@ class Decider:
         if step.final:
             self.final = True
             self.settled_at_s = self.clock.now_s() - self.origin_s
-        if key_of(step.config) != key_of(self.current or {}) or step.final:
+        if config_key(step.config) != config_key(self.current or {}) or step.final:
             self._write(step)
 
     def _write(self, step: Step) -> None:

@@ -9,12 +9,13 @@ import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import classify
-from feedprof.analyse.recommend import recommend, trial_from_run
+from feedprof.analyse.recommend import config_key, recommend, trial_from_run
 from feedprof.store.reasons import (KilledBySignal, OutOfMemoryKilled, OverMemoryBudget, Reason, ScriptFailed,
                                     SharedMemoryExhausted, TrialTimedOut)
-from feedprof.store import Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState, TuneResult
+from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState,
+                            TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
-from feedprof.tune.online_strategy import PICK_TOLERANCE, History, key_of, workers
+from feedprof.tune.online_strategy import PICK_TOLERANCE, History, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
 
@@ -64,7 +65,7 @@ def _outcome(failure: Optional[OnlineFailure]) -> Outcome:
 
 
 def _config_run(h: History, config: Dict[str, Any]) -> Run:
-    failure = next((f for f in h.failures if key_of(f.config) == key_of(config)), None)
+    failure = next((f for f in h.failures if config_key(f.config) == config_key(config)), None)
     outcome = _outcome(failure)
     ws = h.of(config)
     return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h, config),
@@ -75,17 +76,17 @@ def _configs_in_order(h: History, switch_configs: Sequence[Dict[str, Any]]) -> L
     seen: Dict[str, Dict[str, Any]] = {}
     for c in [h.baseline or {}, *switch_configs, *(w.config for w in h.windows), *(f.config for f in h.failures)]:
         if c:
-            seen.setdefault(key_of(c), c)
+            seen.setdefault(config_key(c), c)
     return [c for c in seen.values() if h.of(c) or h.failed(c)]
 
 
 def _trials(h: History, decider: Any, space: Any) -> List[Trial]:
-    whys = {key_of(s.config): s.why for s in reversed(decider.switches)}
+    whys = {config_key(s.config): s.why for s in reversed(decider.switches)}
     trials: List[Trial] = []
     for config in _configs_in_order(h, [s.config for s in decider.switches]):
-        base = key_of(config) == key_of(h.baseline or {})
+        base = config_key(config) == config_key(h.baseline or {})
         role = Role.BASELINE if base else Role.SEARCH
-        phase = Phase.BASELINE if base else PHASE_OF_WHY.get(whys.get(key_of(config), ""), Phase.SEARCH)
+        phase = Phase.BASELINE if base else PHASE_OF_WHY.get(whys.get(config_key(config), ""), Phase.SEARCH)
         trials.append(trial_from_run(len(trials), role, config, _config_run(h, config), phase=phase,
                                      config_text=space.describe(config)))
     ceiling = h.ceiling()
@@ -102,8 +103,8 @@ def _settled(trials: List[Trial], decider: Any) -> List[Trial]:
     (its hazards); before that, every config measured, by the online pick's own rule."""
     if not decider.final or decider.current is None:
         return trials
-    kept = key_of(decider.current)
-    return [t for t in trials if key_of(t.config) == kept or t.role in (Role.BASELINE, Role.CEILING)
+    kept = config_key(decider.current)
+    return [t for t in trials if config_key(t.config) == kept or t.role in (Role.BASELINE, Role.CEILING)
             or t.state != TrialState.OK]
 
 
@@ -151,9 +152,11 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
                           windows=tuple(h.windows), switches=tuple(decider.switches), failures=tuple(h.failures),
                           warmups=tuple(h.warmups),
                           loaders=modes,
-                          workers_changed=any(key_of(s.config) != key_of(h.baseline or {}) for s in decider.switches),
+                          workers_changed=any(config_key(s.config) != config_key(h.baseline or {})
+                                              for s in decider.switches),
                           exit_code=exit_code)
-    return TuneResult(script=script, argv=tuple(argv), framework=Framework.TORCH if h.baseline is not None else Framework.NONE,
+    framework = Framework.TORCH if h.baseline is not None else Framework.NONE
+    return TuneResult(script=script, argv=tuple(argv), framework=framework,
                       loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,
                       budget_s=decider.opts.explore_s, complete=complete, host=host, recommendation=rec,
                       trials=tuple(trials), launch=tuple(launch.command) if launch else (), online=online,

@@ -18,12 +18,12 @@ job's: the slowest rank's median window, per config.
 """
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from feedprof.analyse.recommend import config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 
 NEED = 2  # windows per config before it is judged
@@ -39,10 +39,6 @@ CAPPING = ("killed", "hung", "memory")  # failures that rule out every config wi
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
-def key_of(config: Dict[str, Any]) -> str:
-    return json.dumps(config, sort_keys=True)
-
-
 @dataclass
 class History:
     """Everything measured so far in the run."""
@@ -55,8 +51,8 @@ class History:
     restarts_per_epoch: bool = False  # its workers start anew every epoch (no persistent_workers)
 
     def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
-        k = key_of(config)
-        return [w for w in self.windows if key_of(w.config) == k]
+        k = config_key(config)
+        return [w for w in self.windows if config_key(w.config) == k]
 
     def steady_rate(self, config: Dict[str, Any]) -> Optional[float]:
         """The job's steady rate at this config: the slowest rank's median window."""
@@ -68,9 +64,9 @@ class History:
     def epoch_cost_s(self, config: Dict[str, Any]) -> Optional[float]:
         """What starting this config's workers costs beyond its steady rate (median over its starts)."""
         steady = self.steady_rate(config)
-        k = key_of(config)
+        k = config_key(config)
         costs = [max(0.0, w.warm_s - w.warm_batches / steady) for w in self.warmups
-                 if key_of(w.config) == k and steady]
+                 if config_key(w.config) == k and steady]
         return statistics.median(costs) if costs else None
 
     def rate(self, config: Dict[str, Any]) -> Optional[float]:
@@ -78,8 +74,8 @@ class History:
         epoch, where the script's loader starts them anew every epoch (as an offline tune does)."""
         steady = self.steady_rate(config)
         cost = self.epoch_cost_s(config)
-        k = key_of(config)
-        per_epoch = next((w for w in self.warmups if key_of(w.config) == k and w.per_epoch), None)
+        k = config_key(config)
+        per_epoch = next((w for w in self.warmups if config_key(w.config) == k and w.per_epoch), None)
         if steady is None or not cost or per_epoch is None or not per_epoch.batches_per_epoch:
             return steady
         bpe = per_epoch.batches_per_epoch
@@ -114,20 +110,20 @@ class History:
     def measured(self) -> List[Dict[str, Any]]:
         seen: Dict[str, Dict[str, Any]] = {}
         for w in self.windows:
-            seen.setdefault(key_of(w.config), w.config)
+            seen.setdefault(config_key(w.config), w.config)
         return [c for c in seen.values() if self.enough(c)]
 
     def enough(self, config: Dict[str, Any]) -> bool:
         """Measured well enough to be judged: NEED windows, or one of the script's own settings
         when the loop waited most of it (every second more there is the run's slowest)."""
         n = self.n_windows(config)
-        if n and self.baseline is not None and key_of(config) == key_of(self.baseline):
+        if n and self.baseline is not None and config_key(config) == config_key(self.baseline):
             first = self.of(config)[0]
             return n >= NEED or first.wait_fraction >= CLEARLY_WAITING
         return n >= NEED
 
     def failed(self, config: Dict[str, Any]) -> bool:
-        return any(key_of(f.config) == key_of(config) for f in self.failures)
+        return any(config_key(f.config) == config_key(config) for f in self.failures)
 
 
 @dataclass(frozen=True)
@@ -203,7 +199,7 @@ def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: 
         return Step(settled, final=True, why="budget")
     if not h.enough(base):
         return Step(base, why="baseline")
-    if key_of(current) != key_of(base) and not h.failed(current) and h.n_windows(current) < NEED:
+    if config_key(current) != config_key(base) and not h.failed(current) and h.n_windows(current) < NEED:
         return Step(current, why="measuring")
     if (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
         return Step(base, final=True, why="not_input_bound")
@@ -273,7 +269,7 @@ def _supply_per_worker(h: History, slower: Dict[str, Any]) -> float:
 
 def _confirm(h: History) -> Optional[Step]:
     chosen, best = pick(h), fastest(h)
-    if chosen is None or best is None or key_of(chosen) == key_of(best):
+    if chosen is None or best is None or config_key(chosen) == config_key(best):
         return None
     for c in sorted((chosen, best), key=lambda c: h.n_windows(c)):
         if h.n_windows(c) < CONFIRM:
