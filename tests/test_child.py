@@ -66,3 +66,14 @@ def test_a_window_holds_several_times_the_queue(tmp_path):
     result, _ = run_until_measured(ctl, clock, [0.01] * 5000, {"num_workers": 32, "prefetch_factor": 4})
     steps = sum(result["loaders"][0]["steps"]["n_steps"])
     assert steps >= QUEUE_MULTIPLE * 128  # not 0.1 s worth: 4 x 128 batches in flight
+
+
+def test_workers_still_starting_are_not_the_steady_rate(tmp_path):
+    """32 workers on 2 CPUs: past the warm-up the loop still gets a batch every
+    25 ms for half a second while the last workers start, then one every 10 ms."""
+    clock = FakeClock(0.0)
+    ctl = controller(tmp_path, clock)
+    result, _ = run_until_measured(ctl, clock, [0.001] * 64 + [0.025] * 20 + [0.01] * 2000,
+                                   {"num_workers": 32, "prefetch_factor": 2})
+    assert window_rate(result) == pytest.approx(100.0, rel=0.05)  # without the move: 90
+    assert ctl._settle_moves >= 1

@@ -28,8 +28,8 @@ from feedprof.trial.online_child import OnlineTuning
 from feedprof.trial.userframes import user_call_chain
 
 QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
-SETTLE_TOLERANCE = 0.10  # a first chunk this much faster than the rest is a queue draining
-MAX_SETTLE_MOVES = 2  # the window's start moves at most this often
+SETTLE_TOLERANCE = 0.10  # a first chunk this much faster or slower than the rest is not steady yet
+MAX_SETTLE_MOVES = 3  # the window's start moves at most this often
 
 
 class StopTrial(BaseException):
@@ -266,7 +266,9 @@ class Controller:
     def _settled(self, rec: StepRecorder) -> bool:
         """Is the window's rate steady? A first chunk much faster than the rest
         is a queue filled during start-up draining (deep prefetch queues of many
-        workers): the window then starts after that chunk, and goes on."""
+        workers); one much slower is start-up still going on (many workers
+        starting on few CPUs, the loop waiting for a CPU while they do). Either
+        way the window then starts after that chunk, and goes on."""
         if rec.window_from_batches >= rec.steady_batches or self._settle_moves >= MAX_SETTLE_MOVES:
             return True
         origin = self.spec.origin_s
@@ -274,7 +276,7 @@ class Controller:
         log = rec.step_log()
         chunks = stats.chunks(log, stats.DEFAULT_CHUNKS, None if start is None else start - origin)
         rest = stats.median([rate for _, rate in chunks[1:]])
-        if len(chunks) < 3 or not rest or chunks[0][1] <= (1 + SETTLE_TOLERANCE) * rest:
+        if len(chunks) < 3 or not rest or abs(chunks[0][1] / rest - 1) <= SETTLE_TOLERANCE:
             return True
         first_end = log.t_end_s[chunks[0][0]] + origin
         rec.window_from_batches = rec.steady_batches - sum(
