@@ -24,6 +24,8 @@ RELEASED = {
     "tune-1.json": "7abc3ae2ab695af2be4d02cd0ee58d4fef523d1d624fbc501a36c432496073d1",
     "run-2.json": "5359ba7b6e7940c1fb1f9c3e9340b73a82c58d04036031d8d7cc7ed8c6786ca5",
     "tune-2.json": "67d7b3329b60f2eca8df7c90c342aa80cbd434106ca42a62d2d5e32a0a2d5a0e",
+    "run-3.json": "052d5f1eabd0514365d6bd552ba85036ccc7b9544f046e9f4df61edf0cdddf98",
+    "tune-3.json": "3a3d1019c11ab97d2ae5221d7c5e96d7f797757dcbe4ac833e14289ff3dc7d61",
 }
 
 

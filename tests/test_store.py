@@ -26,7 +26,7 @@ def test_run_round_trip(tmp_path):
     path = str(tmp_path / "run.json")
     save(run, path)
     back = feedprof.load(path)
-    assert json.load(open(path))["schema"] == "feedprof.run/3"
+    assert json.load(open(path))["schema"] == "feedprof.run/4"
     assert back.samples == run.samples
     assert back.loaders == run.loaders
     assert back.host == run.host
@@ -45,9 +45,9 @@ def test_tune_round_trip(tmp_path):
     path = str(tmp_path / "results.json")
     save(res, path)
     data = json.load(open(path))
-    assert data["schema"] == "feedprof.tune/3"
+    assert data["schema"] == "feedprof.tune/4"
     # findings are codes with their figures, and enums are their plain strings
-    assert data["recommendation"]["reasons"] == [{"code": "cpus_are_the_limit", "cores_per_worker": 0.97, "cpu_cap": 2}]
+    assert data["recommendation"]["reasons"] == [{"code": "cpus_are_the_limit", "cores_per_worker": 0.97, "cpu_cap": 2, "workers_cores": None, "main_cores": None, "other_cores": None}]
     assert data["trials"][1]["state"] == "rejected" and data["trials"][1]["phase"] == "ladder"
     assert data["trials"][1]["cause"]["code"] == "over_memory_budget"
     back = load(path)

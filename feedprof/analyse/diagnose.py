@@ -116,8 +116,10 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     notes += _step_notes(rec, measured)
     first, later = epoch_startup(rec)
     teardown = epoch_teardown(rec)
+    per_epoch_s = _per_epoch_cost(rec, first, later, teardown)
     workers = workers_of(rec.config)
     notes += run_hazards(run, rec, workers, rate)
+    wall_s = sum(steps.wall_s)
     return Summary(
         loader=rec.name or rec.site or f"loader {rec.loader_id}",
         framework=rec.framework,
@@ -127,8 +129,9 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
         batches_per_s_low=low,
         batches_per_s_high=high,
         n_chunks=len(rates),
-        effective_batches_per_s=effective_rate(rate, rec.batches_per_epoch,
-                                               _per_epoch_cost(rec, first, later, teardown)),
+        effective_batches_per_s=effective_rate(rate, rec.batches_per_epoch, per_epoch_s),
+        sustained_batches_per_s=effective_rate(measured / wall_s, rec.batches_per_epoch, per_epoch_s)
+        if measured and wall_s > 0 else None,
         batch_size=rec.batch_size,
         samples_per_s=rate * rec.batch_size if rate is not None and rec.batch_size else None,
         data_wait_fraction=waited,

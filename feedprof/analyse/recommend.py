@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 
 from feedprof.analyse import noise, stats
 from feedprof.analyse.advice import trainer_advice
-from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
+from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, training_loader, workers_of
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
                               FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
@@ -26,6 +26,7 @@ from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAre
 from feedprof.store import InputBound, Recommendation, Role, Run, Trial, TrialState, VerdictKind
 
 PICK_TOLERANCE = 0.03  # configs within 3 % of the best count as equally fast
+SPREAD_LIMIT = 0.25  # a window whose chunks spread more than ±25 % failed to measure its config
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
 
 Config = Dict[str, Any]
@@ -46,10 +47,47 @@ class ConfigSpace(Protocol):
 
 
 def score(trial: Optional[Trial]) -> Optional[float]:
-    """What configs are ranked by: steady throughput with per-epoch start-up amortised."""
+    """What configs are ranked by: steady throughput (the median over the
+    window's chunks: robust to a hiccup) with per-epoch costs amortised."""
     if trial is None or trial.state != TrialState.OK:
         return None
-    return trial.effective_batches_per_s if trial.effective_batches_per_s is not None else trial.batches_per_s
+    rate = trial.effective_batches_per_s if trial.effective_batches_per_s is not None else trial.batches_per_s
+    return charge_epoch_gap(rate, trial)
+
+
+def sustained(trial: Trial) -> Optional[float]:
+    """What a config is reported at: the window's batches over its wall time
+    (what a stopwatch around the loop sees), per-epoch costs amortised."""
+    if trial.state != TrialState.OK or trial.sustained_batches_per_s is None:
+        return score(trial)
+    return charge_epoch_gap(trial.sustained_batches_per_s, trial)
+
+
+def charge_epoch_gap(rate: Optional[float], trial: Trial) -> Optional[float]:
+    """``rate`` with the time between epochs that another trial measured
+    (trial.epoch_gap_s) spread over this trial's epoch."""
+    bpe = batches_per_epoch(trial)
+    if not rate or not trial.epoch_gap_s or not bpe:
+        return rate
+    return 1 / (1 / rate + trial.epoch_gap_s / bpe)
+
+
+def batches_per_epoch(trial: Trial) -> Optional[int]:
+    rec = training_loader(trial.run) if trial.run is not None else None
+    return rec.batches_per_epoch if rec is not None else None
+
+
+def relative_spread(trial: Trial) -> Optional[float]:
+    """Half the range of the window's chunk rates over their median (0.1 = ±10 %)."""
+    rate, low, high = trial.batches_per_s, trial.batches_per_s_low, trial.batches_per_s_high
+    return 0.5 * (high - low) / rate if rate and low is not None and high is not None else None
+
+
+def sound(trial: Trial) -> bool:
+    """Did the window measure its config? One whose chunks spread past
+    SPREAD_LIMIT caught something else (start-up, another job's burst)."""
+    spread = relative_spread(trial)
+    return spread is None or spread <= SPREAD_LIMIT
 
 
 def config_key(config: Config) -> tuple:
@@ -78,14 +116,17 @@ class Measured:
 
 
 def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
-    """Successful, non-ceiling trials grouped by config, in first-measured order."""
+    """Successful, non-ceiling trials grouped by config, in first-measured
+    order. A window that spread (``sound``) is left out where its config has
+    another that did not: it was measured again because it failed."""
     groups: Dict[tuple, List[Trial]] = {}
     for t in trials:
         if t.role != Role.CEILING and score(t):
             groups.setdefault(config_key(t.config), []).append(t)
+    kept = [[t for t in group if sound(t)] or group for group in groups.values()]
     return [Measured(config=dict(group[0].config), trials=tuple(group),
                      score=stats.median([score(t) for t in group]), latest=group[-1])
-            for group in groups.values()]
+            for group in kept]
 
 
 def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Optional[Measured]:
@@ -135,19 +176,21 @@ class Figures:
     chosen: Measured
     config: Config  # the chosen config after finalize
     judged: Tuple[Reason, ...]  # what finalize decided without a trial, and why
-    baseline_score: Optional[float]
+    baseline_score: Optional[float]  # as reported (the stopwatch rate over its windows)
     ceiling_score: Optional[float]
     gap: Optional[float]  # 1 - baseline / ceiling
     input_bound: Optional[float]  # the baseline's data wait where observable, else the gap
     cap: Optional[WorkersCapped] = None  # the most workers that are safe, and why (analyse/limits.py)
+    pick_score: float = 0.0  # the pick as reported: from windows not used to choose it where there are
+    confirm_windows: int = 0  # such windows (0: the figure is the one it was chosen on)
 
     @property
     def speedup(self) -> Optional[float]:
-        return self.chosen.score / self.baseline_score if self.baseline_score else None
+        return self.pick_score / self.baseline_score if self.baseline_score else None
 
     @property
     def fraction_of_ceiling(self) -> Optional[float]:
-        return self.chosen.score / self.ceiling_score if self.ceiling_score else None
+        return self.pick_score / self.ceiling_score if self.ceiling_score else None
 
 
 def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
@@ -174,18 +217,30 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
     baseline = next((t for t in all_trials if t.role == Role.BASELINE), None)
     base = next((m for m in configs if baseline is not None and config_key(m.config) == config_key(baseline.config)),
                 None)
-    b_score = base.score if base else None
+    b_score = reported(base)[0] if base else None
+    pick_score, confirm_windows = reported(chosen)
     ceiling = score(next((t for t in all_trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
-    if ceiling is not None and chosen.score > ceiling:
-        ceiling = chosen.score
+    if ceiling is not None and pick_score > ceiling:
+        ceiling = pick_score
     # Two figures of the same thing (DESIGN: "report both; they should agree"): the
     # data wait, measured inside one run, and the gap to the ceiling, which compares
     # two runs and carries their noise. The verdict uses the wait where it is observable.
     gap = max(0.0, 1 - b_score / ceiling) if b_score and ceiling else None
     wait = baseline.data_wait_fraction if baseline is not None and baseline.state == TrialState.OK else None
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
-                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap)
+                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap,
+                   pick_score=pick_score, confirm_windows=confirm_windows)
+
+
+def reported(m: Measured) -> Tuple[float, int]:
+    """(a config's figure, the confirmation windows it comes from). The best of
+    several noisy windows is biased up (the winner's curse): a pick's figure
+    comes from the windows that confirmed it, measured after it was chosen,
+    where there are; else from all of its windows. Either way the stopwatch
+    rate (``sustained``), as an outside timing of the loop would see it."""
+    confirms = [t for t in m.trials if t.role == Role.CONFIRM]
+    return stats.median([sustained(t) or m.score for t in confirms or m.trials]), len(confirms)
 
 
 # -------------------------------------------------------------- the words
@@ -236,8 +291,11 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
             and config_key(f.config) == config_key(f.baseline.config):
         out.append(KeepScriptSettings())
     else:
-        out.append(PickFigures(config=dict(f.chosen.latest.config), batches_per_s=f.chosen.score,
-                               speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling))
+        out.append(PickFigures(config=dict(f.chosen.latest.config), batches_per_s=f.pick_score,
+                               speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling,
+                               confirm_windows=f.confirm_windows, chosen_at_batches_per_s=f.chosen.score,
+                               spread=f.chosen.relative_spread if len(f.chosen.trials) > 1
+                               else relative_spread(f.chosen.latest)))
     out.extend(f.judged)
     if f.cap is not None:
         out.append(f.cap)
@@ -266,9 +324,15 @@ def _cpu_reasons(best: Trial, space: ConfigSpace, cpu_cap: Optional[int]) -> Lis
     bound = space.cpu_bound(best)
     if not n or n <= 1 or bound is None:
         return []
+    used = dict(workers_cores=_cores(best.workers_cpu_pct), main_cores=_cores(best.main_cpu_pct),
+                other_cores=best.other_cpu_cores)
     if bound:
-        return [CpusAreTheLimit(cores_per_worker=cores, cpu_cap=cpu_cap)]
-    return [WorkersLeaveCpuIdle(cores_per_worker=cores)]
+        return [CpusAreTheLimit(cores_per_worker=cores, cpu_cap=cpu_cap, **used)]
+    return [WorkersLeaveCpuIdle(cores_per_worker=cores, **used)]
+
+
+def _cores(cpu_pct: Optional[float]) -> Optional[float]:
+    return cpu_pct / 100 if cpu_pct is not None else None
 
 
 def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
@@ -283,8 +347,8 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
     warnings = hazard_reasons(trials, f.chosen.latest, f.config, space, ram_budget_bytes)
     best = f.chosen.latest
     return Recommendation(
-        framework=space.framework, config=dict(f.config), trial_index=best.index, batches_per_s=f.chosen.score,
-        samples_per_s=f.chosen.score * best.samples_per_s / best.batches_per_s
+        framework=space.framework, config=dict(f.config), trial_index=best.index, batches_per_s=f.pick_score,
+        samples_per_s=f.pick_score * best.samples_per_s / best.batches_per_s
         if best.samples_per_s and best.batches_per_s else None,
         baseline_config=dict(f.baseline.config) if f.baseline else {},
         baseline_batches_per_s=f.baseline_score, speedup=f.speedup, ceiling_batches_per_s=f.ceiling_score,

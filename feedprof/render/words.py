@@ -108,20 +108,37 @@ def _baseline(x: r.BaselineFigures, describe: Callable) -> str:
 def _pick(x: r.PickFigures, describe: Callable) -> str:
     faster = f": {x.speedup:.2f}× the baseline" if x.speedup else ""
     near = f", {fmt_pct(x.fraction_of_ceiling)} of the ceiling" if x.fraction_of_ceiling else ""
-    return f"{describe(x.config)} runs at {fmt_rate(x.batches_per_s)}{faster}{near}."
+    return f"{describe(x.config)} runs at {fmt_rate(x.batches_per_s)}{faster}{near}{_how_sure(x)}."
+
+
+def _how_sure(x: r.PickFigures) -> str:
+    """Where the pick's figure comes from, and how far its windows spread."""
+    spread = f", ±{100 * x.spread:.0f} %" if x.spread is not None else ""
+    if not x.confirm_windows:
+        return f" (from the windows it was chosen on{spread})"
+    chosen = f"; it was chosen at {fmt_rate(x.chosen_at_batches_per_s)}" if x.chosen_at_batches_per_s else ""
+    return f" (measured again after it was chosen, {x.confirm_windows} window(s){spread}{chosen})"
 
 
 def _cpu_limit(x: r.CpusAreTheLimit, describe: Callable) -> str:
     each = f" ({x.cores_per_worker:.2f} cores each)" if x.cores_per_worker else ""
     cap = f", and {x.cpu_cap} CPU(s) are usable" if x.cpu_cap else ""
-    return (f"The CPUs are the limit{each}{cap}: past that, more workers only compete; to go faster, "
-            "make per-sample work (decoding, augmentation) cheaper.")
+    return (f"The CPUs are the limit for the workers{each}{cap}: past that, more workers only compete; to go "
+            f"faster, make per-sample work (decoding, augmentation) cheaper.{_who_used_cpus(x)}")
 
 
 def _idle(x: r.WorkersLeaveCpuIdle, describe: Callable) -> str:
     each = f" ({x.cores_per_worker:.2f} cores each)" if x.cores_per_worker else ""
     return (f"The workers leave CPU time idle{each}: they wait on I/O or on handing batches over, so more "
-            "workers than CPUs can pay off.")
+            f"workers than CPUs can pay off.{_who_used_cpus(x)}")
+
+
+def _who_used_cpus(x: Any) -> str:
+    """Which processes used the CPUs: the workers' own use decides, not the machine's total."""
+    parts = [f"{name} {cores:.2f}" for name, cores in (("the workers", x.workers_cores),
+                                                         ("the training process", x.main_cores),
+                                                         ("other processes", x.other_cores)) if cores is not None]
+    return f" Cores used: {', '.join(parts)}." if parts else ""
 
 
 def _fewer(x: r.FewerWorkersDoAsWell, describe: Callable) -> str:

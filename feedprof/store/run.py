@@ -19,7 +19,7 @@ from feedprof.store.host import HostInfo
 from feedprof.store.procs import Leftovers
 from feedprof.store.samples import Samples
 
-SCHEMA_RUN = "feedprof.run/3"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
+SCHEMA_RUN = "feedprof.run/4"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,9 @@ class Summary:
     batches_per_s_high: Optional[float] = None  # fastest chunk
     n_chunks: int = 0
     effective_batches_per_s: Optional[float] = None  # per-epoch start-up amortised
+    # the window's batches over its wall time (no median over chunks), per-epoch
+    # costs charged as above: what a stopwatch around the training loop sees
+    sustained_batches_per_s: Optional[float] = None
     batch_size: Optional[int] = None
     samples_per_s: Optional[float] = None
     data_wait_fraction: Optional[float] = None

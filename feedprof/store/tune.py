@@ -12,7 +12,7 @@ from feedprof.store.online import OnlineRecord
 from feedprof.store.run import Run
 from feedprof.store.samples import Peaks
 
-SCHEMA_TUNE = "feedprof.tune/3"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
+SCHEMA_TUNE = "feedprof.tune/4"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,16 @@ class Trial:
     phase: Phase = Phase.SEARCH
     config_text: str = ""  # the config as keywords, leaving out the framework's defaults
     run: Optional[Run] = None  # the full record, curves included (None: it never ran)
+    # What the loop does between epochs outside the loader (validation,
+    # checkpoints), measured by a trial that crossed an epoch boundary and
+    # charged per epoch to this one, which did not (None: nothing charged).
+    epoch_gap_s: Optional[float] = None
 
     # The headline figures, derived from `run` (below): written to JSON just before
     # it for readers of results.json (codec.py), never read back.
     derived: ClassVar[Tuple[str, ...]] = (
-        "batches_per_s", "batches_per_s_low", "batches_per_s_high", "effective_batches_per_s", "samples_per_s",
+        "batches_per_s", "batches_per_s_low", "batches_per_s_high", "effective_batches_per_s",
+        "sustained_batches_per_s", "samples_per_s",
         "data_wait_fraction", "time_to_first_batch_s", "system_cpu_pct", "main_cpu_pct", "workers_cpu_pct",
         "workers_runq_pct", "other_cpu_cores", "gpu_util_pct", "peak_rss_bytes", "peak_pss_bytes",
         "peak_shm_used_bytes", "duration_s")
@@ -59,6 +64,10 @@ class Trial:
     @property
     def effective_batches_per_s(self) -> Optional[float]:
         return self._summary("effective_batches_per_s")
+
+    @property
+    def sustained_batches_per_s(self) -> Optional[float]:
+        return self._summary("sustained_batches_per_s")
 
     @property
     def samples_per_s(self) -> Optional[float]:

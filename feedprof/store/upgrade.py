@@ -9,6 +9,9 @@ records here.
   ``code``, a word that also names findings and exit codes); the closed
   vocabularies (framework, run kind, input-bound class, verdict kind) keep
   their strings.
+- 3 -> 4: fields added only (the stopwatch rate of a window, the time
+  between epochs charged to a trial, who used the CPUs, where a pick's
+  figure comes from); a missing field reads as its default.
 """
 from __future__ import annotations
 
@@ -99,21 +102,29 @@ def upgrade_v1(data: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _run_v3(run: Dict[str, Any]) -> Dict[str, Any]:
-    out = dict(run, schema="feedprof.run/3")
+def _retag_run(run: Dict[str, Any], version: int) -> Dict[str, Any]:
+    """A run (and its ranks' runs) tagged as ``version``."""
+    out = dict(run, schema=f"feedprof.run/{version}")
     if isinstance(run.get("ranks"), list):
-        out["ranks"] = [_run_v3(r) if isinstance(r, dict) else r for r in run["ranks"]]
+        out["ranks"] = [_retag_run(r, version) if isinstance(r, dict) else r for r in run["ranks"]]
+    return out
+
+
+def _retag(data: Dict[str, Any], version: int) -> Dict[str, Any]:
+    """Run or tune data, with every run in it, tagged as ``version``."""
+    if str(data.get("schema", "")).startswith("feedprof.run/"):
+        return _retag_run(data, version)
+    out = dict(data, schema=f"feedprof.tune/{version}")
+    out["trials"] = [dict(t, run=_retag_run(t["run"], version))
+                     if isinstance(t, dict) and isinstance(t.get("run"), dict) else t
+                     for t in data.get("trials") or ()]
     return out
 
 
 def upgrade_v2(data: Dict[str, Any]) -> Dict[str, Any]:
     """Version 2 data (run or tune) as version 3 data."""
-    if data.get("schema") == "feedprof.run/2":
-        return _run_v3(data)
-    out = dict(data, schema="feedprof.tune/3")
-    out["trials"] = [dict(t, run=_run_v3(t["run"])) if isinstance(t, dict) and isinstance(t.get("run"), dict) else t
-                     for t in data.get("trials") or ()]
-    rec = data.get("recommendation")
+    out = _retag(data, 3)
+    rec = out.get("recommendation")
     if isinstance(rec, dict):
         rec = dict(rec)
         rec["paste_line"] = rec.pop("code", "")
@@ -121,8 +132,14 @@ def upgrade_v2(data: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-STEPS = {"1": upgrade_v1, "2": upgrade_v2}  # version -> its data as the next version's
-READS = ("1", "2", "3")  # the versions this feedprof reads (the last: what it writes)
+def upgrade_v3(data: Dict[str, Any]) -> Dict[str, Any]:
+    """Version 3 data (run or tune) as version 4 data: version 4 only adds
+    fields (their defaults stand for what version 3 did not measure)."""
+    return _retag(data, 4)
+
+
+STEPS = {"1": upgrade_v1, "2": upgrade_v2, "3": upgrade_v3}  # version -> its data as the next version's
+READS = ("1", "2", "3", "4")  # the versions this feedprof reads (the last: what it writes)
 
 
 def upgrade(data: Dict[str, Any], version: str) -> Dict[str, Any]:

@@ -82,18 +82,19 @@ class Space:
         return self.legalize(dict(pick.config)), []
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        """Are the CPUs what limits this config? Workers (processes) that would
-        use nearly a core each (running, or runnable and waiting for a CPU) are
-        CPU-bound, and so is a job that fills the usable CPUs by itself.
+        """Are the CPUs what limits this config's workers? Decided by the
+        workers' own demand (running, or runnable and waiting for a CPU): each
+        would use nearly a core, or together they would fill the usable CPUs.
         Workers that mostly sleep (I/O, handing batches over) leave room: more
-        of them than CPUs can fill it. CPU that other processes on the machine
-        take is never blamed on the workers; if it starves them, it shows as
-        their wait for a CPU."""
+        of them than CPUs can fill it, even while the training step keeps the
+        CPUs busy (a model computing on the CPU, a GPU job's host thread). CPU
+        that other processes take is never blamed on the workers; if it
+        starves them, it shows as their wait for a CPU."""
         n = self.workers(trial.config)
         if n <= 0 or trial.workers_cpu_pct is None:
             return None
-        demand = (trial.workers_cpu_pct + (trial.workers_runq_pct or 0.0)) / 100 / n
-        return demand >= BUSY_WORKER_CORES or bool(job_fills_cpus(trial, self.cpu_cap))
+        demand_cores = (trial.workers_cpu_pct + (trial.workers_runq_pct or 0.0)) / 100
+        return demand_cores / n >= BUSY_WORKER_CORES or demand_cores >= SATURATED_SHARE * self.cpu_cap
 
     def notes(self) -> List[Reason]:
         return []

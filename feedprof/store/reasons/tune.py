@@ -172,6 +172,9 @@ class PickFigures(Reason):
     batches_per_s: float = 0.0
     speedup: Optional[float] = None
     fraction_of_ceiling: Optional[float] = None
+    confirm_windows: int = 0  # windows measured after the pick was chosen, that the figure comes from
+    chosen_at_batches_per_s: Optional[float] = None  # what it was chosen on (biased up: the best of several)
+    spread: Optional[float] = None  # how sure: half the relative range of its windows (0.05 = ±5 %)
 
 
 @dataclass(frozen=True)
@@ -179,12 +182,18 @@ class CpusAreTheLimit(Reason):
     code: ClassVar[str] = "cpus_are_the_limit"
     cores_per_worker: Optional[float] = None
     cpu_cap: Optional[int] = None
+    workers_cores: Optional[float] = None  # who used the CPUs: the workers,
+    main_cores: Optional[float] = None  # the training process (its step, collation),
+    other_cores: Optional[float] = None  # and everything else on the machine
 
 
 @dataclass(frozen=True)
 class WorkersLeaveCpuIdle(Reason):
     code: ClassVar[str] = "workers_leave_cpu_idle"
     cores_per_worker: Optional[float] = None
+    workers_cores: Optional[float] = None
+    main_cores: Optional[float] = None
+    other_cores: Optional[float] = None
 
 
 @dataclass(frozen=True)
