@@ -54,9 +54,10 @@ from feedprof.store.codec import write_text_atomic
 from feedprof.record.host import usable_cpu_count
 from feedprof.store import Phase, Role
 from feedprof.trial.launch import parse_launch
-from feedprof.tune.strategy import GridStrategy
+from feedprof.tune.history import GridStrategy
 from feedprof.tune.machine import read_machine
-from feedprof.tune.tuner import TuneJob, TuneOptions, Tuner
+from feedprof.tune.job import TuneJob, TuneOptions
+from feedprof.tune.tuner import Tuner
 from feedprof.units import fmt_bytes
 
 HERE = os.path.dirname(os.path.abspath(__file__))

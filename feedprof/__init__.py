@@ -76,7 +76,7 @@ def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: b
     import sys
 
     from feedprof.app import Outputs, run_tune
-    from feedprof.tune.tuner import TuneJob, TuneOptions
+    from feedprof.tune.job import TuneJob, TuneOptions
 
     _rich_output_in_notebooks()
     opts = dataclasses.replace(TuneOptions(), **options)

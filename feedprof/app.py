@@ -17,7 +17,8 @@ from feedprof.outdir import claimed
 from feedprof.store import Run, RunKind, TuneResult, save
 from feedprof.trial.launch import Launch
 from feedprof.tune.machine import read_machine
-from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneJob, TuneOptions, Tuner
+from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
+from feedprof.tune.tuner import Tuner
 
 
 def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str]:

@@ -92,7 +92,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.app import Outputs, baseline_output, run_tune
     from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.render.words import say
-    from feedprof.tune.tuner import TuneError, TuneInterrupted, TuneJob, TuneOptions
+    from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 
     if args.online:
         return _tune_online(args, script_args)

@@ -5,7 +5,8 @@ from feedprof.analyse.recommend import pick, recommend
 from feedprof.store.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
 from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace, ladder_rungs
-from feedprof.tune.strategy import GridStrategy, LadderStrategy, Proposal
+from feedprof.tune.history import GridStrategy, Proposal
+from feedprof.tune.strategy import LadderStrategy
 from tests.records import make_trial
 
 
@@ -270,7 +271,47 @@ def test_clear_winner_is_not_confirmed():
 
     space, strat, trials = simulate(step, {"num_workers": 0})
     assert pick(trials, space.cost).config["num_workers"] == 2
-    assert Role.CONFIRM not in [t.role for t in trials]
+    confirms = [t for t in trials if t.role == Role.CONFIRM]
+    # no rival re-measured: only the pick's own confirmation window, after it was chosen
+    assert [t.config["num_workers"] for t in confirms] == [2] and confirms[0] is trials[-1]
+    assert not any(n.code == "rivals_remeasured" for n in strat.notes)
+
+
+def test_a_window_that_spread_is_measured_again_before_it_decides():
+    """The script's own settings read 3.0 ±63 %: a measurement that failed. It
+    is measured again, in a longer window, before the search builds on it."""
+    space = TorchSpace({"num_workers": 0}, cpu_cap=2, max_primary=32, cuda_used=False)
+    strat = LadderStrategy(space)
+    spread = make_trial(index=0, role=Role.BASELINE, phase=Phase.BASELINE, config=space.legalize({"num_workers": 0}),
+                        state=TrialState.OK, batches_per_s=3.0, batches_per_s_low=1.1, batches_per_s_high=4.9,
+                        data_wait_fraction=0.95, workers_cpu_pct=0.0, main_cpu_pct=5.0)
+    strat.tell(spread)
+    again = strat.ask()
+    assert again.config == spread.config and again.role == Role.BASELINE and again.phase == Phase.BASELINE
+    assert again.overrides.get("window_factor", 1) > 1
+    assert any(n.code == "measured_again" and n.why == "spread" for n in strat.notes)
+    strat.tell(make_trial(index=1, role=Role.BASELINE, phase=Phase.BASELINE, config=spread.config,
+                          state=TrialState.OK, batches_per_s=3.6, batches_per_s_low=3.4, batches_per_s_high=3.8,
+                          data_wait_fraction=0.95))
+    assert strat.ask().role == Role.CEILING  # once: the search goes on
+    assert strat.measured(spread.config, strat.trials).batches_per_s == 3.6  # the window that did not spread
+
+
+def test_a_rung_that_dips_below_fewer_workers_is_measured_again():
+    readings = {8: iter([20.0, 44.0])}  # 8 workers read 20 (below 4's 27), then 44 when measured again
+
+    def dip(config, role):
+        if role == Role.CEILING:
+            return 100.0, 0.0, 0.0
+        n = config["num_workers"]
+        rate = next(readings[n]) if n in readings else min(100.0, 4.0 + 5.5 * n)
+        return rate, 3.0 * n, 0.4  # the loop waits, but not enough to jump rungs
+
+    space, strat, trials = simulate(dip, {"num_workers": 0})
+    eights = [t for t in trials if t.config["num_workers"] == 8 and t.role != Role.CONFIRM]
+    assert len(eights) == 2  # measured again before the ladder believed the dip
+    assert max(t.config["num_workers"] for t in trials) >= 16  # and the ladder went on
+    assert any(n.code == "measured_again" and n.why == "dip" for n in strat.notes)
 
 
 @pytest.mark.parametrize("model,baseline", [

@@ -294,8 +294,7 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(PickFigures(config=dict(f.chosen.latest.config), batches_per_s=f.pick_score,
                                speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling,
                                confirm_windows=f.confirm_windows, chosen_at_batches_per_s=f.chosen.score,
-                               spread=f.chosen.relative_spread if len(f.chosen.trials) > 1
-                               else relative_spread(f.chosen.latest)))
+                               spread=_figure_spread(f.chosen)))
     out.extend(f.judged)
     if f.cap is not None:
         out.append(f.cap)
@@ -316,6 +315,14 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
     if advice is not None:
         out.append(advice)
     return out
+
+
+def _figure_spread(m: Measured) -> Optional[float]:
+    """How sure the pick's figure is: how far the windows it comes from spread."""
+    confirms = [t for t in m.trials if t.role == Role.CONFIRM]
+    if len(confirms) > 1:
+        return noise.relative_spread([sustained(t) or m.score for t in confirms])
+    return relative_spread(confirms[0] if confirms else m.latest)
 
 
 def _cpu_reasons(best: Trial, space: ConfigSpace, cpu_cap: Optional[int]) -> List[Reason]:

@@ -141,6 +141,13 @@ def _who_used_cpus(x: Any) -> str:
     return f" Cores used: {', '.join(parts)}." if parts else ""
 
 
+def _again(x: r.MeasuredAgain, describe: Callable) -> str:
+    what = "the compute ceiling" if x.ceiling else describe(x.config) or "the script's own settings"
+    why = f"its window spread ±{100 * x.spread:.0f} %" if x.why == "spread" else \
+        "it read well below fewer workers, against the curve"
+    return f"{what} was measured again in a longer window before it decided anything: {why}"
+
+
 def _fewer(x: r.FewerWorkersDoAsWell, describe: Callable) -> str:
     saved = f" and free about {fmt_bytes(x.memory_saved_bytes)} of memory" if x.memory_saved_bytes else ""
     return f"{x.workers_after} worker(s) do as well as {x.workers_before}{saved}."
@@ -282,6 +289,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.RivalsRemeasured: lambda x, d: (f"{d(x.pick)} and {d(x.rival)} were within {fmt_pct(x.margin)} of each "
                                       f"other: both were measured again" +
                                       (f" ({x.repeats} times each)" if x.repeats > 1 else "")),
+    r.MeasuredAgain: _again,
     r.ForkServerFailed: lambda x, d: f"trials ran cold: the fork server did not start ({x.error})",
     r.BusyMachine: lambda x, d: (
         f"other processes used {x.other_cores:.1f} of the {x.cpus} usable CPU(s) while the trials ran"

@@ -24,27 +24,39 @@ NOTE [ Search, not grid ]  (LadderStrategy; each step below is one function)
                            measured again, interleaved; configs are ranked by the
                            median over their trials (run-to-run drift on a shared
                            machine is larger than the spread inside one window)
+                      └► confirm the pick: one longer window of what will be
+                           recommended, measured after it was chosen (the best
+                           of several noisy windows reads high: its figure comes
+                           from this one), across an epoch boundary where an
+                           epoch is short enough to afford it
+
+Before any step: a trial whose window spread (analyse/recommend.sound) is a
+measurement that failed, and a ladder rung that reads well below a rung
+beneath it breaks the curve; either is measured again, in a longer window,
+before it decides anything (its spread window is then left out).
 
 Every trial carries the phase that proposed it, and each step reads only the
 trials of the phases before it and its own: a trial measured later (a confirm
 repeat of a rung) never changes what an earlier step decided.
 
-GridStrategy proposes a fixed list of configs in order (the benchmark's grid).
+GridStrategy (history.py) proposes a fixed list of configs in order (the benchmark's grid).
 Strategies never run anything: the tuner asks, runs the trial, tells.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence, Set
+from typing import Any, Dict, List, Optional, Sequence, Set
 
 from feedprof.analyse import noise
 from feedprof.analyse.limits import usable, worker_cap
-from feedprof.analyse.recommend import Measured, config_key, measured_configs, pick, score
+from feedprof.analyse.recommend import (Measured, batches_per_epoch, config_key, figures, measured_configs, pick,
+                                       relative_spread, score, sound)
 from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
-                              PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, WorkersCapped, said_once)
+                              MeasuredAgain, PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured, WorkersCapped,
+                              said_once)
 from feedprof.store import Phase, Role, Trial, TrialState
-from feedprof.tune.space import Config, Space, job_cores
+from feedprof.tune.history import History, Proposal, ok_trials
+from feedprof.tune.space import EPOCH_SPAN_EXTRA_BATCHES, Config, Space, job_cores
 
 MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbing
 SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-up is a real share
@@ -52,79 +64,13 @@ MAX_REFINE = 3
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
 CONFIRM_ROUNDS = 3  # at most this many re-measurements of each of the two (interleaved)
 JUMP_MIN_WAIT = 0.5  # jump only while the loop mostly waits: the loader is the limit
+DIP = 0.15  # a rung this far below a rung beneath it breaks the curve: measured again before believed
+AGAIN_WINDOW_FACTOR = 2.0  # a trial measured again gets this many times the usual window
+CONFIRM_WINDOW_FACTOR = 2.0  # the pick's confirmation window, in usual windows
+BOUNDARY_EPOCH_S = 10.0  # epochs this short at the pick's rate: its confirmation crosses a boundary
 
 
-@dataclass
-class Proposal:
-    config: Config
-    role: Role
-    phase: Phase
-    overrides: Dict[str, Any] = field(default_factory=dict)  # trial option overrides (runner.TrialOptions)
-
-
-class Strategy(Protocol):
-    """What the tuner needs of a search strategy."""
-
-    def tell(self, trial: Trial) -> None:
-        """Record a trial (measured, failed or rejected)."""
-
-    def ask(self) -> Optional[Proposal]:
-        """The next config to measure, from the trials told so far; None: done."""
-
-    @property
-    def notes(self) -> List[Reason]:
-        """How the search went, as of the last ask."""
-
-
-def _in(trial: Trial, phases: Iterable[Phase]) -> bool:
-    # Files of schema version 1 did not record phases: their trials count everywhere.
-    return trial.phase in phases or trial.phase == Phase.SEARCH
-
-
-class _History:
-    """The trials told so far, and the questions every strategy asks of them."""
-
-    def __init__(self, space: Space):
-        self.space = space
-        self.trials: List[Trial] = []
-        self._notes: List[Reason] = []
-
-    def tell(self, trial: Trial) -> None:
-        self.trials.append(trial)
-
-    @property
-    def notes(self) -> List[Reason]:
-        return list(self._notes)
-
-    def of(self, *phases: Phase) -> List[Trial]:
-        return [t for t in self.trials if _in(t, phases)]
-
-    def measured(self, config: Config, trials: Sequence[Trial]) -> Optional[Trial]:
-        """The first trial of ``config`` among ``trials``, whatever its state."""
-        key = self.space.key(config)
-        return next((t for t in trials if t.role != Role.CEILING and self.space.key(t.config) == key), None)
-
-
-def ok_trials(trials: Sequence[Trial]) -> List[Trial]:
-    return [t for t in trials if t.role != Role.CEILING and t.state == TrialState.OK and score(t) is not None]
-
-
-class GridStrategy(_History):
-    """Every config of a fixed list, in order, each measured once (no ceiling)."""
-
-    def __init__(self, space: Space, configs: Iterable[Config]):
-        super().__init__(space)
-        self.configs = [space.legalize(dict(c)) for c in configs]
-
-    def ask(self) -> Optional[Proposal]:
-        done = self.of(Phase.GRID, Phase.BASELINE)
-        for config in self.configs:
-            if self.measured(config, done) is None:
-                return Proposal(config, Role.SEARCH, Phase.GRID)
-        return None
-
-
-class LadderStrategy(_History):
+class LadderStrategy(History):
     def __init__(self, space: Space, tol: float = 0.03, min_gain: float = MIN_GAIN,
                  confirm_rounds: int = CONFIRM_ROUNDS):
         super().__init__(space)
@@ -140,7 +86,8 @@ class LadderStrategy(_History):
     def ask(self) -> Optional[Proposal]:
         notes: List[Reason] = []
         self.cap = worker_cap(self.trials, self.space.workers)
-        steps = (self._ceiling, self._ladder, self._refine, self._secondary, self._confirm)
+        steps = (self._again, self._ceiling, self._ladder, self._refine, self._secondary, self._confirm,
+                 self._confirm_pick)
         proposal = next((p for p in (step(notes) for step in steps) if p is not None), None)
         self._notes = said_once(notes)
         return proposal
@@ -148,8 +95,54 @@ class LadderStrategy(_History):
     # -- what the history says ------------------------------------------------
 
     def ceiling(self) -> Optional[float]:
-        c = next((t for t in self.trials if t.role == Role.CEILING and t.state == TrialState.OK), None)
+        ok = [t for t in self.trials if t.role == Role.CEILING and t.state == TrialState.OK]
+        c = next((t for t in reversed(ok) if sound(t)), ok[0] if ok else None)
         return score(c) if c else None
+
+    # -- measured again -------------------------------------------------------
+
+    def _again(self, notes: List[Reason]) -> Optional[Proposal]:
+        """The last trial, measured again in a longer window, if its window
+        spread or (a ladder rung) it reads well below a rung beneath it; once."""
+        for first in self._first_of_each():  # what was measured again so far, said again
+            note = self._again_note(first)
+            if len(self._same(first)) > 1 and note.why:
+                notes.append(note)
+        last = self.trials[-1] if self.trials else None
+        if last is None or last.state != TrialState.OK or last.role == Role.CONFIRM or len(self._same(last)) > 1:
+            return None
+        note = self._again_note(last)
+        if not note.why:
+            return None
+        notes.append(note)
+        return Proposal(dict(last.config), last.role, last.phase, {"window_factor": AGAIN_WINDOW_FACTOR})
+
+    def _same(self, trial: Trial) -> List[Trial]:
+        key = self.space.key(trial.config)
+        return [t for t in self.trials if t.role == trial.role and self.space.key(t.config) == key]
+
+    def _first_of_each(self) -> List[Trial]:
+        firsts: Dict[tuple, Trial] = {}
+        for t in self.trials:
+            if t.role != Role.CONFIRM and t.state == TrialState.OK:
+                firsts.setdefault((t.role, self.space.key(t.config)), t)
+        return list(firsts.values())
+
+    def _again_note(self, trial: Trial) -> MeasuredAgain:
+        """Why ``trial`` is (or was) measured again: why="" if it needs not be."""
+        why = "spread" if not sound(trial) else "dip" if self._dips(trial) else ""
+        return MeasuredAgain(config=dict(trial.config), why=why, spread=relative_spread(trial) or 0.0,
+                             ceiling=trial.role == Role.CEILING)
+
+    def _dips(self, trial: Trial) -> bool:
+        """A ladder rung that reads more than DIP below a rung beneath it."""
+        sp = self.space
+        if trial.phase != Phase.LADDER:
+            return False
+        n, s = sp.primary_of(trial.config), score(trial)
+        below = [m.score for m in measured_configs(self._ok(self.of(Phase.BASELINE, Phase.LADDER)))
+                 if sp.primary_of(m.config) < n]
+        return bool(below) and s is not None and s < max(below) * (1 - DIP)
 
     def best(self, *phases: Phase) -> Optional[Measured]:
         return pick(self._ok(self.of(*phases) if phases else self.trials), self.space.cost, self.tol)
@@ -364,6 +357,20 @@ class LadderStrategy(_History):
         # the rival first, the pick last: closest to the end of the tune
         nxt = rival if done % 2 == 0 else chosen
         return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM)
+
+    def _confirm_pick(self, notes: List[Reason]) -> Optional[Proposal]:
+        """One window of what will be recommended, measured after it was chosen:
+        its figure is reported from it (recommend.reported), not from the best
+        of the windows it was chosen on. Across an epoch boundary where an
+        epoch is short enough: the time between epochs is then in it too."""
+        f = figures(self.trials, self.space, self.tol)
+        if f is None or any(t.role == Role.CONFIRM for t in f.chosen.trials):
+            return None
+        overrides: Dict[str, Any] = {"window_factor": CONFIRM_WINDOW_FACTOR}
+        bpe = batches_per_epoch(f.chosen.latest)
+        if bpe and f.chosen.score and bpe / f.chosen.score <= BOUNDARY_EPOCH_S:
+            overrides["min_window_batches"] = bpe + EPOCH_SPAN_EXTRA_BATCHES
+        return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.CONFIRM, overrides)
 
     def _settled(self, chosen: Measured, rival: Measured) -> bool:
         """With the repeats so far: told apart either way, or equal within

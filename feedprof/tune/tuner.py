@@ -21,69 +21,40 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from feedprof import defaults
 from feedprof.analyse import noise, stats
-from feedprof.analyse.diagnose import training_loader
+from feedprof.analyse.diagnose import between_epochs, training_loader
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.recommend import PICK_TOLERANCE, recommend, trial_from_run
+from feedprof.analyse.recommend import recommend, trial_from_run
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
                               NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.tune.budget import MemoryBudget
+from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.machine import MachineFacts
-from feedprof.trial.launch import Launch
 from feedprof.tune.observer import SilentObserver, TuneObserver
 from feedprof.trial.protocol import Mode, site_matches
 from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.trial.signals import deferred_signals
 from feedprof.tune.space import Space, make_space
-from feedprof.tune.strategy import LadderStrategy, Proposal, Strategy
+from feedprof.tune.history import Proposal, Strategy
+from feedprof.tune.strategy import LadderStrategy
 from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError
 
-BUDGET_MARGIN = 0.8  # start a trial only if this share of a typical trial's time is left
+BUDGET_MARGIN = 1.0  # start a trial only if this share of what it should take is left
 BASELINE_TIMEOUT_MIN_S = 60.0  # the baseline may take the whole budget, and at least this long
 TRIAL_TIMEOUT_FACTOR = 4.0  # a later trial may take this many times the baseline's wall time,
 TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
-TIMEOUT_OVER_BUDGET_S = 10.0  # a trial's limit may pass the budget by this much (it is measured, not cut)
+TIMEOUT_OVER_BUDGET_S = 3.0  # a trial's limit may pass the budget by this much (the budget is the user's promise)
 EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures this many windows
 
 
-@dataclass
-class TuneOptions:
-    budget_s: float = defaults.TUNE_BUDGET_S
-    max_workers: Optional[int] = None  # default: max(32, 2 × usable CPUs)
-    loader_site: Optional[str] = None  # FILE:LINE of the loader to tune (default: the busiest)
-    window_seconds: float = defaults.TUNE_WINDOW.seconds  # steady state measured per trial
-    window_batches: int = defaults.TUNE_WINDOW.batches
-    min_window_batches: int = defaults.TUNE_WINDOW.min_batches  # enough for a spread over chunks
-    warmup_batches: int = defaults.TUNE_WINDOW.warmup_batches
-    interval_s: float = defaults.INTERVAL_S
-    gpu: bool = True
-    loader_timeout_s: float = defaults.LOADER_TIMEOUT_S
-    trial_timeout_s: Optional[float] = None  # default: 4 × the baseline trial, at least 30 s
-    tolerance: float = PICK_TOLERANCE
-    fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
-    max_memory_bytes: Optional[int] = None  # RAM the job may use (default: 80 % of what is free, or its container's)
-
-
-class TuneError(Exception):
-    """The tune could not go on; ``result`` holds what was measured."""
-
-    def __init__(self, reason: Reason, result: TuneResult, exit_code: int = 1):
-        super().__init__(reason.code)
-        self.reason = reason
-        self.result = result
-        self.exit_code = exit_code
-
-
-class TuneInterrupted(Exception):
-    def __init__(self, result: TuneResult):
-        super().__init__("interrupted")
-        self.result = result
+def epoch_gap_s(trial: Trial) -> Optional[float]:
+    """The time between epochs outside the loader that a trial saw itself (None: it crossed no boundary)."""
+    rec = training_loader(trial.run) if trial.run is not None and trial.state == TrialState.OK else None
+    return between_epochs(rec) if rec is not None else None
 
 
 def default_max_workers(cpu_cap: int) -> int:
@@ -95,17 +66,6 @@ StrategyFactory = Callable[[Space, "TuneOptions", HostInfo], Strategy]
 
 def ladder(space: Space, opts: TuneOptions, host: HostInfo) -> Strategy:
     return LadderStrategy(space, tol=opts.tolerance)
-
-
-@dataclass(frozen=True)
-class TuneJob:
-    """What to tune, and where its files go."""
-
-    script: str  # "" for a multi-process job: its launch command says what runs
-    out_dir: str
-    argv: Tuple[str, ...] = ()
-    launch: Optional[Launch] = None  # a multi-process job: its own launch command (jobrunner.py)
-    previous: Optional[TuneResult] = None  # --resume: its trials are told to the strategy again, not re-run
 
 
 class Tuner:
@@ -137,6 +97,7 @@ class Tuner:
         self._saved: List[Trial] = [t for t in previous.trials if t.state != TrialState.INTERRUPTED] \
             if previous else []
         self._elapsed_before = previous.duration_s if previous else 0.0
+        self._epoch_gap_s: Optional[float] = None  # between epochs, outside the loader (_charge_epoch_gap)
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
         ram = options.max_memory_bytes if options.max_memory_bytes is not None else machine.ram_bytes
@@ -243,8 +204,11 @@ class Tuner:
 
     def _typical_trial_s(self, proposal: Optional[Proposal] = None) -> float:
         """What a trial costs, from the median of the successful ones so far (a
-        timed-out trial says nothing about the next one)."""
+        timed-out trial says nothing about the next one), and what a longer
+        window asked for adds."""
         typical = stats.median([t.duration_s for t in self.trials if t.state == TrialState.OK and t.duration_s]) or 0.0
+        factor = proposal.overrides.get("window_factor", 1.0) if proposal is not None else 1.0
+        typical += (factor - 1) * self.opts.window_seconds
         extra = proposal.overrides.get("min_window_batches") if proposal is not None else None
         if extra and self.loader is not None:
             best = max((t for t in self.trials if t.state == TrialState.OK and t.batches_per_s), default=None,
@@ -302,9 +266,7 @@ class Tuner:
         self.observer.tune_started(self._start())
         baseline = self._baseline()
         self._start_zygote(baseline.run.modules)
-        self.strategy = self.make_strategy(self.space, self.opts, self.host)
-        for trial in self.trials:
-            self.strategy.tell(trial)
+        self._charge_epoch_gap(force=True)
         self.observer.loader_found(self.loader, self.space.describe(self.loader.config))
         self.save()
         stop_reason: Optional[Reason] = None
@@ -317,6 +279,7 @@ class Tuner:
                                              if proposal.role == Role.CEILING else dict(proposal.config))
                 break
             self.strategy.tell(self._trial_of(proposal, baseline))
+            self._charge_epoch_gap()
             self.save()
         self.observer.tune_done()
         if baseline.state != TrialState.OK and not any(t.state == TrialState.OK and t.role != Role.CEILING
@@ -324,6 +287,25 @@ class Tuner:
             reason = BaselineNotMeasured(state=baseline.state.value, cause=baseline.cause)
             raise TuneError(reason, self.save(False, reason))  # nothing survived: as if the baseline alone ran
         return self.save(stop_reason is None, stop_reason)
+
+    def _charge_epoch_gap(self, force: bool = False) -> None:
+        """What the loop does between epochs outside the loader (validation,
+        checkpoints) costs the same whatever the loader's config, and a trial
+        inside one epoch never sees it: measured by any trial that crossed a
+        boundary, it is charged per epoch to every trial that did not, so
+        configs are compared and reported with it. The strategy is told the
+        trials again (it keeps nothing but them)."""
+        gaps = [g for g in (epoch_gap_s(t) for t in self.trials) if g is not None]
+        gap = stats.median(gaps) if gaps else None
+        if gap != self._epoch_gap_s:
+            self._epoch_gap_s = gap
+            self.trials = [dataclasses.replace(t, epoch_gap_s=gap) if t.run is not None and epoch_gap_s(t) is None
+                           else t for t in self.trials]
+        elif not force:
+            return
+        self.strategy = self.make_strategy(self.space, self.opts, self.host)
+        for trial in self.trials:
+            self.strategy.tell(trial)
 
     def _trial_of(self, proposal: Proposal, baseline: Trial) -> Trial:
         """Run one proposal (or reject it before it runs), learn from it."""
@@ -338,9 +320,13 @@ class Tuner:
             return trial
         o = self.opts
         overrides = dict(proposal.overrides)
+        factor = overrides.pop("window_factor", 1.0)  # a longer window: measured again, or confirming the pick
+        if factor != 1.0:
+            overrides.update(window_seconds=factor * o.window_seconds, window_batches=int(factor * o.window_batches))
         if "min_window_batches" in overrides:  # e.g. persistent_workers: span epoch boundaries
-            overrides["window_batches"] = max(o.window_batches, overrides["min_window_batches"])
-            overrides["window_seconds"] = EPOCH_SPAN_WINDOW_FACTOR * o.window_seconds
+            overrides["window_batches"] = max(overrides.get("window_batches", o.window_batches),
+                                              overrides["min_window_batches"])
+            overrides["window_seconds"] = max(EPOCH_SPAN_WINDOW_FACTOR, factor) * o.window_seconds
         limit = o.trial_timeout_s or max(TRIAL_TIMEOUT_MIN_S, TRIAL_TIMEOUT_FACTOR * baseline.duration_s)
         mode = Mode.CEILING if proposal.role == Role.CEILING else Mode.INJECT
         what = Injection(mode=mode, config=dict(proposal.config), framework=self.loader.framework,

@@ -21,7 +21,7 @@ from feedprof.store.reasons.run import (
 from feedprof.store.reasons.tune import (
     AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
-    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredRepeatedly,
+    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredAgain, MeasuredRepeatedly,
     MemoryGrowthProjected, NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures,
     ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
@@ -38,7 +38,7 @@ __all__ = [
     "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",
     "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
     "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
-    "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
+    "MeasuredAgain", "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",

@@ -48,6 +48,19 @@ class CpusSaturated(Reason):
 
 
 @dataclass(frozen=True)
+class MeasuredAgain(Reason):
+    """A trial measured again, in a longer window, before it decided anything:
+    its window spread (``why="spread"``) or it read well below a rung beneath
+    it (``why="dip"``)."""
+
+    code: ClassVar[str] = "measured_again"
+    config: Config = field(default_factory=dict)
+    why: str = ""
+    spread: float = 0.0
+    ceiling: bool = False
+
+
+@dataclass(frozen=True)
 class PastCpuCount(Reason):
     """The workers left CPU idle, so more workers than CPUs were tried."""
 
