@@ -1,5 +1,6 @@
 """`feedprof tune` end to end on tiny sleep-bound scripts (real trials, short windows)."""
 import json
+import time
 
 from tests.conftest import run_feedprof, write_script
 from tests.scripts import torch_loop
@@ -56,8 +57,13 @@ def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers, torc
 
 def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
+    started_s = time.monotonic()
     proc, res = tune(tmp_path, script, "--budget", "12")
+    wall_s = time.monotonic() - started_s
     assert proc.returncode == 0, proc.stderr
+    # the budget is the user's wall-clock promise, timed from outside: no trial is started
+    # that cannot finish in it (the script's own settings are always measured, whatever they take)
+    assert wall_s <= max(12.0, res["trials"][0]["duration_s"] + 4.0) + 1.0
     assert res["complete"] is False
     assert res["stop_reason"]["code"] == "budget_cut_short" and res["stop_reason"]["budget_s"] == 12
     assert "budget cut the search short" in proc.stdout

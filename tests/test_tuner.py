@@ -12,7 +12,7 @@ from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.protocol import Mode
 from feedprof.tune.machine import MachineFacts
 from feedprof.tune.job import TuneError, TuneJob, TuneOptions
-from feedprof.tune.tuner import TIMEOUT_OVER_BUDGET_S, Tuner
+from feedprof.tune.tuner import FINISH_RESERVE_S, TIMEOUT_OVER_BUDGET_S, Tuner
 from tests.fakes import FakeClock
 
 SITE = "train.py:5"
@@ -84,7 +84,7 @@ def test_trial_time_limits(tmp_path, clock):
     limits = [opts.timeout_s for _, opts in runner.calls]
     assert limits[0] == 100.0  # the baseline may take the whole budget (at least 60 s)
     assert limits[1] == 40.0  # later ones: 4 x the baseline's 10 s (at least 30 s)
-    left_s = 100.0 - 10.0 * (len(limits) - 1)  # and what is left, with little more
+    left_s = 100.0 - FINISH_RESERVE_S - 10.0 * (len(limits) - 1)  # and what is left, with little more
     assert limits[-1] == pytest.approx(max(TIMEOUT_OVER_BUDGET_S, left_s + TIMEOUT_OVER_BUDGET_S))
 
 

@@ -62,7 +62,7 @@ MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbin
 SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-up is a real share
 MAX_REFINE = 3
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
-CONFIRM_ROUNDS = 3  # at most this many re-measurements of each of the two (interleaved)
+CONFIRM_ROUNDS = 2  # at most this many re-measurements of each of the two (interleaved, longer windows)
 JUMP_MIN_WAIT = 0.5  # jump only while the loop mostly waits: the loader is the limit
 DIP = 0.15  # a rung this far below a rung beneath it breaks the curve: measured again before believed
 AGAIN_WINDOW_FACTOR = 2.0  # a trial measured again gets this many times the usual window
@@ -356,7 +356,7 @@ class LadderStrategy(History):
             return None
         # the rival first, the pick last: closest to the end of the tune
         nxt = rival if done % 2 == 0 else chosen
-        return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM)
+        return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(nxt))
 
     def _confirm_pick(self, notes: List[Reason]) -> Optional[Proposal]:
         """One window of what will be recommended, measured after it was chosen:
@@ -366,11 +366,17 @@ class LadderStrategy(History):
         f = figures(self.trials, self.space, self.tol)
         if f is None or any(t.role == Role.CONFIRM for t in f.chosen.trials):
             return None
+        return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(f.chosen))
+
+    @staticmethod
+    def _confirm_window(m: Measured) -> Dict[str, Any]:
+        """A confirming window: longer than a search window, and across an epoch
+        boundary where an epoch is short enough at the config's rate."""
         overrides: Dict[str, Any] = {"window_factor": CONFIRM_WINDOW_FACTOR}
-        bpe = batches_per_epoch(f.chosen.latest)
-        if bpe and f.chosen.score and bpe / f.chosen.score <= BOUNDARY_EPOCH_S:
+        bpe = batches_per_epoch(m.latest)
+        if bpe and m.score and bpe / m.score <= BOUNDARY_EPOCH_S:
             overrides["min_window_batches"] = bpe + EPOCH_SPAN_EXTRA_BATCHES
-        return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.CONFIRM, overrides)
+        return overrides
 
     def _settled(self, chosen: Measured, rival: Measured) -> bool:
         """With the repeats so far: told apart either way, or equal within

@@ -44,6 +44,7 @@ from feedprof.tune.strategy import LadderStrategy
 from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError
 
 BUDGET_MARGIN = 1.0  # start a trial only if this share of what it should take is left
+FINISH_RESERVE_S = 5.0  # of the budget, kept for starting up and for writing the results and the report
 BASELINE_TIMEOUT_MIN_S = 60.0  # the baseline may take the whole budget, and at least this long
 TRIAL_TIMEOUT_FACTOR = 4.0  # a later trial may take this many times the baseline's wall time,
 TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
@@ -116,7 +117,9 @@ class Tuner:
         return self.clock.now_s() - self.started_s + self._elapsed_before
 
     def remaining(self) -> float:
-        return self.opts.budget_s - self.elapsed()
+        """What is left of the budget for trials: the process started before the
+        tuner did, and writing the results and the report comes after."""
+        return self.opts.budget_s - FINISH_RESERVE_S - self.elapsed()
 
     def _tick(self) -> None:
         self.observer.tick(self.elapsed(), self.opts.budget_s)
