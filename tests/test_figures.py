@@ -68,3 +68,13 @@ def test_the_cpu_findings_say_who_used_the_cpus():
               trial(1, 8, 60.0, workers_cpu_pct=40.0, main_cpu_pct=150.0, other_cpu_cores=0.1)]
     idle = next(r for r in recommend(trials, SPACE).reasons if r.code == "workers_leave_cpu_idle")
     assert (idle.workers_cores, idle.main_cores, idle.other_cores) == (0.4, 1.5, 0.1)
+
+
+def test_the_speedup_is_from_windows_measured_side_by_side():
+    """The machine got busier: the script's own settings read 50 at the start and
+    40 beside the pick's confirmation (93): the speedup is 93 / 40."""
+    trials = [trial(0, 0, 50.0, Role.BASELINE, Phase.BASELINE), trial(1, 2, 114.0),
+              trial(2, 2, 93.0, Role.CONFIRM, Phase.CONFIRM), trial(3, 0, 40.0, Role.CONFIRM, Phase.CONFIRM)]
+    rec = recommend(trials, SPACE)
+    assert rec.baseline_batches_per_s == pytest.approx(40.0)
+    assert rec.speedup == pytest.approx(93.0 / 40.0)

@@ -272,8 +272,9 @@ def test_clear_winner_is_not_confirmed():
     space, strat, trials = simulate(step, {"num_workers": 0})
     assert pick(trials, space.cost).config["num_workers"] == 2
     confirms = [t for t in trials if t.role == Role.CONFIRM]
-    # no rival re-measured: only the pick's own confirmation window, after it was chosen
-    assert [t.config["num_workers"] for t in confirms] == [2] and confirms[0] is trials[-1]
+    # no rival re-measured: the pick's own confirmation window after it was chosen, then the
+    # script's own settings beside it (the speedup from two windows side by side)
+    assert [t.config["num_workers"] for t in confirms] == [2, 0] and confirms == trials[-2:]
     assert not any(n.code == "rivals_remeasured" for n in strat.notes)
 
 

@@ -362,11 +362,19 @@ class LadderStrategy(History):
         """One window of what will be recommended, measured after it was chosen:
         its figure is reported from it (recommend.reported), not from the best
         of the windows it was chosen on. Across an epoch boundary where an
-        epoch is short enough: the time between epochs is then in it too."""
+        epoch is short enough: the time between epochs is then in it too.
+        Then one of the script's own settings beside it: the speedup is a
+        ratio of two windows measured side by side, not minutes apart on a
+        machine whose load drifts."""
         f = figures(self.trials, self.space, self.tol)
-        if f is None or any(t.role == Role.CONFIRM for t in f.chosen.trials):
+        if f is None:
             return None
-        return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(f.chosen))
+        base = next((m for m in measured_configs(self._ok(self.trials))
+                     if f.baseline is not None and config_key(m.config) == config_key(f.baseline.config)), None)
+        for m in (f.chosen, base):
+            if m is not None and not any(t.role == Role.CONFIRM for t in m.trials):
+                return Proposal(dict(m.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(m))
+        return None
 
     @staticmethod
     def _confirm_window(m: Measured) -> Dict[str, Any]:
