@@ -63,6 +63,7 @@ class FromFlag:
     default: Optional[str]  # as written in the script
     action: str  # store | store_true | store_false
     uses: Tuple[int, ...] = ()  # other lines of the file that read it (``args.workers``)
+    options: Tuple[str, ...] = ()  # every option string (``-j``, ``--workers``); ``flag`` is one of them
 
 
 @dataclass(frozen=True)
@@ -326,7 +327,7 @@ def _flag(src: _Source, dest: str, read: Optional[ast.AST] = None) -> Optional[F
         uses = sorted({n.lineno for n in ast.walk(src.tree) if isinstance(n, ast.Attribute) and n.attr == dest
                        and isinstance(n.value, ast.Name) and n.value.id == base} - {getattr(read, "lineno", 0)})
         return FromFlag(flag=(longs or options)[0], dest=dest, path=src.path, line=node.lineno, default=default,
-                        action=str(action), uses=tuple(uses))
+                        action=str(action), uses=tuple(uses), options=tuple(options))
     return None
 
 
