@@ -208,3 +208,31 @@ def test_a_helper_in_another_module_of_the_users_package(tmp_path, monkeypatch):
     assert paste.line == "python train.py --workers 6"
     flag = next(f for f in paste.findings if isinstance(f, SetByFlag))
     assert flag.used_at == chain[-1] and flag.declared_at == "train.py:%d" % line_of(PKG_TRAIN, "add_argument")
+
+
+OWN_BATCHING = '''
+import argparse
+import time
+
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=2)
+args = parser.parse_args()
+data = np.random.rand(256, 8)
+for epoch in range(args.epochs):
+    for i in range(0, len(data), 16):
+        batch = data[i:i + 16]
+        time.sleep(0.002)
+'''
+
+
+def test_a_script_that_batches_by_itself_has_no_loader(tmp_path, no_leftovers):
+    """No DataLoader, PyDataset or tf.data: "no data loader", exit 1, for tune and profile."""
+    script = write_script(tmp_path, "train.py", OWN_BATCHING)
+    for command in ("tune", "profile"):
+        proc = run_feedprof([command, script, "--out", str(tmp_path / command), "--", "--epochs", "1"],
+                            cwd=str(tmp_path))
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert "no data loader was iterated" in proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stderr
