@@ -15,10 +15,12 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from feedprof.frameworks import configs
+from feedprof.frameworks.configs import FromConfig
 from feedprof.frameworks.origin import AtAssign, AtCall, FromFlag, NotFound, Tracer, argument, display
 from feedprof.frameworks.source import enclosing_def, find_call, parse_file, resolve_site, rewrite_statement
-from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, Reason, SetByFlag, SetElsewhere,
-                                    SettingSourceUnknown)
+from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, Reason, SetByFlag, SetByOverride,
+                                    SetElsewhere, SettingSourceUnknown)
 
 _ABSENT = object()
 
@@ -30,6 +32,7 @@ class Setting:
     value: Any
     default: Any = _ABSENT  # the callee's default: left absent, a call already has it
     aliases: Tuple[str, ...] = ()  # what a library's helper may call it ("workers" for num_workers)
+    now: Any = None  # the value the loader ran with (None: not known)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,8 @@ class _Plan:
     drops: Dict[tuple, List[str]] = field(default_factory=dict)
     assigns: Dict[tuple, Any] = field(default_factory=dict)  # (path, line, name) -> value
     flags: List[Tuple[FromFlag, Optional[str]]] = field(default_factory=list)  # value None: a bare switch
+    overrides: List[Tuple[str, str, Any]] = field(default_factory=list)  # (config system, key, value)
+    yaml: Dict[tuple, Any] = field(default_factory=dict)  # (path, line, key) -> value: a config file's key
     findings: List[Reason] = field(default_factory=list)
 
 
@@ -71,6 +76,8 @@ def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback
             _parsed(call, frames[-1], plan, script, argv)
             continue
         library = [f for f in (resolve_site(site, script) for site in call.built_in) if f is not None]
+        if frames and _call_at(frames[-1], call.names) is not None:
+            library = []  # built on the user's line, through a wrapper (Lightning patches __init__)
         if frames and library and _through_helper(call, frames, library, tracer, plan, script, argv):
             continue
         if not frames or library or _call_at(frames[-1], call.names) is None:
@@ -143,7 +150,7 @@ def _through_helper(call: Call, frames: List[Tuple[str, int]], library: List[Tup
                 continue
             origin = tracer.origin(frames, (name,), keyword, positional)
         _apply(origin, s, keyword, here, site, name, plan, script, argv)
-    if not any(plan.edits.values()) and not plan.flags and not plan.assigns:
+    if not any(plan.edits.values()) and not (plan.flags or plan.assigns or plan.overrides or plan.yaml):
         plan.edits.pop(here, None)
         return False
     return True
@@ -187,10 +194,28 @@ def _apply(origin: Any, s: Setting, keyword: str, here: tuple, site: str, call_n
         plan.findings.append(SetByFlag(knob=s.knob, flag=origin.flag, value=value or "", default=origin.default,
                                        declared_at=display(origin.path, origin.line, script), used_at=site,
                                        also_used_at=also))
+    elif isinstance(origin, FromConfig):
+        _config(origin, s, site, plan, script)
     else:  # not followed: the literal value at the call, and say so
         plan.edits.setdefault(here, {})[keyword] = s.value
         expression = origin.expression if isinstance(origin, NotFound) else ""
         plan.findings.append(SettingSourceUnknown(knob=s.knob, expression=expression, site=site, call=call_name))
+
+
+def _config(origin: FromConfig, s: Setting, site: str, plan: _Plan, script: str) -> None:
+    """A config system's key: the override to pass, or the config file's line to change."""
+    if s.now is not None and s.now == s.value:
+        return  # the config already says it
+    declared = display(origin.declared_path, origin.declared_line, script) if origin.declared_path else ""
+    if origin.system == "yaml_file":
+        key = origin.key.split(".")[-1]
+        plan.yaml[(origin.declared_path, origin.declared_line, key)] = s.value
+        override = f"{key}: {configs.tokens('hydra', key, s.value)[0].split('=', 1)[1]}"
+    else:
+        plan.overrides.append((origin.system, origin.key, s.value))
+        override = " ".join(configs.tokens(origin.system, origin.key, s.value))
+    plan.findings.append(SetByOverride(knob=s.knob, system=origin.system, override=override, key=origin.key,
+                                       declared_at=declared, used_at=site))
 
 
 def _options(flag: FromFlag) -> Tuple[str, ...]:
@@ -241,15 +266,18 @@ def _lines(plan: _Plan, script: str, argv: Sequence[str]) -> List[str]:
     for (path, line, names, positional), knobs in plan.edits.items():
         drop = plan.drops.get((path, line, names, positional), [])
         present = _present(path, line, names, drop)
-        if not knobs and not present and (plan.flags or plan.assigns or len(plan.edits) > 1):
+        if not knobs and not present and (plan.flags or plan.overrides or plan.assigns or plan.yaml
+                                          or len(plan.edits) > 1):
             continue  # nothing to change here
         found = rewrite_statement(path, line, names, knobs, drop=present, positional=positional)
         if found:
             lines.append(f"{found[0]}  # {display(path, line, script)}")
     for (path, line, name), value in plan.assigns.items():
         lines.append(f"{name} = {value!r}  # {display(path, line, script)}")
-    if plan.flags:
-        lines.append(command_line(script, argv, plan.flags))
+    for (path, line, key), value in plan.yaml.items():
+        lines.append(f"{key}: {configs.tokens('hydra', key, value)[0].split('=', 1)[1]}  # {display(path, line, script)}")
+    if plan.flags or plan.overrides:
+        lines.append(command_line(script, argv, plan.flags, plan.overrides))
     return lines
 
 
@@ -258,13 +286,16 @@ def _present(path: str, line: int, names: Sequence[str], keywords: Sequence[str]
     return [k.arg for k in node.keywords if k.arg in keywords] if node is not None else []
 
 
-def command_line(script: str, argv: Sequence[str], flags: Sequence[Tuple[FromFlag, Optional[str]]]) -> str:
-    """``python train.py ARGS`` with each flag set (replaced where ``argv`` has it)."""
+def command_line(script: str, argv: Sequence[str], flags: Sequence[Tuple[FromFlag, Optional[str]]],
+                 overrides: Sequence[Tuple[str, str, Any]] = ()) -> str:
+    """``python train.py ARGS`` with each flag and config override set (replaced
+    where ``argv`` has it)."""
     args = list(argv)
     for flag, value in flags:
         for option in _options(flag):
             args = _without(args, option, takes_value=value is not None)
         args += [flag.flag] + ([value] if value is not None else [])
+    args = configs.with_overrides(args, overrides)
     rel = os.path.relpath(script)
     shown = script if rel.startswith("..") else rel
     return " ".join(shlex.quote(a) for a in ["python", shown, *args])

@@ -161,7 +161,8 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
         chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
         built_in = tuple(getattr(loader, "built_in", ()) or ()) if loader is not None else ()
         call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop, built_in=built_in,
-                    settings=tuple(Setting(k, k, cfg[k], defaults[k], HELPER_NAMES.get(k, ())) for k in knobs))
+                    settings=tuple(Setting(k, k, cfg[k], defaults[k], HELPER_NAMES.get(k, ()), own.get(k))
+                                   for k in knobs))
     fallback = call_line(cfg, batch_size=getattr(loader, "batch_size", None))
     return paste([call], script, argv, fallback)
 
