@@ -13,10 +13,13 @@ NOTE [ Following a keyword to where it is set ]
                    │ self.workers / self.hparams.workers ─► the class's __init__ parameter ─► the one
                    │   call that builds the class in the file ─► its argument, followed
                    │ cfg.workers, cfg = Config(...) a class of the script ─► that call's keyword
+                   │ cfg.data.num_workers, cfg["loader"]["workers"] from Hydra, LightningCLI, yacs
+                   │   or a YAML file ─► configs.FromConfig: the override, or the key's line
                    └ anything else (a dict, the environment, another module) ─► NotFound: say so
 
-Only the script's own files are read (the call chain holds nothing else);
-nothing is imported or run.
+Only the files of the call chain are read (a library's too, where it builds the
+loader: paste.py never gives a line there), and config files; nothing is
+imported or run.
 """
 from __future__ import annotations
 
