@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 
 
 MAX_CHAIN = 4  # user frames kept per call site
-MAX_LIBRARY_FRAMES = 8  # library frames kept between the user's last frame and the loader's construction
+MAX_LIBRARY_FRAMES = 32  # library frames kept between the user's last frame and the loader's construction
 _FEEDPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # feedprof/
 _NOT_USER = tuple(
     os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
