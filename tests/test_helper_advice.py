@@ -236,3 +236,15 @@ def test_a_script_that_batches_by_itself_has_no_loader(tmp_path, no_leftovers):
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert "no data loader was iterated" in proc.stdout + proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_the_words_never_name_a_library_line(tmp_path, monkeypatch):
+    paste, lib = advise(tmp_path, monkeypatch, ["-j", "2"], library_dir="venv/lib/python3/site-packages")
+    words = " ".join(say(f) for f in paste.findings)
+    assert "site-packages" not in words and "your call train.py:" in words
+
+
+def test_nothing_to_change_through_the_helper_is_the_users_call_as_it_is(tmp_path, monkeypatch):
+    paste, lib = advise(tmp_path, monkeypatch, [], config={"num_workers": 4, "pin_memory": False})
+    assert paste.line.startswith("loader_train = create_loader(Slow(), batch_size=args.batch_size")
+    assert "fancylib" not in paste.line and "DataLoader(" not in paste.line

@@ -150,10 +150,7 @@ def _through_helper(call: Call, frames: List[Tuple[str, int]], library: List[Tup
                 continue
             origin = tracer.origin(frames, (name,), keyword, positional)
         _apply(origin, s, keyword, here, site, name, plan, script, argv)
-    if not any(plan.edits.values()) and not (plan.flags or plan.assigns or plan.overrides or plan.yaml):
-        plan.edits.pop(here, None)
-        return False
-    return True
+    return True  # nothing to change, or nothing that can be: the script's call as it is
 
 
 def _place(s: Setting, call: Call, frames: List[Tuple[str, int]], tracer: Tracer, plan: _Plan,

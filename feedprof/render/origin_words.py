@@ -11,8 +11,8 @@ SYSTEMS = {"lightning_cli": "LightningCLI", "hydra": "Hydra", "yacs": "the yacs 
 
 
 def _helper(x: r.BuiltByHelper) -> str:
-    return (f"The DataLoader is built inside a library, by {x.call}(...) ({x.library_site}): its settings are "
-            f"passed at your call {x.site}, so the advice is given there, not in the library.")
+    return (f"The DataLoader is built inside a library, by {x.call}(...): its settings are passed at your call "
+            f"{x.site}, so the advice is given there, not in the library.")
 
 
 def _no_setting(x: r.HelperTakesNoSetting) -> str:
