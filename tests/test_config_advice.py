@@ -70,6 +70,10 @@ def test_lightning_cli_flag_names_the_datamodule_argument(tmp_path, monkeypatch)
     found = override(paste)
     assert (found.system, found.override) == ("lightning_cli", "--data.num_workers 8")
     assert "LightningCLI" in say(found)
+    # subclass mode: the class's arguments are under init_args
+    subclass = LIGHTNING_CLI.replace("LightningCLI(Model, SlowData)", "LightningCLI(Model, SlowData, subclass_mode_data=True)")
+    script = write_script(tmp_path, "train.py", subclass)
+    assert advise(script, chain, argv=["fit"]).line == "python train.py fit --data.init_args.num_workers 8"
 
 
 def test_yacs_options_on_the_command_line_and_the_default_in_the_config_module(tmp_path, monkeypatch):

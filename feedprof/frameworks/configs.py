@@ -184,8 +184,10 @@ def lightning_cli(trees: Sequence[Tuple[str, ast.Module]], cls: str, param: str)
             roles = {"model": named.get("model_class", positional[0] if positional else ""),
                      "data": named.get("datamodule_class", positional[1] if len(positional) > 1 else "")}
             for role, given in roles.items():
-                if given.split(".")[-1] == cls:
-                    return FromConfig("lightning_cli", f"{role}.{param}", path, node.lineno)
+                subclass = named.get(f"subclass_mode_{role if role == 'model' else 'data'}") == "True"
+                if given.split(".")[-1] == cls:  # subclass mode: --data.init_args.num_workers
+                    key = f"{role}.init_args.{param}" if subclass else f"{role}.{param}"
+                    return FromConfig("lightning_cli", key, path, node.lineno)
     return None
 
 
