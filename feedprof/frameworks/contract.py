@@ -35,6 +35,7 @@ class Plan:
     is_target: Optional[bool]  # None: no target was named (observe mode)
     inject: Optional[Dict[str, Any]]  # knobs to build it with (None: its own)
     replay: bool  # compute ceiling: replay one cached batch
+    built_in: Tuple[str, ...] = ()  # library frames between the chain's last and the construction
 
 
 @dataclass

@@ -13,10 +13,13 @@ NOTE [ Following a keyword to where it is set ]
                    │ self.workers / self.hparams.workers ─► the class's __init__ parameter ─► the one
                    │   call that builds the class in the file ─► its argument, followed
                    │ cfg.workers, cfg = Config(...) a class of the script ─► that call's keyword
+                   │ cfg.data.num_workers, cfg["loader"]["workers"] from Hydra, LightningCLI, yacs
+                   │   or a YAML file ─► configs.FromConfig: the override, or the key's line
                    └ anything else (a dict, the environment, another module) ─► NotFound: say so
 
-Only the script's own files are read (the call chain holds nothing else);
-nothing is imported or run.
+Only the files of the call chain are read (a library's too, where it builds the
+loader: paste.py never gives a line there), and config files; nothing is
+imported or run.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+from feedprof.frameworks import configs
 from feedprof.frameworks.source import find_call
 
 MAX_DEPTH = 6  # expressions followed through at most this many steps
@@ -63,6 +67,7 @@ class FromFlag:
     default: Optional[str]  # as written in the script
     action: str  # store | store_true | store_false
     uses: Tuple[int, ...] = ()  # other lines of the file that read it (``args.workers``)
+    options: Tuple[str, ...] = ()  # every option string (``-j``, ``--workers``); ``flag`` is one of them
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class NotFound:
     line: int
 
 
-Origin = Union[AtCall, AtAssign, FromFlag, NotFound]
+Origin = Union[AtCall, AtAssign, FromFlag, NotFound, configs.FromConfig]
 
 
 class _Source:
@@ -162,6 +167,8 @@ class Tracer:
             found = self._attribute(expr, src, at, func, frames, depth)
         elif isinstance(expr, ast.Name):
             found = self._name(expr.id, src, at, func, frames, depth)
+        elif isinstance(expr, ast.Subscript):
+            found = self._config(expr, src, at, func, frames, depth)
         else:
             found = None
         return found or not_found
@@ -215,8 +222,40 @@ class Tracer:
         if isinstance(base, ast.Name):
             assign = _assignment(base.id, src, func, at)
             if assign is not None and isinstance(assign.value, ast.Call):
-                return self._from_construction(assign.value, attr, src, frames, depth)
-        return None
+                found = self._from_construction(assign.value, attr, src, frames, depth)
+                if found is not None:
+                    return found
+        return self._config(expr, src, at, func, frames, depth)
+
+    def _config(self, expr: ast.AST, src: _Source, at: ast.AST, func: Optional[ast.AST], frames: List[Frame],
+                depth: int, keys: Sequence[str] = ()) -> Optional[configs.FromConfig]:
+        """``cfg.data.num_workers``: a key of a config system's object (configs.py)."""
+        keys = list(keys)
+        while isinstance(expr, (ast.Attribute, ast.Subscript)):
+            key = expr.attr if isinstance(expr, ast.Attribute) else getattr(expr.slice, "value", None)
+            if not isinstance(key, str) or depth > MAX_DEPTH:
+                return None
+            keys.insert(0, key)
+            expr = expr.value
+        if not isinstance(expr, ast.Name) or not keys:
+            return None
+        line = getattr(at, "lineno", 0)
+        if func is not None and expr.id in _params(func):
+            found = configs.hydra(func, keys, src.path, line)
+            if found is not None or len(frames) < 2:
+                return found
+            outer = _load(frames[-2][0], self.cache)  # passed in (build(cfg.data)): the caller's argument
+            call = find_call(outer.tree, frames[-2][1], (func.name,)) if outer is not None else None  # type: ignore
+            passed = argument(call, expr.id, _positional(func)) if call is not None else None
+            return None if passed is None else self._config(passed, outer, call, outer.enclosing(call, _FUNCS),
+                                                            frames[:-1], depth + 1, keys)
+        assign = _assignment(expr.id, src, func, at)
+        found = configs.yacs(src.tree, expr.id, keys, src.path, line)
+        if found is None and assign is not None and isinstance(assign.value, ast.Call):
+            found = configs.yaml_file(assign.value, keys, src.path, line)
+        if found is None and assign is not None and isinstance(assign.value, (ast.Attribute, ast.Subscript)):
+            found = self._config(assign.value, src, assign, func, frames, depth + 1, keys)
+        return found
 
     def _is_parsed_args(self, node: ast.AST, src: _Source, at: ast.AST, func: Optional[ast.AST],
                         frames: List[Frame], depth: int) -> bool:
@@ -255,6 +294,9 @@ class Tracer:
                 elif _is_literal(node.value):
                     return AtAssign(src.path, node.lineno, f"self.{attr}")
         calls = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and _callee(n) == cls.name]  # type: ignore
+        if param is not None and not calls:  # built by a CLI from the command line (LightningCLI)
+            trees = [(s.path, s.tree) for s in (_load(p, self.cache) for p, _ in frames) if s is not None]
+            return configs.lightning_cli(trees, cls.name, param)  # type: ignore[attr-defined]
         if param is None or len(calls) != 1:
             return None
         return self._argument_of(calls[0], param, _positional(init), src, [(src.path, calls[0].lineno)], depth)
@@ -326,7 +368,7 @@ def _flag(src: _Source, dest: str, read: Optional[ast.AST] = None) -> Optional[F
         uses = sorted({n.lineno for n in ast.walk(src.tree) if isinstance(n, ast.Attribute) and n.attr == dest
                        and isinstance(n.value, ast.Name) and n.value.id == base} - {getattr(read, "lineno", 0)})
         return FromFlag(flag=(longs or options)[0], dest=dest, path=src.path, line=node.lineno, default=default,
-                        action=str(action), uses=tuple(uses))
+                        action=str(action), uses=tuple(uses), options=tuple(options))
     return None
 
 

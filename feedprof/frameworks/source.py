@@ -106,3 +106,30 @@ def rewrite_statement(path: str, line: int, names: Sequence[str], knobs: Dict[st
     if isinstance(swapped, ast.Assign) and len(swapped.targets) == 1 and isinstance(swapped.targets[0], ast.Name):
         name = swapped.targets[0].id
     return ast.unparse(swapped), name
+
+
+def enclosing_def(path: str, line: int) -> Optional[Tuple[str, Tuple[str, ...], Tuple[str, ...]]]:
+    """The function whose body holds ``path:line``: (the name its callers use, its
+    parameters that can be passed by position, all its named parameters); a
+    class's ``__init__`` is called by the class's name. None: not in a function."""
+    tree = parse_file(path)
+    if tree is None:
+        return None
+    best, owner = None, None
+    for node in ast.walk(tree):
+        kids = node.body if isinstance(node, ast.ClassDef) else []
+        for item in kids:  # a class's methods, with their class
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _spans(item, line) \
+                    and (best is None or item.lineno > best.lineno):
+                best, owner = item, node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _spans(node, line) \
+                and (best is None or node.lineno > best.lineno):
+            best, owner = node, None
+    if best is None:
+        return None
+    a = best.args
+    positional = [p.arg for p in a.posonlyargs + a.args]
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    name = owner.name if owner is not None and best.name == "__init__" else best.name
+    return name, tuple(positional), tuple(positional) + tuple(p.arg for p in a.kwonlyargs)

@@ -159,12 +159,17 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
         defaults = {"num_workers": 0, "pin_memory": False, "prefetch_factor": DEFAULT_PREFETCH_FACTOR,
                     "persistent_workers": False}
         chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
-        call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop,
-                    settings=tuple(Setting(k, k, cfg[k], defaults[k]) for k in knobs))
+        built_in = tuple(getattr(loader, "built_in", ()) or ()) if loader is not None else ()
+        call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop, built_in=built_in,
+                    settings=tuple(Setting(k, k, cfg[k], defaults[k], HELPER_NAMES.get(k, ()), own.get(k))
+                                   for k in knobs))
     fallback = call_line(cfg, batch_size=getattr(loader, "batch_size", None))
     return paste([call], script, argv, fallback)
 
 
+# what a library's loader helper may call each knob (timm's create_loader: num_workers, pin_memory)
+HELPER_NAMES = {"num_workers": ("workers", "n_workers", "loader_workers", "dataloader_num_workers"),
+                "pin_memory": ("pin_mem", "pin"), "prefetch_factor": ("prefetch",)}
 _live_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders built so far (rebuilt ones find theirs)
 _settings: "contextvars.ContextVar[Optional[Tuple[str, Tuple[str, ...]]]]" = contextvars.ContextVar(
     "feedprof_settings", default=None)

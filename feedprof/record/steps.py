@@ -72,6 +72,7 @@ class Binding:
 
     site: str = ""
     call_chain: Tuple[str, ...] = ()
+    built_in: Tuple[str, ...] = ()  # library frames that built it (see LoaderRecord)
     ordinal: int = 0  # loaders alive together at the same call chain, counted from 0
     instances: int = 1  # loader objects this record spans (rebuilt every epoch)
     injected: bool = False
@@ -215,6 +216,7 @@ class StepRecorder:
             name=self.name or where.site,
             site=where.site,
             call_chain=tuple(where.call_chain),
+            built_in=tuple(where.built_in),
             ordinal=where.ordinal,
             instances=where.instances,
             wait_observable=info.wait_observable,

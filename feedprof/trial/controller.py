@@ -25,7 +25,7 @@ from feedprof.store import Framework, Outcome, RankInfo, Run, RunKind, TrialStat
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
 from feedprof.trial.online_child import OnlineTuning
-from feedprof.trial.userframes import user_call_chain
+from feedprof.trial.userframes import library_frames, user_call_chain
 
 QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
 SETTLE_TOLERANCE = 0.10  # a first chunk this much faster or slower than the rest is not steady yet
@@ -136,7 +136,8 @@ class Controller:
         injecting = spec.mode in (Mode.INJECT, Mode.CEILING) and bool(is_target)
         return Plan(framework=framework, chain=chain, is_target=is_target,
                     inject=dict(spec.inject) if injecting and spec.inject else None,
-                    replay=spec.mode == Mode.CEILING and bool(is_target))
+                    replay=spec.mode == Mode.CEILING and bool(is_target),
+                    built_in=library_frames(self.script_dir, caller))
 
     def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
         from feedprof.frameworks import in_flight
@@ -163,7 +164,7 @@ class Controller:
                 slot.rec.binding.instances += 1
                 return slot.rec
         binding = Binding(site=handle.info.site or (plan.chain[-1] if plan.chain else ""), call_chain=plan.chain,
-                          ordinal=len(slots), injected=bool(plan.inject), replayed=plan.replay,
+                          built_in=plan.built_in, ordinal=len(slots), injected=bool(plan.inject), replayed=plan.replay,
                           is_target=plan.is_target)
         # the warm-up covers what the loader holds in flight: batches made
         # during start-up, handed over at once, are not its steady rate

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import sysconfig
 import traceback
 from types import FrameType
@@ -10,17 +11,36 @@ from typing import List, Optional, Tuple
 
 
 MAX_CHAIN = 4  # user frames kept per call site
+MAX_LIBRARY_FRAMES = 32  # library frames kept between the user's last frame and the loader's construction
 _FEEDPROF_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # feedprof/
 _NOT_USER = tuple(
     os.path.abspath(p) for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                 sysconfig.get_paths()["platlib"], _FEEDPROF_DIR} if p)
+                                 sysconfig.get_paths()["platlib"], sys.prefix, sys.base_prefix,
+                                 sys.exec_prefix, _FEEDPROF_DIR} if p)
+
+# NOTE [ Which files are the user's ]
+#
+#   a frame's file is the user's when it lies under the script's directory or the
+#   working directory (the project the job is run from), and not under the
+#   standard library, an installed package (site-packages, dist-packages), the
+#   Python prefix (a virtual environment inside the project) or feedprof itself.
+#   A package on PYTHONPATH outside both directories is a library: its frames are
+#   kept apart ("built in"), so that advice names the user's call into it.
 
 
-def _is_user_file(filename: str) -> bool:
+def _under(path: str, root: str) -> bool:
+    return root == os.sep or path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def is_user_file(filename: str, script_dir: str = "") -> bool:
     if filename.startswith("<"):
         return False
     path = os.path.abspath(filename)
-    return not path.startswith(_NOT_USER) and "site-packages" not in path and "dist-packages" not in path
+    if path.startswith(_NOT_USER) or "site-packages" in path or "dist-packages" in path:
+        return False
+    if not script_dir:
+        return True
+    return _under(path, os.path.abspath(script_dir)) or _under(path, os.getcwd())
 
 
 def user_call_chain(script_dir: str, frame: Optional[FrameType], direct: bool = False) -> Tuple[str, ...]:
@@ -29,15 +49,31 @@ def user_call_chain(script_dir: str, frame: Optional[FrameType], direct: bool = 
     ``direct``: only if ``frame`` itself is user code (else ``()``), so that
     framework code running on the user's behalf is told apart.
     """
-    if direct and (frame is None or not _is_user_file(frame.f_code.co_filename)):
+    if direct and (frame is None or not is_user_file(frame.f_code.co_filename, script_dir)):
         return ()
     sites: List[str] = []
     while frame is not None and len(sites) < MAX_CHAIN:
         fn = frame.f_code.co_filename
-        if _is_user_file(fn):
+        if is_user_file(fn, script_dir):
             sites.append(f"{display_path(fn, script_dir)}:{frame.f_lineno}")
         frame = frame.f_back
     return tuple(reversed(sites))
+
+
+def library_frames(script_dir: str, frame: Optional[FrameType]) -> Tuple[str, ...]:
+    """The frames outside the user's files from ``frame`` out to the user's
+    innermost frame (a library helper that builds the loader), outermost first,
+    as absolute "path:LINE"; ``()`` where the user's code builds it directly or
+    no user frame calls in (feedprof's own frames are skipped)."""
+    sites: List[str] = []
+    while frame is not None and len(sites) < MAX_LIBRARY_FRAMES:
+        fn = frame.f_code.co_filename
+        if is_user_file(fn, script_dir):
+            return tuple(reversed(sites))
+        if not os.path.abspath(fn).startswith(_FEEDPROF_DIR) and not fn.startswith("<"):
+            sites.append(f"{os.path.abspath(fn)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return ()
 
 
 def display_path(filename: str, script_dir: str) -> str:

@@ -11,6 +11,7 @@ its figures in the JSON schema (``python -m feedprof.schema --write``).
 """
 from feedprof.store.reasons.base import (
     Config, Reason, Text, Unknown, said_once)
+from feedprof.store.reasons.origin import BuiltByHelper, ConfigOriginUnknown, HelperTakesNoSetting, SetByOverride
 from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
@@ -28,7 +29,8 @@ from feedprof.store.reasons.tune import (
     WorkersLeaveCpuIdle)
 
 __all__ = [
-    "Config", "Reason", "Text", "Unknown", "said_once", "CudaInForkedWorker", "DuplicatedPerWorker",
+    "Config", "Reason", "Text", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
+    "HelperTakesNoSetting", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
     "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
