@@ -240,8 +240,19 @@ def _err(msg: str) -> None:
 COMMANDS = {"profile": cmd_profile, "tune": cmd_tune, "report": cmd_report, "gpus": cmd_gpus}
 
 
+def _tolerant_streams() -> None:
+    """A terminal that cannot show a character (LANG=C without UTF-8, a
+    script's path in another alphabet) gets "?" for it, never a crash."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="replace")  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):  # not a text file (a notebook's stream): leave it
+            pass
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_streams()
     ours, script_args = split_script_args(argv)
     previous = signal.getsignal(signal.SIGTERM)
 

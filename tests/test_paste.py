@@ -186,3 +186,15 @@ def test_a_tfdata_line_that_prefetches_has_its_buffer_set_not_a_second_prefetch(
     assert "map(load, num_parallel_calls=28)" in line and "private_threadpool_size = 28" in line
     line = paste_line(pick, SimpleNamespace(call_chain=("train.py:4",)), str(script))
     assert "other = other.prefetch(tf.data.AUTOTUNE)" in line
+
+
+def test_the_scripts_start_method_is_kept_and_dropped_without_workers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = ("from torch.utils.data import DataLoader\n"
+            "d = DataLoader(range(10), num_workers=1, multiprocessing_context='spawn')\n")
+    line = advise(tmp_path, "d = DataLoader", text=text).line
+    assert "multiprocessing_context='spawn'" in line and "num_workers=8" in line
+    # the DataLoader refuses a start method without workers (ValueError): it goes with them
+    zero = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
+    assert advise(tmp_path, "d = DataLoader", text=text, config=zero).line == \
+        "d = DataLoader(range(10), num_workers=0)  # train.py:2"

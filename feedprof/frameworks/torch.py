@@ -160,7 +160,9 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
                     "persistent_workers": False}
         chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
         built_in = tuple(getattr(loader, "built_in", ()) or ()) if loader is not None else ()
-        call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop, built_in=built_in,
+        # (a start method is illegal without workers too: the DataLoader raises ValueError)
+        call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL,
+                    drop=drop + (() if n else ("multiprocessing_context",)), built_in=built_in,
                     settings=tuple(Setting(k, k, cfg[k], defaults[k], HELPER_NAMES.get(k, ()), own.get(k))
                                    for k in knobs))
     fallback = call_line(cfg, batch_size=getattr(loader, "batch_size", None))
@@ -245,6 +247,8 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
         if plan.inject:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
+            if not bound.arguments["num_workers"] and "multiprocessing_context" in bound.arguments:
+                bound.arguments["multiprocessing_context"] = None  # illegal without workers (see legalize)
         orig_init(*bound.args, **bound.kwargs)
         info = _info(self, ctl, caller, original, script_cfg)
         # (the loader is not kept alive for it; a datapipe is sharded by PyTorch itself)

@@ -1,0 +1,104 @@
+"""Hostile but ordinary scripts, against the real CLI (issue 24): other
+worker start methods, paths in other alphabets and with spaces, output that
+is not UTF-8, a low open-file limit. Each ends with the right exit code, no
+feedprof traceback, and nothing left running."""
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import run_feedprof, write_script
+from tests.scripts import torch_loop
+
+TUNE_QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
+              "--interval", "0.1"]
+
+
+def no_feedprof_traceback(stderr):
+    return "feedprof/" not in stderr and "feedprof\\" not in stderr
+
+
+def test_spawn_workers_are_tuned_measured_and_kept_in_the_advice(tmp_path, no_leftovers, torch):
+    """A script's start method is illegal without workers: feedprof drops it for
+    the ceiling and the num_workers=0 rung instead of losing them, measures the
+    spawned workers, and keeps the start method in the paste line."""
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1, workers=1, n=160, epochs=2))
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "45", "--max-workers", "2", *TUNE_QUICK,
+                         "--", "--context", "spawn"])
+    assert proc.returncode == 0, proc.stderr
+    assert no_feedprof_traceback(proc.stderr)
+    trials = json.loads((out / "results.json").read_text())["trials"]
+    assert "can only be used with multi-process loading" not in proc.stdout + proc.stderr
+    by_role = {t["role"]: t for t in trials}
+    assert by_role["ceiling"]["state"] == "ok"
+    zero = [t for t in trials if t["config"]["num_workers"] == 0]
+    assert zero and all(t["state"] == "ok" for t in zero)
+    two = [t for t in trials if t["config"]["num_workers"] == 2 and t["state"] == "ok"]
+    assert two and two[0]["workers_cpu_pct"] and two[0]["peak_pss_bytes"]
+    assert "--context spawn" in proc.stdout  # the advice runs the script as it was run
+
+
+HOSTILE_OUTPUT = '''
+import os
+import sys
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+BAD_NAME = b"/data/\\xff\\xfeimg.jpg".decode("utf-8", "surrogateescape")
+
+
+class Samples(Dataset):
+    def __len__(self):
+        return 120
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.num_workers >= 3:
+            os.write(2, b"worker cannot read \\xff\\xfe\\x80\\n")
+            raise FileNotFoundError(2, "No such file", BAD_NAME)
+        return torch.zeros(4)
+
+
+if __name__ == "__main__":
+    os.write(1, b"bytes \\xff\\xfe\\x80 on stdout\\n")
+    os.write(2, b"bytes \\xc3\\x28 on stderr\\n")
+    print("a path:", BAD_NAME, file=sys.stderr)
+    for epoch in range(2):
+        for x in DataLoader(Samples(), batch_size=2, num_workers=0):
+            time.sleep(0.001)
+'''
+
+
+def feedprof_bytes(args, cwd, env=None):
+    """run_feedprof, the script's own bytes passed through as they are: decoded here with replacements."""
+    proc = subprocess.run([sys.executable, "-m", "feedprof", *args], capture_output=True, timeout=240, cwd=cwd,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})})
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))
+
+
+def test_spaces_other_alphabets_and_bytes_that_are_not_utf8(tmp_path, no_leftovers, torch):
+    where = tmp_path / "my data é日本"
+    where.mkdir()
+    script = write_script(where, "train ñ.py", HOSTILE_OUTPUT)
+    out = where / "out ü"
+    env = {"PYTHONIOENCODING": "ascii"}  # a terminal that shows none of it
+    proc = feedprof_bytes(["profile", script, "--out", str(out / "p"), "--window-batches", "30",
+                         "--warmup-batches", "2", "--interval", "0.1"], cwd=str(where), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert no_feedprof_traceback(proc.stderr) and "train ?.py:" in proc.stdout
+    proc = feedprof_bytes(["tune", script, "--out", str(out / "t"), "--budget", "40", "--max-workers", "4",
+                         *TUNE_QUICK], cwd=str(where))
+    assert proc.returncode == 0, proc.stderr
+    assert no_feedprof_traceback(proc.stderr)
+    result = json.loads((out / "t" / "results.json").read_text(encoding="utf-8"))
+    failed = [t for t in result["trials"] if t["state"] == "failed"]
+    assert failed and "FileNotFoundError" in failed[0]["cause"]["error"]
+    assert result["recommendation"] and "train ñ.py:" in proc.stdout  # the paste line's site
+    assert "DataLoader(Samples(), batch_size=2, num_workers=2" in proc.stdout, proc.stdout
+    report = run_feedprof(["report", str(out / "t" / "results.json"), "-o", str(out / "r é.html")])
+    assert report.returncode == 0 and (out / "r é.html").exists()
