@@ -102,3 +102,21 @@ def test_spaces_other_alphabets_and_bytes_that_are_not_utf8(tmp_path, no_leftove
     assert "DataLoader(Samples(), batch_size=2, num_workers=2" in proc.stdout, proc.stdout
     report = run_feedprof(["report", str(out / "t" / "results.json"), "-o", str(out / "r é.html")])
     assert report.returncode == 0 and (out / "r é.html").exists()
+
+
+def test_copy_on_read_is_projected_to_the_epoch_and_the_recommended_workers(tmp_path, no_leftovers, torch):
+    from tests.test_cli_hazards import GROWS
+
+    script = write_script(tmp_path, "train.py", GROWS)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", "--max-workers", "2",
+                         "--window-seconds", "2", "--min-window-batches", "20", "--interval", "0.1"])
+    assert proc.returncode == 0, proc.stderr
+    assert no_feedprof_traceback(proc.stderr)
+    rec = json.loads((out / "results.json").read_text())["recommendation"]
+    projected = [n for n in rec["reasons"] if n["code"] == "memory_growth_projected"]
+    assert projected, rec["reasons"]
+    assert projected[0]["workers"] == rec["config"]["num_workers"] >= 1
+    assert projected[0]["worker_epoch_end_bytes"] > projected[0]["worker_now_bytes"]
+    assert "copy-on-read" in proc.stdout and "by the end of an epoch" in proc.stdout
+    assert "NumPy arrays" in proc.stdout
