@@ -120,3 +120,45 @@ def test_copy_on_read_is_projected_to_the_epoch_and_the_recommended_workers(tmp_
     assert projected[0]["worker_epoch_end_bytes"] > projected[0]["worker_now_bytes"]
     assert "copy-on-read" in proc.stdout and "by the end of an epoch" in proc.stdout
     assert "NumPy arrays" in proc.stdout
+
+
+LOW_FD_LIMIT = '''
+import resource
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Parts(Dataset):
+    def __len__(self):
+        return 2000
+
+    def __getitem__(self, i):
+        time.sleep(0.004)
+        return [torch.zeros(2) for _ in range(8)]  # a batch of 8 tensors: 8 descriptors in flight
+
+
+if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+    for epoch in range(2):
+        for batch in DataLoader(Parts(), batch_size=8, num_workers=6):
+            time.sleep(0.001)
+'''
+
+
+def test_a_low_open_file_limit_is_named_and_a_config_that_works_recommended(tmp_path, no_leftovers, torch):
+    script = write_script(tmp_path, "train.py", LOW_FD_LIMIT)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", *TUNE_QUICK])
+    assert proc.returncode == 0, proc.stderr
+    assert no_feedprof_traceback(proc.stderr)
+    result = json.loads((out / "results.json").read_text())
+    baseline = next(t for t in result["trials"] if t["role"] == "baseline")
+    assert baseline["state"] == "failed" and baseline["cause"]["code"] == "too_many_open_files"
+    assert baseline["cause"]["limit_fds"] == 48
+    rec = result["recommendation"]
+    assert rec and 0 < rec["config"]["num_workers"] < 6
+    said = proc.stdout + proc.stderr
+    assert "too many open files with 6 workers" in said
+    assert "ulimit -n" in said and "set_sharing_strategy('file_system')" in said

@@ -104,3 +104,24 @@ def test_a_kill_carries_what_the_trial_measured():
     assert (files.cause.limit_fds, files.cause.main_fds, files.cause.worker_fds) == (64, 50, 30)
     failed = Outcome(state=TrialState.FAILED, cause=ScriptFailed(error="ValueError: x"))
     assert with_figures(failed, samples, host) == failed
+
+
+def test_a_descriptor_the_main_process_could_not_receive_is_too_many_open_files():
+    """Past RLIMIT_NOFILE, multiprocessing's receive of a shared tensor's
+    descriptor can end empty: a bare EOFError raised in recvfds."""
+    from feedprof.trial.failures import failure_cause
+
+    def recvfds():
+        raise EOFError
+
+    try:
+        recvfds()
+    except EOFError as exc:
+        assert failure_cause(exc) == TooManyOpenFiles(error="EOFError: in recvfds")
+    tail = ('  File "/usr/lib/python3.11/multiprocessing/reduction.py", line 159, in recvfds\n'
+            '    raise EOFError\nEOFError\n')
+    assert classify_end(None, 1, None, False, log_tail=tail).cause == TooManyOpenFiles(error="EOFError: in recvfds")
+    try:
+        raise EOFError  # anywhere else: the script's own
+    except EOFError as exc:
+        assert not isinstance(failure_cause(exc), TooManyOpenFiles)

@@ -22,6 +22,10 @@ CUDA_IN_FORK = "Cannot re-initialize CUDA in forked subprocess"
 # EMFILE as Python words it, and as PyTorch does when descriptors of shared
 # tensors cannot be passed to the main process any more.
 TOO_MANY_FILES = ("Too many open files", "received 0 items of ancdata")
+# The other way it shows: past the limit the main process cannot take a shared
+# tensor's descriptor from a worker (torch's default file_descriptor strategy),
+# and multiprocessing's receive of it ends empty with a bare EOFError.
+FDS_NOT_RECEIVED = "recvfds"
 BUS_ERROR = ("Bus error", "killed by signal: Bus error")
 SHM_FULL = "No space left on device"
 
@@ -42,7 +46,16 @@ def failure_cause(exc: BaseException) -> Reason:
     found = next((n for n in TOO_MANY_FILES if n in error), None)
     if found is not None or getattr(exc, "errno", None) == 24:
         return TooManyOpenFiles(error=_line_with(error, found or "Errno 24"))
+    if isinstance(exc, EOFError) and _raised_in(exc, FDS_NOT_RECEIVED):
+        return TooManyOpenFiles(error=f"{error} in {FDS_NOT_RECEIVED}")
     return ScriptFailed(error=error, hint=failure_hint(exc))
+
+
+def _raised_in(exc: BaseException, function: str) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == function
 
 
 def cause_of_text(text: str) -> Optional[Tuple[TrialState, Reason]]:
@@ -54,6 +67,8 @@ def cause_of_text(text: str) -> Optional[Tuple[TrialState, Reason]]:
     found = next((n for n in TOO_MANY_FILES if n in text), None)
     if found is not None:
         return TrialState.FAILED, TooManyOpenFiles(error=_line_with(text, found))
+    if f"in {FDS_NOT_RECEIVED}\n" in text and "\nEOFError" in text:
+        return TrialState.FAILED, TooManyOpenFiles(error=f"EOFError: in {FDS_NOT_RECEIVED}")
     if CUDA_IN_FORK in text:
         return TrialState.FAILED, CudaInForkedWorker(error=_line_with(text, CUDA_IN_FORK))
     return None
