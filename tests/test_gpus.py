@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -16,19 +17,29 @@ from tests.conftest import REPO, run_feedprof
 from tests.fakes import fake_pynvml
 
 GIB = 2**30
+# A worker that only serves its job, named as torch names its DataLoader workers (PR_SET_NAME)
+WORKER = "import ctypes, time; ctypes.CDLL(None).prctl(15, b'pt_data_worker', 0, 0, 0); time.sleep(60)"
 SPAWN_GRANDCHILD = ("import subprocess, sys, time\n"
-                    "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                    f"p = subprocess.Popen([sys.executable, '-c', {WORKER!r}])\n"
                     "print(p.pid, flush=True)\n"
                     "time.sleep(60)\n")
 
 
+def named(pid, name="pt_data_worker"):
+    """Wait until the worker has named itself (it does so once its Python starts)."""
+    deadline = time.monotonic() + 20
+    while psutil.Process(pid).name() != name and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return pid
+
+
 @pytest.fixture
 def orphan():
-    """A real orphan: a job (its own process group) starts a child and is killed.
+    """A real orphan: a job (its own process group) starts a worker and is killed.
     Yields (orphan pid, dead job pid); the orphan is killed afterwards."""
     job = subprocess.Popen([sys.executable, "-c", SPAWN_GRANDCHILD], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)
-    pid = int(job.stdout.readline())
+    pid = named(int(job.stdout.readline()))
     job.kill()
     job.wait()
     job.stdout.close()
@@ -67,19 +78,21 @@ if role == "reaper":  # orphans below come to it, as to a container's init
 elif role == "leader":
     child = subprocess.Popen(me + ["child"], stdout=subprocess.PIPE, text=True)
     print(child.pid, child.stdout.readline().strip(), flush=True)
-else:  # the job's child, with a child of its own
-    print(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]).pid, flush=True)
+else:  # the job's worker, with a worker of its own
+    ctypes.CDLL(None).prctl(15, b"pt_data_worker", 0, 0, 0)
+    print(subprocess.Popen([sys.executable, "-c", WORKER]).pid, flush=True)
 time.sleep(60)
 """
 
 
 def test_a_job_whose_leader_exited_flags_only_the_process_that_lost_its_parent(tmp_path):
     script = tmp_path / "tree.py"
-    script.write_text(TREE)
+    script.write_text(f"WORKER = {WORKER!r}\n" + TREE)
     reaper = subprocess.Popen([sys.executable, str(script), "reaper"], stdout=subprocess.PIPE, text=True)
     try:
         leader, child, grandchild = map(int, reaper.stdout.readline().split())
         assert reaper.stdout.readline().strip() == "leader gone"
+        named(child), named(grandchild)
         c, g = describe_process(child), describe_process(grandchild)
         assert c.ppid == reaper.pid and c.pgid == leader and c.group_leader_alive is False
         assert c.orphan == ORPHAN_JOB_GONE  # its parent now is the subreaper, outside the job's session
@@ -204,3 +217,64 @@ def test_cli_without_a_gpu_is_one_line(tmp_path, e2e):
     proc = run_feedprof(["gpus"], env=env, timeout=60)
     assert proc.returncode == 0
     assert len(proc.stdout.strip().splitlines()) == 1 and proc.stdout.startswith("feedprof gpus: ")
+
+
+# ------------------------------------------------ how users launch jobs that outlive their shell
+# Each shape starts a training job (its own program) from a shell that then exits, as a closed
+# terminal or SSH session does: the job is adopted and its group's leader is gone, yet it trains.
+
+JOB = "import time; time.sleep(60)"
+WRAPPER = '#!/bin/sh\n"$PY" -c "$JOB" >/dev/null 2>&1 &\necho $! > "$PIDFILE"\n'
+SHAPES = {
+    "nohup": 'nohup "$PY" -c "$JOB" >/dev/null 2>&1 & echo $! > "$PIDFILE"',
+    "wrapper script": 'sh "$WRAPPER"',
+    "backgrounded subshell": '("$PY" -c "$JOB" >/dev/null 2>&1 & echo $! > "$PIDFILE")',
+}
+
+
+def _launch_from_a_shell_that_exits(tmp_path, line):
+    pidfile = tmp_path / "pid"
+    (tmp_path / "wrapper.sh").write_text(WRAPPER)
+    env = {**os.environ, "PY": sys.executable, "JOB": JOB, "PIDFILE": str(pidfile),
+           "WRAPPER": str(tmp_path / "wrapper.sh")}
+    shell = subprocess.Popen(["bash", "-c", line], env=env, start_new_session=True)  # a terminal's session
+    shell.wait()
+    return int(pidfile.read_text())
+
+
+@pytest.mark.parametrize("shape", ["nohup", "wrapper script", "backgrounded subshell"])
+def test_a_job_that_outlived_the_shell_that_started_it_is_not_left_behind(tmp_path, shape):
+    pid = _launch_from_a_shell_that_exits(tmp_path, SHAPES[shape])
+    try:
+        p = describe_process(pid)
+        assert p.visible and p.state != "zombie"
+        assert p.group_leader_alive in (False, None)  # the shell that led its group is gone...
+        assert p.orphan == ""  # ...but nothing says the job ended
+        view = gpus_view(open_gpu(nvml=fake_pynvml(["GPU-a"], compute={0: [(pid, GIB)]}), visible_devices=None))
+        assert "looks abandoned" not in format_gpus(view) and f"kill {pid}" not in format_gpus(view)
+    finally:
+        psutil.Process(pid).kill()
+
+
+LAUNCHER = ("import os, subprocess, sys\n"
+            "rank = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+            "                        env={**os.environ, 'TORCHELASTIC_RUN_ID': 'job1', 'LOCAL_RANK': '0'})\n"
+            "print(rank.pid, flush=True)\n"
+            "import time; time.sleep(60)\n")
+
+
+def test_a_rank_is_left_behind_only_once_its_launcher_is_gone():
+    """torchrun's ranks are its children: while it lives they are a job; once it is gone they train for nobody."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    rank = int(launcher.stdout.readline())
+    try:
+        assert describe_process(rank).orphan == ""
+        launcher.kill()
+        launcher.wait()
+        assert describe_process(rank).orphan in (ORPHAN_ADOPTED, ORPHAN_JOB_GONE)
+    finally:
+        launcher.kill()
+        launcher.wait()
+        launcher.stdout.close()
+        psutil.Process(rank).kill()

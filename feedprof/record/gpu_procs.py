@@ -10,19 +10,28 @@ NOTE [ How an abandoned process shows ]
 Linux forgets the original parent once a process is adopted, so it is
 inferred: a parent that is PID 1 or a known reaper, with the process neither
 in its parent's group nor leading a session of its own (a service or daemon
-that did ``setsid`` is left alone), is *adopted*; a process whose group
-leader is gone belongs to a job that has *ended*, unless its parent is still of
-its session (a background job whose shell exited: the subshell that started it
-carries on, and so does the job); a Jupyter kernel whose
-connection file is gone is no longer known to its server. feedprof names
-these and the command that ends them; it never ends a process itself.
+that did ``setsid`` is left alone), is *adopted*. Being adopted, or in a group
+whose leader is gone, is not by itself a sign that the job ended: a job started
+with ``nohup`` from a shell since closed, by a wrapper script that exited, or
+from a backgrounded subshell looks just the same, and it is still training.
+Only a process that exists to serve another one is called left behind when it
+is adopted or its job's leader is gone (then the one it served has ended):
+
+    a DataLoader worker (torch names it pt_data_worker)
+    a multiprocessing child (spawn, forkserver, the resource tracker: their command lines say so)
+    a rank torchrun started (TORCHELASTIC_RUN_ID in its environment): its launcher is gone
+    a process of a trial that has ended (record/leftovers.py knows it: ``job_ended``)
+
+A Jupyter kernel whose connection file is gone is no longer known to its
+server. feedprof names these and the command that ends them; it never ends a
+process itself.
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import psutil
 
@@ -33,6 +42,10 @@ from feedprof.store.procs import (ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL
 REAPERS = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit", "s6-svscan",
                      "runit", "containerd-shim"})
 _KERNEL_FILE = re.compile(r"ipykernel_launcher(?:\.py)?\s+(?:.*\s)?-f\s+(\S+\.json)")
+# Processes that only run for another one (see the NOTE).
+WORKER_NAMES = frozenset({"pt_data_worker"})
+_MP_CHILD = re.compile(r"multiprocessing\.(?:spawn|forkserver|resource_tracker)|--multiprocessing-fork")
+LAUNCHED_BY_ENV = ("TORCHELASTIC_RUN_ID",)  # torchrun sets it for every rank it starts
 
 
 def _alive(pid: int) -> bool:
@@ -58,13 +71,26 @@ def adopted(pid: int, ppid: int, pgid: Optional[int], sid: Optional[int], parent
     return pgid != ppid  # in its parent's group: PID 1 really started it (a container's entrypoint)
 
 
+def serves_another(name: str, command: str, environ: Callable[[], Dict[str, str]]) -> bool:
+    """Whether the process exists to serve another one (a worker, a rank; the NOTE)."""
+    if name in WORKER_NAMES or _MP_CHILD.search(command):
+        return True
+    try:
+        env = environ()
+    except (psutil.Error, OSError):  # another user's, or gone
+        return False
+    return any(k in env for k in LAUNCHED_BY_ENV)
+
+
 def orphan_code(command: str, pid: int, adopted_: bool, pgid: Optional[int],
-                leader_alive: Optional[bool], parent_in_session: bool = False) -> str:
+                leader_alive: Optional[bool], parent_in_session: bool = False, serves: bool = True) -> str:
     """``parent_in_session``: its parent is of its own session, so the parent is
-    the job's (a process adopted by a reaper has a parent outside its session)."""
-    if adopted_:
+    the job's (a process adopted by a reaper has a parent outside its session);
+    ``serves``: it exists to serve another process (serves_another), or its job
+    is known to have ended; a program of its own is a job, adopted or not."""
+    if serves and adopted_:
         return ORPHAN_ADOPTED
-    if pgid is not None and pgid != pid and leader_alive is False and not parent_in_session:
+    if serves and pgid is not None and pgid != pid and leader_alive is False and not parent_in_session:
         return ORPHAN_JOB_GONE
     kernel = _KERNEL_FILE.search(command)
     if kernel and not os.path.exists(kernel.group(1)):
@@ -72,12 +98,13 @@ def orphan_code(command: str, pid: int, adopted_: bool, pgid: Optional[int],
     return ""
 
 
-def describe_process(pid: int) -> ProcessInfo:
-    """A process as psutil sees it; ``visible=False`` when it is not in this PID namespace."""
+def describe_process(pid: int, job_ended: bool = False) -> ProcessInfo:
+    """A process as psutil sees it; ``visible=False`` when it is not in this PID
+    namespace. ``job_ended``: the caller knows its job has ended (a trial's)."""
     try:
         p = psutil.Process(pid)
         with p.oneshot():
-            ppid, state = p.ppid(), p.status()
+            ppid, state, name = p.ppid(), p.status(), p.name()
             try:
                 command = shlex.join(p.cmdline()) or f"[{p.name()}]"
             except psutil.AccessDenied:
@@ -100,10 +127,11 @@ def describe_process(pid: int) -> ProcessInfo:
     is_adopted = adopted(pid, ppid, pgid, sid, parent_command)
     leader_alive = None if pgid is None or pgid == pid else _alive(pgid)
     parent_in_session = sid is not None and bool(ppid) and _ids(ppid)[1] == sid
+    serves = job_ended or serves_another(name, command, p.environ)
     return ProcessInfo(pid=pid, command=command, user=user, state=state, ppid=ppid,
                        parent_command=parent_command, parent_alive=not is_adopted, pgid=pgid,
                        group_leader_alive=leader_alive,
-                       orphan=orphan_code(command, pid, is_adopted, pgid, leader_alive, parent_in_session))
+                       orphan=orphan_code(command, pid, is_adopted, pgid, leader_alive, parent_in_session, serves))
 
 
 def gpus_view(gpu: Any) -> GpusView:

@@ -151,7 +151,7 @@ def find_leftovers(trial_dir: str, root_pid: int, known: Iterable[psutil.Process
         while any(h.pid not in strays for h in held) and clock.now_s() < deadline:
             clock.sleep_s(0.1)
             held = _held(gpu, ours)
-    return Leftovers(processes=tuple(describe_process(pid) for pid in sorted(strays)),
+    return Leftovers(processes=tuple(describe_process(pid, job_ended=True) for pid in sorted(strays)),
                      gpu_memory=tuple(held), gpu_checked=checked)
 
 
