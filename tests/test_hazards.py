@@ -9,7 +9,7 @@ from feedprof.analyse.hazards import duplicated, fds_near_limit, memory_growth
 from feedprof.analyse.limits import duplication_in, growth_need, growth_projection, usable, worker_cap
 from feedprof.analyse.recommend import recommend
 from feedprof.store.reasons import (CudaInForkedWorker, DuplicatedPerWorker, OutOfMemoryKilled, ScriptFailed,
-                              SharedMemoryExhausted, TooManyOpenFiles)
+                              SharedMemoryExhausted, TooManyOpenFiles, TrialTimedOut)
 from feedprof.record.digest import batch_digest, digests_wanted
 from feedprof.store import EpochLog, LoaderRecord, Peaks, Phase, Role, Run, Samples, TrialState, Window
 from feedprof.tune.space import TorchSpace
@@ -238,3 +238,15 @@ def test_open_files_near_the_limit():
     assert fds_near_limit(near, 8).fds == 40 and fds_near_limit(near, 8).process == "main"
     assert fds_near_limit(Run(samples=Samples(fd_limit=1024, peaks=Peaks(main_fds=40))), 8) is None
     assert fds_near_limit(Run(samples=Samples(peaks=Peaks(main_fds=40))), 8) is None  # no limit known
+
+
+def test_a_timeout_with_more_workers_than_ever_ran_caps_the_workers():
+    """Spawned workers each start an interpreter: 32 of them may not start within
+    a trial's time where 2 ran well. The ladder bisects below, it does not stop."""
+    slow = TrialTimedOut(limit_s=30.0)
+    trials = [trial(0, 0), trial(1, 2), trial(2, 32, TrialState.TIMEOUT, slow)]
+    cap = worker_cap(trials, workers_of)
+    assert cap.max_workers == 31 and cap.state == "timeout"
+    assert worker_cap([trial(0, 4), trial(1, 4, TrialState.TIMEOUT, slow, config={"num_workers": 4,
+                                                                                 "prefetch_factor": 8})],
+                      workers_of) is None  # as many workers ran: that config alone

@@ -450,3 +450,25 @@ def test_a_resumed_tune_learns_the_same_limit():
     for t in trials:
         again.tell(t)
     assert again.ask() == strat.ask()  # a function of the trials told, nothing else
+
+
+@pytest.mark.parametrize("startup_s,most", [(0.1, 32), (2.7, 8)])
+def test_the_jump_goes_no_further_than_the_workers_start_in_time(startup_s, most):
+    """I/O-bound workers scale past the CPUs, so the ladder jumps to the count
+    predicted to reach the ceiling, but spawned workers (an interpreter each,
+    seconds to start) would not start within a trial: the jump stops short."""
+    space = TorchSpace({"num_workers": 0}, cpu_cap=2, max_primary=32, cuda_used=False)
+    strat = LadderStrategy(space)
+    for i, (role, phase, n) in enumerate([(Role.BASELINE, Phase.BASELINE, 0), (Role.CEILING, Phase.CEILING, 0),
+                                          (Role.SEARCH, Phase.LADDER, 2)]):
+        rate, cpu, wait = io_bound({"num_workers": n}, role, ceiling=400.0)
+        config = space.with_primary(strat._base(), n) if role == Role.SEARCH else space.legalize({"num_workers": n})
+        strat.tell(make_trial(index=i, role=role, config=config, state=TrialState.OK, phase=phase,
+                              batches_per_s=rate, batches_per_s_low=rate, batches_per_s_high=rate,
+                              workers_cpu_pct=cpu, data_wait_fraction=wait, system_cpu_pct=20.0, main_cpu_pct=5.0,
+                              time_to_first_batch_s=startup_s if n else 0.01))
+    prop = strat.ask()
+    assert prop is not None and prop.phase == Phase.LADDER
+    assert 4 <= prop.config["num_workers"] <= most
+    if startup_s < 1:
+        assert prop.config["num_workers"] > 8  # a cheap start-up still jumps

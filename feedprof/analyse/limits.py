@@ -86,14 +86,17 @@ def worker_cap(trials: Sequence[Trial], workers_of: WorkersOf) -> Optional[Worke
     if dup is not None:
         caps.append(WorkersCapped(max_workers=1, config=dict(dup[0].config), state=dup[0].state.value,
                                   because=dup[1]))
-    # A kill caps the worker count whatever ran before it. A prediction or a
-    # failure where as many workers ran well with other settings (a deeper
-    # prefetch past the open-file limit) rules out that config alone.
+    # A kill caps the worker count whatever ran before it. A prediction, a
+    # failure or a timeout (workers too many to start within the trial's time:
+    # spawn and forkserver pay an interpreter each) where as many workers ran
+    # well with other settings (a deeper prefetch past the open-file limit)
+    # rules out that config alone.
     ran = max((_workers(t, workers_of) for t in trials if t.state == TrialState.OK and t.role != Role.CEILING),
               default=-1)
     for t in trials:
         n = _workers(t, workers_of)
-        hit = t.state == TrialState.KILLED or ((_bad(t) or t.state == TrialState.REJECTED) and n > ran)
+        hit = t.state == TrialState.KILLED or (
+            (_bad(t) or t.state in (TrialState.REJECTED, TrialState.TIMEOUT)) and n > ran)
         if t.role != Role.CEILING and n >= 1 and hit:
             caps.append(WorkersCapped(max_workers=n - 1, config=dict(t.config), state=t.state.value, because=t.cause))
     return min(caps, key=lambda c: c.max_workers, default=None)

@@ -63,7 +63,7 @@ SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-u
 MAX_REFINE = 3
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
 CONFIRM_ROUNDS = 2  # at most this many re-measurements of each of the two (interleaved, longer windows)
-JUMP_MIN_WAIT = 0.5  # jump only while the loop mostly waits: the loader is the limit
+JUMP_MIN_WAIT, JUMP_MAX_STARTUP_S = 0.5, 10.0  # jump while the loop mostly waits, to workers that start this fast
 DIP = 0.15  # a rung this far below a rung beneath it breaks the curve: measured again before believed
 AGAIN_WINDOW_FACTOR = 2.0  # a trial measured again gets this many times the usual window
 CONFIRM_WINDOW_FACTOR = 2.0  # the pick's confirmation window, in usual windows
@@ -293,6 +293,8 @@ class LadderStrategy(History):
         if cores:  # the job's own CPU per batch caps what the usable cores can deliver
             target = min(target, s * sp.cpu_cap / cores)
         needed = math.ceil(n * target * (1 - self.tol) / s)
+        if last.time_to_first_batch_s:  # workers start in turn (spawn, forkserver: an interpreter each)
+            needed = min(needed, int(n * JUMP_MAX_STARTUP_S / last.time_to_first_batch_s))
         return needed if needed > 2 * n else None
 
     # -- refine ---------------------------------------------------------------
