@@ -3,6 +3,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 
 from feedprof.record.host import ProcessTreeProbe, host_info, local_world_size, usable_cpu_count
@@ -66,3 +67,39 @@ def test_a_worker_read_as_soon_as_it_is_found_is_not_a_spike(e2e):  # a spinning
         busy.wait()
     assert max(first) <= 105.0  # one busy process: at most one core
     assert later > 30.0  # and it is seen working
+
+
+FORKSERVER_POOL = """
+import multiprocessing, sys, time
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context(sys.argv[1])
+    workers = [ctx.Process(target=time.sleep, args=(30,)) for _ in range(2)]
+    for w in workers:
+        w.start()
+    print("started", flush=True)
+    time.sleep(30)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_workers_of_other_start_methods_are_workers_and_their_helpers_are_not(tmp_path, method):
+    """The fork server and the resource tracker are helpers; what the server
+    forks carries its command line, yet it is a worker."""
+    script = tmp_path / "pool.py"
+    script.write_text(FORKSERVER_POOL)
+    main = subprocess.Popen([sys.executable, str(script), method], stdout=subprocess.PIPE, text=True)
+    try:
+        assert main.stdout.readline().strip() == "started"
+        probe = ProcessTreeProbe(main.pid, min_children_refresh_s=0.0, memory_detail_interval_s=0.0)
+        reading = probe.read(0.0)
+        assert reading.n_workers == 2
+    finally:
+        tree = psutil.Process(main.pid).children(recursive=True)
+        main.kill()
+        main.wait()
+        main.stdout.close()
+        for p in tree:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass

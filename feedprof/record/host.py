@@ -32,6 +32,15 @@ _HELPER_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 MEMORY_DETAIL_BUDGET = 0.003  # fraction of one core PSS/USS readings may use
 
 
+def _forked_by_server(proc: psutil.Process) -> bool:
+    """A forkserver's children are the loader workers it forks: their command
+    line is the server's, but they are workers, not helpers."""
+    try:
+        return "multiprocessing.forkserver" in " ".join(psutil.Process(proc.ppid()).cmdline())
+    except psutil.Error:
+        return False
+
+
 @dataclass(frozen=True)
 class TreeReading:
     system_cpu_pct: Optional[float]
@@ -176,7 +185,7 @@ class ProcessTreeProbe:
             except psutil.Error:
                 continue
             self._children[pid] = cpu
-            if any(m in cmd for m in _HELPER_MARKERS):
+            if any(m in cmd for m in _HELPER_MARKERS) and not _forked_by_server(proc):
                 self._helpers.add(pid)
 
     def read(self, t_s: float) -> TreeReading:
