@@ -39,6 +39,44 @@ def test_spawn_workers_are_tuned_measured_and_kept_in_the_advice(tmp_path, no_le
     assert "--context spawn" in proc.stdout  # the advice runs the script as it was run
 
 
+FORKSERVER = """
+import multiprocessing
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 160
+
+    def __getitem__(self, i):
+        time.sleep(0.01)
+        return torch.zeros(4)
+
+
+if __name__ == "__main__":
+    multiprocessing.set_start_method("forkserver")  # Python 3.14's default on Linux
+    for epoch in range(2):
+        for x in DataLoader(Slow(), batch_size=2, num_workers=1):
+            time.sleep(0.001)
+"""
+
+
+def test_forkserver_workers_are_measured(tmp_path, no_leftovers, torch):
+    script = write_script(tmp_path, "train.py", FORKSERVER)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", "--max-workers", "2", *TUNE_QUICK])
+    assert proc.returncode == 0, proc.stderr
+    assert no_feedprof_traceback(proc.stderr)
+    trials = json.loads((out / "results.json").read_text())["trials"]
+    two = [t for t in trials if t["config"]["num_workers"] == 2 and t["state"] == "ok"]
+    assert two, [(t["config_text"], t["state"]) for t in trials]
+    peaks = two[0]["run"]["samples"]["peaks"]
+    assert peaks["n_workers"] == 2 and peaks["worker_pss_bytes"] and two[0]["workers_cpu_pct"]
+
+
 HOSTILE_OUTPUT = '''
 import os
 import sys
