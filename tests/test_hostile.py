@@ -135,7 +135,8 @@ def test_spaces_other_alphabets_and_bytes_that_are_not_utf8(tmp_path, no_leftove
     assert no_feedprof_traceback(proc.stderr)
     result = json.loads((out / "t" / "results.json").read_text(encoding="utf-8"))
     failed = [t for t in result["trials"] if t["state"] == "failed"]
-    assert failed and "FileNotFoundError" in failed[0]["cause"]["error"]
+    assert failed and failed[0]["cause"]["error"].startswith("FileNotFoundError: [Errno 2] No such file")
+    assert "\n" not in failed[0]["cause"]["error"]  # the worker's own last line; its traceback kept apart
     assert result["recommendation"] and "train ñ.py:" in proc.stdout  # the paste line's site
     assert "DataLoader(Samples(), batch_size=2, num_workers=2" in proc.stdout, proc.stdout
     report = run_feedprof(["report", str(out / "t" / "results.json"), "-o", str(out / "r é.html")])

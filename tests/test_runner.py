@@ -125,3 +125,14 @@ def test_a_descriptor_the_main_process_could_not_receive_is_too_many_open_files(
         raise EOFError  # anywhere else: the script's own
     except EOFError as exc:
         assert not isinstance(failure_cause(exc), TooManyOpenFiles)
+
+
+def test_a_workers_error_is_its_own_last_line():
+    from feedprof.trial.failures import worker_error
+
+    error = ("FileNotFoundError: Caught FileNotFoundError in DataLoader worker process 0.\n"
+             "Original Traceback (most recent call last):\n  File \"train.py\", line 9, in __getitem__\n"
+             "    open(path)\nFileNotFoundError: [Errno 2] No such file or directory: '/data/\\udcff.jpg'\n")
+    assert worker_error(error) == ("FileNotFoundError: [Errno 2] No such file or directory: '/data/\\udcff.jpg' "
+                                   "(caught FileNotFoundError in DataLoader worker process 0)")
+    assert worker_error("ValueError: bad") == "ValueError: bad"

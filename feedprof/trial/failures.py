@@ -48,7 +48,20 @@ def failure_cause(exc: BaseException) -> Reason:
         return TooManyOpenFiles(error=_line_with(error, found or "Errno 24"))
     if isinstance(exc, EOFError) and _raised_in(exc, FDS_NOT_RECEIVED):
         return TooManyOpenFiles(error=f"{error} in {FDS_NOT_RECEIVED}")
-    return ScriptFailed(error=error, hint=failure_hint(exc))
+    return ScriptFailed(error=worker_error(error), hint=failure_hint(exc))
+
+
+def worker_error(error: str) -> str:
+    """PyTorch re-raises a worker's exception with the worker's whole traceback
+    in its message ("X: Caught X in DataLoader worker process 0.\nOriginal
+    Traceback ...\nX: what"): its last line says what, once (the traceback is
+    kept apart, Outcome.traceback)."""
+    head, found, tb = error.partition("\nOriginal Traceback")
+    last = next((line.strip() for line in reversed(tb.splitlines()) if line.strip()), "")
+    if not found or not last:
+        return error
+    where = head.split("Caught ", 1)[-1].strip().rstrip(".")
+    return f"{last} (caught {where})" if head != where else last
 
 
 def _raised_in(exc: BaseException, function: str) -> bool:
