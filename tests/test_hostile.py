@@ -97,7 +97,7 @@ class Samples(Dataset):
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers >= 3:
             os.write(2, b"worker cannot read \\xff\\xfe\\x80\\n")
-            raise FileNotFoundError(2, "No such file", BAD_NAME)
+            raise OSError("cannot read " + BAD_NAME)  # lone surrogates in the message
         return torch.zeros(4)
 
 
@@ -135,7 +135,7 @@ def test_spaces_other_alphabets_and_bytes_that_are_not_utf8(tmp_path, no_leftove
     assert no_feedprof_traceback(proc.stderr)
     result = json.loads((out / "t" / "results.json").read_text(encoding="utf-8"))
     failed = [t for t in result["trials"] if t["state"] == "failed"]
-    assert failed and failed[0]["cause"]["error"].startswith("FileNotFoundError: [Errno 2] No such file")
+    assert failed and failed[0]["cause"]["error"].startswith("OSError: cannot read /data/")
     assert "\n" not in failed[0]["cause"]["error"]  # the worker's own last line; its traceback kept apart
     assert result["recommendation"] and "train ñ.py:" in proc.stdout  # the paste line's site
     assert "DataLoader(Samples(), batch_size=2, num_workers=2" in proc.stdout, proc.stdout

@@ -113,9 +113,11 @@ def dumps(obj: Any) -> str:
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+    """Write via a temporary file and rename, so a reader never sees half a file.
+    A script's words that are not text (undecodable bytes Python carries as
+    lone surrogates, in a file name or an error) are written as "?"."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
         fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
