@@ -161,3 +161,18 @@ def test_report_in_a_real_headless_browser(tuned, tmp_path, scheme):
     keep = os.environ.get("FEEDPROF_KEEP_SCREENSHOTS")  # a directory, to look at them yourself
     if keep:
         shutil.copy(shot, os.path.join(keep, shot.name))
+
+
+def test_written_paths_are_shown_as_given_or_shorter(tmp_path, cli):
+    """``-o /abs/path`` from deep elsewhere is printed absolute, not as ../../..; a path under the working
+    directory stays relative."""
+    from feedprof.store import Run, save
+    from feedprof.units import fmt_path
+
+    save(Run(), str(tmp_path / "run.json"))
+    deep = tmp_path.joinpath(*["d"] * 40)
+    deep.mkdir(parents=True)
+    proc = cli(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "r.html")], cwd=deep)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"feedprof: wrote {tmp_path / 'r.html'}"
+    assert fmt_path(str(deep / "out" / "run.json")) == os.path.join("out", "run.json")
