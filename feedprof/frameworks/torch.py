@@ -66,7 +66,24 @@ def describe(loader: Any) -> LoaderInfo:
     return LoaderInfo(config=legalize({k: getattr(loader, k, None) for k in KNOBS}),
                       dataset=type(loader.dataset).__name__,
                       batch_size=batch_size if isinstance(batch_size, int) else None,
-                      batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset))
+                      batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset),
+                      shuffle_rng=shuffle_rng(loader))
+
+
+def shuffle_rng(loader: Any) -> str:
+    """Where a shuffling loader draws its order: "global" (torch's global RNG: no generator), "loader" (the
+    loader's generator=, which its iterator also draws the workers' seed from), "sampler" (the sampler's own
+    generator, apart from the loader's); "" when it does not shuffle (or shuffles some other way)."""
+    from torch.utils.data import RandomSampler
+
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(sampler, RandomSampler):
+        sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    if not isinstance(sampler, RandomSampler):
+        return ""
+    if sampler.generator is None:
+        return "global"
+    return "loader" if sampler.generator is loader.generator else "sampler"
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from feedprof.store import reasons as r
-from feedprof.render import hazard_words, origin_words
+from feedprof.render import advice_words, hazard_words, origin_words
 from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate
 
@@ -346,6 +346,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
 
 _WORDS.update(hazard_words.words(lambda reason: say(reason)))
 _WORDS.update(origin_words.words())
+_WORDS.update(advice_words.words())
 
 
 def say(reason: Optional[r.Reason], framework: str = "") -> str:

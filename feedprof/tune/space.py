@@ -208,9 +208,15 @@ class TorchSpace(Space):
         return self.paste(config, loader, script).line
 
     def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
-        from feedprof.frameworks.torch import paste_for
+        """The paste, and what the settings change beyond speed (the order of samples: space_order.py)."""
+        import dataclasses
 
-        return paste_for(self.legalize(config), loader, script, argv)
+        from feedprof.frameworks.torch import paste_for
+        from feedprof.tune.space_order import order_findings
+
+        cfg = self.legalize(config)
+        found = paste_for(cfg, loader, script, argv)
+        return dataclasses.replace(found, findings=tuple(found.findings) + tuple(order_findings(cfg, loader)))
 
     def notes(self) -> List[Reason]:
         return [] if self.cuda_used else [PinMemoryNoEffect()]
