@@ -115,7 +115,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
                        loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout,
-                       max_memory_bytes=args.max_memory)
+                       max_memory_bytes=args.max_memory, allow_reorder=args.allow_reorder)
     written = f"{fmt_path(os.path.join(out_dir, 'results.json'))} and " \
               f"{fmt_path(os.path.join(out_dir, 'report.html'))}"
     try:

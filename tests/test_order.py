@@ -72,3 +72,78 @@ def test_out_of_order_delivery_is_said_whatever_the_shuffle():
     pick = {"num_workers": 4, "persistent_workers": False, "in_order": False}
     (finding,) = order_findings(pick, _loader(""))
     assert finding.cause == "in_order" and "in_order=False" in say(finding)
+
+
+SLOW_TAIL = """
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class RemoteReads(Dataset):
+    # most reads take 2 ms; one in 64 takes 300 ms (a slow tail, as on remote storage)
+    def __len__(self):
+        return 4096
+
+    def __getitem__(self, i):
+        time.sleep(0.3 if i % 64 == 0 else 0.002)
+        return torch.zeros(4)
+
+
+loader = DataLoader(RemoteReads(), batch_size=4, num_workers=0)
+for epoch in range(10):
+    for x in loader:
+        time.sleep(0.003)
+"""
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_in_order_false_is_measured_where_a_slow_tail_blocks_and_recommended_only_when_allowed(
+        tmp_path, allow, no_leftovers, torch):
+    """One read in 64 takes 150× the others: with in-order delivery every batch behind it waits (head-of-line
+    blocking, which the wait shows: a few long waits). in_order=False is measured and its gain reported; it is
+    the pick only with --allow-reorder, and then the advice says the order changes."""
+    import json
+
+    from feedprof.tune.space_order import supports_in_order
+    from tests.conftest import run_feedprof, write_script
+
+    if not supports_in_order():
+        pytest.skip("this torch's DataLoader has no in_order (2.6 and later)")
+
+    script = write_script(tmp_path, "train.py", SLOW_TAIL)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "60", "--max-workers", "4",
+                         "--window-seconds", "1.5", "--min-window-batches", "40", "--warmup-batches", "2",
+                         "--interval", "0.1", "--quiet"] + (["--allow-reorder"] if allow else []), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "results.json").read_text())
+    rec = res["recommendation"]
+    reordered = [t for t in res["trials"] if t["config"].get("in_order") is False]
+    assert reordered and all(t["role"] == ("search" if allow else "probe") for t in reordered if t["role"] != "confirm")
+    (gain,) = [r for r in rec["reasons"] if r["code"] == "in_order_gain"]
+    assert gain["allowed"] is allow
+    assert gain["out_of_order_batches_per_s"] > 1.5 * gain["in_order_batches_per_s"]  # 2.5× here: unambiguous
+    changes = [r for r in rec["reasons"] if r["code"] == "order_changes"]
+    if allow:
+        assert rec["config"]["in_order"] is False and "in_order=False" in rec["paste_line"]
+        assert [c["cause"] for c in changes] == ["in_order"] and "The order of samples changes" in proc.stdout
+    else:
+        assert "in_order" not in rec["config"] and "in_order" not in rec["paste_line"] and not changes
+        assert "recommended only with --allow-reorder" in proc.stdout
+
+
+def test_in_order_is_a_knob_only_when_off_and_a_probe_unless_allowed():
+    from feedprof.tune.space import TorchSpace
+
+    space = TorchSpace({"num_workers": 0}, cpu_cap=2, max_primary=8, cuda_used=False)
+    on = {"num_workers": 4, "persistent_workers": True}
+    assert "in_order" not in space.legalize({**on, "in_order": True})
+    assert "in_order" not in space.legalize({"num_workers": 0, "in_order": False})  # no workers: nothing to reorder
+    assert space.key({**on, "in_order": False}) != space.key(on) == space.key({**on, "in_order": True})
+    assert space.cost({**on, "in_order": False}) > space.cost(on)  # a tie keeps the order
+    assert space.probe_only({**on, "in_order": False}) and not space.probe_only(on)
+    space.allow_reorder = True
+    assert not space.probe_only({**on, "in_order": False})
+    assert "in_order=False" in space.describe({**on, "in_order": False})

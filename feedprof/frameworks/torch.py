@@ -122,6 +122,8 @@ def describe_config(config: Dict[str, Any]) -> str:
         parts.append("persistent_workers=True")
     if cfg["pin_memory"]:
         parts.append("pin_memory=True")
+    if cfg["num_workers"] and cfg.get("in_order") is False:
+        parts.append("in_order=False")
     return ", ".join(parts)
 
 
@@ -177,6 +179,9 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
                     "persistent_workers": False}
         chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
         built_in = tuple(getattr(loader, "built_in", ()) or ()) if loader is not None else ()
+        if n and cfg.get("in_order") is False:  # only ever trialled off (tune/space_order.py)
+            knobs.append("in_order")
+            defaults["in_order"] = True
         call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL, drop=drop, built_in=built_in,
                     settings=tuple(Setting(k, k, cfg[k], defaults[k], HELPER_NAMES.get(k, ()), own.get(k))
                                    for k in knobs))

@@ -46,7 +46,7 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
 
 def _in_order_gain(x: r.InOrderGain, describe: Callable) -> str:
     figures = (f"in_order=False measured {fmt_rate(x.out_of_order_batches_per_s)} against "
-               f"{fmt_rate(x.in_order_batches_per_s)} in order")
+               f"{fmt_rate(x.in_order_batches_per_s)} in order (at {describe(x.config)})")
     if x.allowed:
         return f"{figures}: a slow sample no longer holds back the batches behind it (--allow-reorder)."
     return (f"{figures}, where slow samples hold back the batches behind them; it changes the order of samples, "

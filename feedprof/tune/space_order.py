@@ -17,7 +17,7 @@ Each becomes an OrderChanges finding on the recommendation that turns it on (Tor
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.store import Trial
 from feedprof.store.reasons import InOrderGain, OrderChanges, Reason
@@ -51,6 +51,13 @@ def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
     return out
 
 
+def in_order_variant(cfg: Dict[str, Any], best: Trial) -> List[Tuple[Dict[str, Any], dict]]:
+    """in_order=False at the best config, where its wait shows head-of-line blocking (and torch has it)."""
+    if not cfg.get("num_workers") or "in_order" in cfg or not head_of_line(best):
+        return []
+    return [({**cfg, "in_order": False}, {})] if supports_in_order() else []
+
+
 def head_of_line(trial: Trial) -> Optional[bool]:
     """Does the wait show head-of-line blocking: a few long waits (a slow sample holding back the batches
     behind it) rather than an even wait on every batch? None: not observable."""
@@ -71,13 +78,21 @@ def head_of_line(trial: Trial) -> Optional[bool]:
 
 
 def in_order_gain(pick: Trial, trials: Sequence[Trial], allowed: bool, key: Any) -> Optional[InOrderGain]:
-    """The pick against the same settings with the other in_order, where both were measured."""
+    """in_order=False against in-order delivery at the same other settings: the pick's own pair where it was
+    measured, else the pair where out-of-order delivery measured fastest."""
     from feedprof.analyse.recommend import score
 
-    mine = bool(pick.config.get("in_order", True))
-    other = key({**pick.config, "in_order": not mine})
-    twin = [t for t in trials if key(t.config) == other and score(t)]
-    if not twin or not score(pick):
+    pairs = []
+    for t in trials:
+        if t.config.get("in_order") is not False or not score(t):
+            continue
+        base = {k: v for k, v in t.config.items() if k != "in_order"}
+        twins = [s for s in trials if key(s.config) == key(base) and score(s)]
+        if twins:
+            pairs.append((base, score(twins[-1]), score(t)))
+    if not pairs:
         return None
-    in_order, out_of_order = (score(pick), score(twin[-1])) if mine else (score(twin[-1]), score(pick))
-    return InOrderGain(in_order_batches_per_s=in_order, out_of_order_batches_per_s=out_of_order, allowed=allowed)
+    mine = [p for p in pairs if key(p[0]) == key({k: v for k, v in pick.config.items() if k != "in_order"})]
+    base, in_order, out_of_order = mine[-1] if mine else max(pairs, key=lambda p: p[2])
+    return InOrderGain(config=base, in_order_batches_per_s=in_order, out_of_order_batches_per_s=out_of_order,
+                       allowed=allowed)

@@ -329,7 +329,8 @@ class LadderStrategy(History):
         for config, overrides in self.space.secondary(best.latest, self.tol, history):
             if self.space.key(config) in tried or self.measured(config, history) is not None:
                 continue
-            return Proposal(self.space.legalize(config), Role.SEARCH, Phase.SECONDARY, overrides)
+            role = Role.PROBE if self.space.probe_only(config) else Role.SEARCH  # (space_order.py)
+            return Proposal(self.space.legalize(config), role, Phase.SECONDARY, overrides)
         return None
 
     # -- confirm ------------------------------------------------------------

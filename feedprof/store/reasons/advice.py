@@ -2,10 +2,10 @@
 (the lines a tf.data pipeline sets its knobs on; the order of samples)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Tuple
 
-from feedprof.store.reasons.base import Reason
+from feedprof.store.reasons.base import Config, Reason
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,11 @@ class OrderChanges(Reason):
 
 @dataclass(frozen=True)
 class InOrderGain(Reason):
-    """``in_order=False`` measured at the pick's other settings: its throughput against in-order delivery's,
-    and whether it is recommended (``allowed``: the user passed ``--allow-reorder``)."""
+    """``in_order=False`` measured at ``config`` (the other settings): its throughput against in-order
+    delivery's there, and whether it may be recommended (``allowed``: the user passed ``--allow-reorder``)."""
 
     code: ClassVar[str] = "in_order_gain"
+    config: Config = field(default_factory=dict)
     in_order_batches_per_s: Optional[float] = None
     out_of_order_batches_per_s: Optional[float] = None
     allowed: bool = False
