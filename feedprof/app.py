@@ -19,6 +19,7 @@ from feedprof.trial.launch import Launch
 from feedprof.tune.machine import read_machine
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.tuner import Tuner
+from feedprof.units import fmt_path
 
 
 def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str]:
@@ -43,8 +44,8 @@ def write_tensorboard(obj: Any, logdir: Optional[str], err: IO[str] = sys.stderr
     except OSError as exc:
         print(f"feedprof: could not write TensorBoard files to {logdir}: {exc.strerror}", file=err, flush=True)
         return
-    print(f"feedprof: wrote TensorBoard event files to {os.path.relpath(logdir)} "
-          f"(view: tensorboard --logdir {os.path.relpath(logdir)})", file=err, flush=True)
+    print(f"feedprof: wrote TensorBoard event files to {fmt_path(logdir)} "
+          f"(view: tensorboard --logdir {fmt_path(logdir)})", file=err, flush=True)
 
 
 @dataclass(frozen=True)
@@ -166,8 +167,8 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launc
             if result.recommendation is not None:
                 print(format_recommendation(result.recommendation, result, width=terminal_width(out)),
                       file=out, flush=True)
-            print(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'results.json'))} and "
-                  f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}", file=err, flush=True)
+            print(f"feedprof: wrote {fmt_path(os.path.join(out_dir, 'results.json'))} and "
+                  f"{fmt_path(os.path.join(out_dir, 'report.html'))}", file=err, flush=True)
     return result, interrupted
 
 

@@ -17,6 +17,7 @@ from feedprof.cliargs import (DEFAULT_OUT, UsageError, build_parser, check_out_d
                               looks_like_site, split_script_args)
 from feedprof.outdir import OutDirInUse
 from feedprof.store import TrialState
+from feedprof.units import fmt_path
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -46,7 +47,7 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
                         loader_timeout_s=None if args.full else args.loader_timeout,
                         interval_s=args.interval, gpu=not args.no_gpu, capture_output=False)
     what = "to completion" if args.full else f"for up to {args.window_batches} steady-state batches"
-    _err(f"feedprof: profiling {' '.join(launch.command) if launch else os.path.relpath(script)} {what}")
+    _err(f"feedprof: profiling {' '.join(launch.command) if launch else fmt_path(script)} {what}")
     run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
     report = _write_report(run, os.path.join(out_dir, "report.html"))
     print(format_summary(run.summary, run.host, leftovers=run.leftovers))
@@ -54,8 +55,8 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
         from feedprof.render.ranks import format_ranks
 
         print(format_ranks(run))
-    _err(f"feedprof: wrote {os.path.relpath(os.path.join(out_dir, 'run.json'))}" +
-         (f" and {os.path.relpath(report)}" if report else ""))
+    _err(f"feedprof: wrote {fmt_path(os.path.join(out_dir, 'run.json'))}" +
+         (f" and {fmt_path(report)}" if report else ""))
     write_tensorboard(run, args.tensorboard)
     outcome = run.outcome
     if interrupted:
@@ -114,9 +115,9 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
                        loader_timeout_s=args.loader_timeout, trial_timeout_s=args.trial_timeout,
-                       max_memory_bytes=args.max_memory)
-    written = f"{os.path.relpath(os.path.join(out_dir, 'results.json'))} and " \
-              f"{os.path.relpath(os.path.join(out_dir, 'report.html'))}"
+                       max_memory_bytes=args.max_memory, allow_reorder=args.allow_reorder)
+    written = f"{fmt_path(os.path.join(out_dir, 'results.json'))} and " \
+              f"{fmt_path(os.path.join(out_dir, 'report.html'))}"
     try:
         run_tune(TuneJob(script=script, out_dir=out_dir, argv=tuple(script_args), launch=launch, previous=previous),
                  opts, Outputs(progress=not args.quiet, tensorboard=args.tensorboard))
@@ -195,7 +196,7 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
     path = _write_report(obj, output)
     if path is None:
         return EXIT_USAGE
-    _err(f"feedprof: wrote {os.path.relpath(path)}")
+    _err(f"feedprof: wrote {fmt_path(path)}")
     return EXIT_OK
 
 

@@ -199,6 +199,9 @@ def _add_tune(sub: Any) -> None:
     t.add_argument("--loader", default=None, metavar="FILE:LINE",
                    help="the loader to tune, by where it is built (default: the one that delivers most batches)")
     t.add_argument("--quiet", action="store_true", help="no progress display")
+    t.add_argument("--allow-reorder", action="store_true",
+                   help="settings that change the order of samples may be recommended (torch in_order=False, "
+                        "where a slow tail of reads holds batches back); without it their gain is only reported")
     t.add_argument("--online", action="store_true",
                    help="tune inside the real run: the job runs once, to its own end, while the training "
                         "loader's settings change; nothing the model sees changes (torch DataLoader)")

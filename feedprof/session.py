@@ -227,6 +227,11 @@ class PrintableSummary(Summary):
 
         return format_summary(self)
 
+    def _repr_html_(self) -> str:  # Jupyter: the verdict as the profile shows it (render/fragments.py)
+        from feedprof.render.fragments import summary_html
+
+        return summary_html(self)
+
 
 def profile(enabled: bool = True, **kwargs: Any):
     """Profile a training loop: ``with feedprof.profile() as prof: for b in prof.watch(loader): ...``"""

@@ -61,3 +61,16 @@ def parse_bytes(text: str) -> int:
     if not value >= 1:
         raise ValueError(f"expected a positive size, got {text!r}")
     return int(value)
+
+
+def fmt_path(path: str) -> str:
+    """A path for people: relative to the working directory only when that is shorter than the absolute
+    path (``--out /tmp/x`` is shown as ``/tmp/x/run.json``, not ``../../../tmp/x/run.json``)."""
+    import os
+
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute)
+    except ValueError:  # another drive (Windows)
+        return absolute
+    return relative if len(relative) < len(absolute) else absolute

@@ -160,6 +160,54 @@ for epoch in range(10):  # one fit per epoch, each with its validation
     model.fit(train, validation_data=val, epochs=1, verbose=0)
 '''
 
+# keras-io's shape: the pipeline built in one function (a chain over several lines), fitted in another.
+TFDATA_BUILT_APART = '''
+import time
+
+import tensorflow as tf
+import keras
+
+
+def read(x):
+    time.sleep(0.004)
+    return x
+
+
+def encode_single_sample(i):
+    x = tf.py_function(read, [tf.cast(i, tf.float32) * tf.ones((8,))], tf.float32)
+    x.set_shape((8,))
+    return {"image": x, "label": x[:1]}
+
+
+def to_pair(d):
+    return d["image"], d["label"]
+
+
+def make_dataset(n, batch_size):
+    dataset = tf.data.Dataset.range(n)
+    dataset = (
+        dataset.map(encode_single_sample, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(batch_size)
+        .map(to_pair)
+        .prefetch(buffer_size=tf.data.AUTOTUNE)
+    )
+    return dataset
+
+
+def train(train_dataset):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    model.fit(
+        train_dataset,
+        epochs=20,
+        verbose=0,
+    )
+
+
+if __name__ == "__main__":
+    train(make_dataset(1024, 16))
+'''
+
 TF_KERAS_SEQUENCE = '''
 import sys
 import time

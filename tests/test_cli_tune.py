@@ -41,6 +41,11 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, tor
     if len(rec["paste_line"].splitlines()) > 1:  # other knobs are set in the script's own statement
         assert rec["paste_line"].startswith("train = DataLoader(Samples(") and "num_workers=args.workers" in rec["paste_line"]
     assert "Recommendation" in proc.stdout and "Paste this" in proc.stdout
+    # shuffle=True from torch's global RNG: persistent workers change a seeded run's order, and the advice says so
+    changes = [r for r in rec["reasons"] if r["code"] == "order_changes"]
+    assert bool(changes) == bool(rec["config"]["persistent_workers"]), rec["config"]
+    if changes:
+        assert changes[0]["shuffle_rng"] == "global" and "order of samples changes" in proc.stdout
 
 
 def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers, torch):

@@ -70,6 +70,16 @@ def test_script_that_finishes_before_the_window_is_measured(tmp_path, no_leftove
     assert "ended before the window was measured" in proc.stdout
 
 
+def test_a_script_that_fails_after_its_batches_keeps_the_window_note(tmp_path, no_leftovers, torch):
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=1, step_ms=1, epochs=1, n=40)
+                          + "raise RuntimeError('after the loop')\n")
+    proc, out = profile(tmp_path, script, "--window-batches", "500")
+    run = json.loads((out / "run.json").read_text())
+    assert run["outcome"]["state"] == "failed" and "after the loop" in proc.stderr
+    assert [n["code"] for n in run["notes"]].count("window_not_reached") == 1
+    assert "ended before the window was measured" in proc.stdout
+
+
 def test_script_that_never_builds_a_loader(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", "import time\nwhile True:\n    time.sleep(1)\n")
     proc, out = profile(tmp_path, script, "--loader-timeout", "3")

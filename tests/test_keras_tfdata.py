@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from tests.conftest import run_feedprof, write_script
-from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_FIT, TFDATA_FIT_EACH_EPOCH, TFDATA_FIT_STEP_LOG,
-                                 TFDATA_LOOP, pydataset)
+from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_BUILT_APART, TFDATA_FIT, TFDATA_FIT_EACH_EPOCH,
+                                 TFDATA_FIT_STEP_LOG, TFDATA_LOOP, pydataset)
 
 # Every test here runs Keras in processes of its own; TensorFlow is imported at set-up, never at collection.
 pytestmark = pytest.mark.usefixtures("e2e", "tensorflow", "keras")
@@ -65,8 +65,41 @@ def test_tfdata_pipeline_beats_autotune(tmp_path, no_leftovers):
     assert all(t["peak_rss_bytes"] for t in auto)  # its memory, to compare
     assert any(r["code"] == "versus_autotune" for r in rec["reasons"])
     assert "against AUTOTUNE" in proc.stdout or "AUTOTUNE (" in proc.stdout
-    assert rec["paste_line"].startswith("dataset = tf.data.Dataset.range(2048).map(load, num_parallel_calls=")
+    assert "dataset = tf.data.Dataset.range(2048).map(load, num_parallel_calls=" in rec["paste_line"]
     assert ".batch(16)" in rec["paste_line"]  # the rest of the user's statement is kept
+
+
+def _line_of(source, text):
+    return source.lstrip("\n").splitlines().index(text) + 1
+
+
+def test_tfdata_advice_names_the_pipelines_lines_not_the_fit(tmp_path, no_leftovers):
+    """keras-io's shape: built in make_dataset() over several lines, fitted in train(): the advice is the
+    pipeline's statement with each map set (the line the paste replaces), and each knob's own lines."""
+    script = write_script(tmp_path, "train.py", TFDATA_BUILT_APART)
+    source = (tmp_path / "train.py").read_text()
+    at = {name: _line_of(source, text) for name, text in [
+        ("statement", "    dataset = ("), ("map1", "        dataset.map(encode_single_sample, "
+                                                   "num_parallel_calls=tf.data.AUTOTUNE)"),
+        ("map2", "        .map(to_pair)"), ("prefetch", "        .prefetch(buffer_size=tf.data.AUTOTUNE)"),
+        ("fit", "    model.fit(")]}
+    proc, res = tune(tmp_path, script, "--budget", "60")
+    assert proc.returncode == 0, proc.stderr
+    rec = res["recommendation"]
+    assert rec["config"]["num_parallel_calls"] not in (None, "AUTOTUNE"), proc.stdout  # 2 threads: more pay
+    assert rec["framework"] == "tf.data" and rec["loader_site"] == f"train.py:{at['fit']}"
+    (line,) = rec["paste_line"].splitlines()
+    assert line.endswith(f"  # train.py:{at['statement']}") and "dataset = dataset.map(encode_single_sample, " in line
+    assert line.count("num_parallel_calls=") == 2 and "map(to_pair, num_parallel_calls=" in line
+    assert line.count("prefetch(") == 1
+    placed = {r["knob"]: r for r in rec["reasons"] if r["code"] == "set_in_pipeline"}
+    assert placed["num_parallel_calls"]["sites"] == [f"train.py:{at['map1']}", f"train.py:{at['map2']}"]
+    assert placed["num_parallel_calls"]["loader_site"] == f"train.py:{at['fit']}"
+    if rec["config"]["prefetch"] is not None:
+        assert placed["prefetch"]["sites"] == [f"train.py:{at['prefetch']}"]
+    assert f"set where the pipeline is built, at train.py:{at['map1']} and train.py:{at['map2']}" in proc.stdout
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert f"in place of the statement at <code>train.py:{at['statement']}</code>" in page
 
 
 def test_fit_on_a_tfdata_pipeline_is_profiled(tmp_path, no_leftovers):

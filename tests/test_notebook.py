@@ -76,6 +76,19 @@ def test_records_get_rich_output_once_the_api_is_used_in_the_shell(shell, run, t
     assert "the loop waits for data" in html_of(shell, run.summary) and "<svg" not in html_of(shell, run.summary)
 
 
+def test_a_summary_left_as_a_cells_last_value_shows_as_html(shell, run):
+    """prof.summary() (what a notebook user gets) has its own _repr_html_, as the profile has: no
+    registration needed, and a plain-text print still words it."""
+    from feedprof.session import PrintableSummary
+
+    summary = PrintableSummary.of(run.summary)
+    page = html_of(shell, summary)
+    assert page.startswith('<div class="feedprof-nb"><style>') and "the loop waits for data" in page
+    assert "<svg" not in page and "the loop waits for data" in str(summary)
+    shown = shell.run_cell(WATCHED + "prof.summary()").result
+    assert "feedprof summary" in html_of(shell, shown)
+
+
 def test_load_ext_registers_and_a_live_profile_shows_itself(shell, run):
     shell.run_cell("%load_ext feedprof")
     assert "feedprof-nb" in html_of(shell, run)

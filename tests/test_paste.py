@@ -176,7 +176,7 @@ def test_a_tfdata_line_that_prefetches_has_its_buffer_set_not_a_second_prefetch(
     statement; its own prefetch's buffer set, or one prefetch added after it."""
     from types import SimpleNamespace
 
-    from feedprof.frameworks.tfdata import paste_line
+    from feedprof.frameworks.tfdata_paste import paste_line
 
     script = tmp_path / "train.py"
     script.write_text(TFDATA_SCRIPT)
@@ -185,7 +185,9 @@ def test_a_tfdata_line_that_prefetches_has_its_buffer_set_not_a_second_prefetch(
     assert line.count("prefetch(") == 1 and ".batch(8).prefetch(tf.data.AUTOTUNE)" in line
     assert "map(load, num_parallel_calls=28)" in line and "private_threadpool_size = 28" in line
     line = paste_line(pick, SimpleNamespace(call_chain=("train.py:4",)), str(script))
-    assert "other = other.prefetch(tf.data.AUTOTUNE)" in line
+    assert line.startswith("options = tf.data.Options(); options.threading.private_threadpool_size = 28; ")
+    assert line.endswith("other = tf.data.Dataset.range(64).map(load, num_parallel_calls=28).batch(8)"
+                         ".prefetch(tf.data.AUTOTUNE).with_options(options)  # train.py:4")
 
 
 def test_the_scripts_start_method_is_kept_and_dropped_without_workers(tmp_path, monkeypatch):

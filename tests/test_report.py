@@ -161,3 +161,40 @@ def test_report_in_a_real_headless_browser(tuned, tmp_path, scheme):
     keep = os.environ.get("FEEDPROF_KEEP_SCREENSHOTS")  # a directory, to look at them yourself
     if keep:
         shutil.copy(shot, os.path.join(keep, shot.name))
+
+
+def test_written_paths_are_shown_as_given_or_shorter(tmp_path, cli):
+    """``-o /abs/path`` from deep elsewhere is printed absolute, not as ../../..; a path under the working
+    directory stays relative."""
+    from feedprof.store import Run, save
+    from feedprof.units import fmt_path
+
+    save(Run(), str(tmp_path / "run.json"))
+    deep = tmp_path.joinpath(*["d"] * 40)
+    deep.mkdir(parents=True)
+    proc = cli(["report", str(tmp_path / "run.json"), "-o", str(tmp_path / "r.html")], cwd=deep)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == f"feedprof: wrote {tmp_path / 'r.html'}"
+    assert fmt_path(str(deep / "out" / "run.json")) == os.path.join("out", "run.json")
+
+
+def test_the_paste_is_introduced_by_the_lines_it_replaces():
+    """An HF Trainer's settings are pasted over TrainingArguments(...) at line 23, not at the Trainer(...) call
+    (the loader's site, line 26); several statements, or a command line, are said as such."""
+    from feedprof.render.html import tune_verdict
+    from feedprof.render.words import paste_intro
+    from feedprof.store import Recommendation, TuneResult
+    from feedprof.store.reasons import Verdict
+
+    hf = "args = TrainingArguments(output_dir='o', dataloader_num_workers=4)  # hf_train.py:23"
+    assert paste_intro(hf, "hf_train.py:26") == "Paste this in place of the statement at hf_train.py:23:"
+    two = "train = DataLoader(ds, num_workers=4)  # train.py:9\nworkers = 4  # conf.py:3\npython train.py -j 4"
+    assert paste_intro(two, "train.py:9") == ("Paste each line in place of the statement it names "
+                                              "(train.py:9, conf.py:3), and run the command line:")
+    assert paste_intro("python train.py -j 4", "train.py:9") == "Run this:"
+    assert paste_intro("DataLoader(ds, num_workers=4)", "train.py:9") == "Paste this at train.py:9:"
+    verdict = Verdict(kind="faster", input_bound="highly", config={"num_workers": 4}, speedup=3.0)
+    rec = Recommendation(framework="torch", config={"num_workers": 4}, trial_index=1, batches_per_s=30.0,
+                         speedup=3.0, verdict=verdict, paste_line=hf, loader_site="hf_train.py:26")
+    page = tune_verdict(TuneResult(script="/x/hf_train.py", framework="torch", recommendation=rec))
+    assert "in place of the statement at <code>hf_train.py:23</code>" in page and "hf_train.py:26</code>" not in page

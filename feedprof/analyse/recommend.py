@@ -121,7 +121,7 @@ def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
     another that did not: it was measured again because it failed."""
     groups: Dict[tuple, List[Trial]] = {}
     for t in trials:
-        if t.role != Role.CEILING and score(t):
+        if t.role not in (Role.CEILING, Role.PROBE) and score(t):
             groups.setdefault(config_key(t.config), []).append(t)
     kept = [[t for t in group if sound(t)] or group for group in groups.values()]
     return [Measured(config=dict(group[0].config), trials=tuple(group),

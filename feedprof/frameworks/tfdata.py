@@ -86,7 +86,7 @@ def describe_config(config: Dict[str, Any]) -> str:
 class Pipeline:
     """What the script asked of one pipeline, gathered along its transformations."""
 
-    sites: Tuple[str, ...] = ()  # the script's map/interleave call sites, innermost last
+    sites: Tuple[str, ...] = ()  # the script's calls that set knobs (map, interleave, batch, prefetch)
     num_parallel_calls: Any = None
     deterministic: Optional[bool] = None
     prefetch: Any = None
@@ -99,53 +99,6 @@ class Pipeline:
     def script_config(self) -> Dict[str, Any]:
         return legalize({"num_parallel_calls": self.num_parallel_calls, "prefetch": self.prefetch,
                          "deterministic": self.deterministic, "private_threadpool_size": None})
-
-
-def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
-    """The script's own map statement with the knobs, then what to add after it."""
-    from feedprof.frameworks.source import resolve_site, rewrite_statement
-
-    cfg = legalize(config)
-    sites = getattr(loader, "config_sites", None) or ()
-    chain = list(getattr(loader, "call_chain", ()) or ())
-    where = resolve_site(sites[-1] if sites else (chain[-1] if chain else ""), script)
-    knobs = {}
-    if cfg["num_parallel_calls"] is not None:
-        knobs["num_parallel_calls"] = cfg["num_parallel_calls"]
-    if cfg["deterministic"] is not None:
-        knobs["deterministic"] = cfg["deterministic"]
-    parts, name = [], "ds"
-    found = rewrite_statement(*where, ("map", "interleave"), knobs) if where is not None else None
-    if found:
-        parts.append(found[0])
-        name = found[1] or name
-    elif knobs:
-        parts.append(f"{name} = {name}.map(fn, " + ", ".join(f"{k}={v!r}" for k, v in knobs.items()) + ")")
-    if cfg["prefetch"] is not None:
-        with_buffer = _set_prefetch(parts[0], cfg["prefetch"]) if found else None
-        if with_buffer is not None:  # the statement prefetches already: set its buffer, not a second one
-            parts[0] = with_buffer
-        else:
-            parts.append(f"{name} = {name}.prefetch({cfg['prefetch']!r})")
-    if cfg["private_threadpool_size"]:
-        parts.append("options = tf.data.Options(); "
-                     f"options.threading.private_threadpool_size = {cfg['private_threadpool_size']}; "
-                     f"{name} = {name}.with_options(options)")
-    return "; ".join(parts).replace("'AUTOTUNE'", "tf.data.AUTOTUNE")
-
-
-def _set_prefetch(statement: str, buffer: Any) -> Optional[str]:
-    """The statement with the buffer of its own ``.prefetch(...)`` set, or None if it has none."""
-    import ast
-
-    tree = ast.parse(statement)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == "prefetch"]
-    if not calls:
-        return None
-    call = calls[0]  # ast.walk is outermost first: the last prefetch of the chain
-    call.args, call.keywords = [ast.Constant(buffer)], [k for k in call.keywords if k.arg != "buffer_size"]
-    return ast.unparse(tree)
 
 
 def install(ctl: Any) -> None:
@@ -239,8 +192,9 @@ def _tag_and_inject(name: str, args: Dict[str, Any], p: Pipeline, site: str,
     inject = inject or {}
     if name == "batch":
         p.batch_size = _static_int(args.get("batch_size"))
+    if name in ("map", "interleave", "prefetch") or (name == "batch" and args.get("num_parallel_calls") is not None):
+        p.sites = _with_site(p.sites, site)
     if name in ("map", "interleave"):
-        p.sites = (p.sites + (site,))[-4:]
         p.num_parallel_calls = from_tf(args.get("num_parallel_calls"))
         p.deterministic = args.get("deterministic")
         if inject.get("num_parallel_calls") is not None:
@@ -255,6 +209,11 @@ def _tag_and_inject(name: str, args: Dict[str, Any], p: Pipeline, site: str,
         p.has_prefetch = True
         if inject.get("prefetch") is not None:
             args["buffer_size"] = to_tf(inject["prefetch"])
+
+
+def _with_site(sites: Tuple[str, ...], site: str) -> Tuple[str, ...]:
+    """The lines that set the pipeline's knobs, in the order the script set them (the last 8)."""
+    return (tuple(s for s in sites if s != site) + (site,))[-8:]
 
 
 def _eager() -> bool:

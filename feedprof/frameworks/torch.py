@@ -66,7 +66,24 @@ def describe(loader: Any) -> LoaderInfo:
     return LoaderInfo(config=legalize({k: getattr(loader, k, None) for k in KNOBS}),
                       dataset=type(loader.dataset).__name__,
                       batch_size=batch_size if isinstance(batch_size, int) else None,
-                      batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset))
+                      batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset),
+                      shuffle_rng=shuffle_rng(loader))
+
+
+def shuffle_rng(loader: Any) -> str:
+    """Where a shuffling loader draws its order: "global" (torch's global RNG: no generator), "loader" (the
+    loader's generator=, which its iterator also draws the workers' seed from), "sampler" (the sampler's own
+    generator, apart from the loader's); "" when it does not shuffle (or shuffles some other way)."""
+    from torch.utils.data import RandomSampler
+
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(sampler, RandomSampler):
+        sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+    if not isinstance(sampler, RandomSampler):
+        return ""
+    if sampler.generator is None:
+        return "global"
+    return "loader" if sampler.generator is loader.generator else "sampler"
 
 
 def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -105,6 +122,8 @@ def describe_config(config: Dict[str, Any]) -> str:
         parts.append("persistent_workers=True")
     if cfg["pin_memory"]:
         parts.append("pin_memory=True")
+    if cfg["num_workers"] and cfg.get("in_order") is False:
+        parts.append("in_order=False")
     return ", ".join(parts)
 
 
@@ -160,6 +179,9 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
                     "persistent_workers": False}
         chain = tuple(getattr(loader, "call_chain", ()) or ()) if loader is not None else ()
         built_in = tuple(getattr(loader, "built_in", ()) or ()) if loader is not None else ()
+        if n and cfg.get("in_order") is False:  # only ever trialled off (tune/space_order.py)
+            knobs.append("in_order")
+            defaults["in_order"] = True
         # (a start method is illegal without workers too: the DataLoader raises ValueError)
         call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL,
                     drop=drop + (() if n else ("multiprocessing_context",)), built_in=built_in,

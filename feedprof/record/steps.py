@@ -61,6 +61,7 @@ class LoaderInfo:
     gap_is_teardown: bool = False  # the time between epochs is the loader's (Keras stops its workers there)
     backend: str = ""  # Keras's backend
     iterable: bool = False  # an IterableDataset: what each worker yields is up to the dataset
+    shuffle_rng: str = ""  # a shuffling loader's random source: "global", "loader", "sampler" (torch.shuffle_rng)
     # Did the loader's workers call get_worker_info()? Asked when the record is
     # written (the workers run after construction); None: not observable.
     worker_info_asked: Optional[Callable[[], Optional[bool]]] = None
@@ -230,6 +231,7 @@ class StepRecorder:
             injected=where.injected,
             replayed=where.replayed,
             iterable=info.iterable,
+            shuffle_rng=info.shuffle_rng,
             batch_digests=tuple(self.digests),
             worker_info_asked=info.worker_info_asked() if info.worker_info_asked is not None else None,
             batches=self.batches,

@@ -19,7 +19,7 @@ from feedprof.render.leftovers import afterwards_words, labelled_leftovers, left
 from feedprof.render.progress import config_cell
 from feedprof.render.ranks import ranks_html
 from feedprof.render.text import verdict_words
-from feedprof.render.words import config_words, gpu_status, headline, say
+from feedprof.render.words import config_words, gpu_status, headline, paste_intro, say
 from feedprof.store import GpuStatus, HostInfo, Run, StoreError, Summary, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
@@ -209,7 +209,11 @@ def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
     code = _code_block(rec.paste_line) if copy_button else f"<pre>{esc(rec.paste_line)}</pre>"
     return (f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(headline(rec.verdict, fw))}</p>"
             f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
-            f"<p class=\"note\">Paste this at <code>{esc(rec.loader_site)}</code>:</p>{code}</div>")
+            f"<p class=\"note\">{paste_intro(rec.paste_line, rec.loader_site, _code_words)}</p>{code}</div>")
+
+
+def _code_words(text: str) -> str:
+    return f"<code>{esc(text)}</code>"
 
 
 def render_tune(result: TuneResult) -> str:

@@ -29,7 +29,7 @@ from feedprof.analyse.recommend import score
 from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.render.words import config_words, gpu_status, headline, say
 from feedprof.store import GpuStatus, LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult, TuneStart
-from feedprof.units import fmt_num, fmt_pct, fmt_seconds
+from feedprof.units import fmt_num, fmt_path, fmt_pct, fmt_seconds
 
 CEILING_TEXT = "one cached batch replayed"
 OWN_SETTINGS_TEXT = "the script's own settings"
@@ -132,9 +132,9 @@ class ConsoleProgress:
     def tune_started(self, start: TuneStart) -> None:
         host = start.host
         gpu = "GPU ok" if host.gpu_status == GpuStatus.OK else f"GPU {gpu_status(host.gpu_status, host.gpu_status_detail)}"
-        what = " ".join(start.launch) if start.launch else os.path.relpath(start.script)
+        what = " ".join(start.launch) if start.launch else fmt_path(start.script)
         self._print(f"feedprof tune: {what} — budget {start.budget_s:.0f} s, {start.cpu_cap} usable CPU(s), {gpu}")
-        self._print(f"  results: {os.path.relpath(start.results_path)} (rewritten after every trial)")
+        self._print(f"  results: {fmt_path(start.results_path)} (rewritten after every trial)")
         self._print(HEADER)
 
     def loader_found(self, loader: LoaderRecord, config_text: str) -> None:

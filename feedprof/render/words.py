@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from feedprof.store import reasons as r
-from feedprof.render import hazard_words, origin_words
+from feedprof.render import advice_words, hazard_words, origin_words
 from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate
 
@@ -346,6 +346,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
 
 _WORDS.update(hazard_words.words(lambda reason: say(reason)))
 _WORDS.update(origin_words.words())
+_WORDS.update(advice_words.words())
 
 
 def say(reason: Optional[r.Reason], framework: str = "") -> str:
@@ -357,3 +358,20 @@ def say(reason: Optional[r.Reason], framework: str = "") -> str:
         return f"{reason.code}: {reason}"
     return words(reason, _describer(framework))
 
+
+
+def paste_intro(paste_line: str, loader_site: str, code: Callable[[str], str] = lambda s: s) -> str:
+    """What the paste replaces: the statement each line names (``# file:line``), not the loader's site
+    (an HF Trainer's settings live in its TrainingArguments(...), lines above the Trainer(...) call)."""
+    import re
+
+    lines = [line for line in paste_line.splitlines() if line.strip()]
+    sites = [m.group(1) for m in (re.search(r"  # (\S+:\d+)$", line) for line in lines) if m]
+    runs = any(line.startswith("python ") for line in lines)  # paste.command_line's shape
+    if not sites or len(sites) + runs < len(lines):  # a line that names no place: the loader's
+        return "Run this:" if runs and len(lines) == 1 else f"Paste this at {code(loader_site)}:"
+    then = ", and run the command line" if runs else ""
+    if len(sites) == 1:
+        return f"Paste this in place of the statement at {code(sites[0])}{then}:"
+    where = ", ".join(code(s) for s in sites)
+    return f"Paste each line in place of the statement it names ({where}){then}:"

@@ -20,6 +20,7 @@ class Role(Code):
     CEILING = "ceiling"  # one cached batch replayed: the most any loader can reach
     SEARCH = "search"  # a config the strategy proposed
     CONFIRM = "confirm"  # a config measured again, because a rival was within noise
+    PROBE = "probe"  # measured and reported, never recommended (in_order=False without --allow-reorder)
 
 
 class Phase(Code):

@@ -75,6 +75,8 @@ class LoaderRecord:
     injected: bool = False
     replayed: bool = False  # compute-ceiling trial: one cached batch replayed
     iterable: bool = False  # an IterableDataset: the dataset, not a sampler, decides what each worker yields
+    shuffle_rng: str = ""  # a shuffling loader's random source: "global" (torch's global RNG, no generator=),
+    #                         "loader" (its generator=), "sampler" (the sampler's own); "": no shuffle, or not known
     batch_digests: Tuple[str, ...] = ()  # of the first epoch's first batches (iterable datasets; record/digest.py)
     worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
     batches: int = 0

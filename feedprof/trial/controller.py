@@ -322,7 +322,7 @@ class Controller:
             rec = self.training_recorder()
             if rec is not None:
                 self.window = self._window_of(rec, WindowEnd.FULL_RUN if self.spec.full else WindowEnd.SCRIPT_ENDED)
-                if not self.spec.full and state == TrialState.OK:
+                if not self.spec.full and state in (TrialState.OK, TrialState.FAILED):  # kept when it failed later
                     self.notes.append(WindowNotReached(steady_batches=rec.steady_batches,
                                                        window_batches=self.spec.window_batches))
         from feedprof.record.cuda import cuda_in_use

@@ -60,6 +60,19 @@ class History:
     def of(self, *phases: Phase) -> List[Trial]:
         return [t for t in self.trials if in_phases(t, phases)]
 
+    def same_as(self, trial: Trial) -> List[Trial]:
+        """Every trial of ``trial``'s config in its role (it, and any repeats)."""
+        key = self.space.key(trial.config)
+        return [t for t in self.trials if t.role == trial.role and self.space.key(t.config) == key]
+
+    def first_of_each(self) -> List[Trial]:
+        """The first measured trial of each config in each role (confirmations aside)."""
+        firsts: Dict[tuple, Trial] = {}
+        for t in self.trials:
+            if t.role != Role.CONFIRM and t.state == TrialState.OK:
+                firsts.setdefault((t.role, self.space.key(t.config)), t)
+        return list(firsts.values())
+
     def measured(self, config: Config, trials: Sequence[Trial]) -> Optional[Trial]:
         """The trial of ``config`` among ``trials`` that is believed, whatever its
         state: the last one whose window did not spread, else the first."""

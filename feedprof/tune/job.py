@@ -28,6 +28,7 @@ class TuneOptions:
     tolerance: float = PICK_TOLERANCE
     fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
     max_memory_bytes: Optional[int] = None  # RAM the job may use (default: 80 % of what is free, or its container's)
+    allow_reorder: bool = False  # --allow-reorder: settings that change the order of samples may be recommended
 
 
 class TuneError(Exception):

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.store import Framework, Trial
+from feedprof.tune.space_order import in_order_gain, in_order_variant
 
 Config = Dict[str, Any]
 BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core is computing, not waiting
@@ -52,6 +53,7 @@ class Space:
     framework = ""
     primary = ""  # the knob the worker ladder walks
     knobs: Tuple[str, ...] = ()
+    allow_reorder = False  # --allow-reorder: settings that change the order of samples may be recommended
 
     def __init__(self, baseline: Config, cpu_cap: int, max_primary: int, cuda_used: Optional[bool]):
         self.baseline = self.legalize(dict(baseline))
@@ -98,6 +100,10 @@ class Space:
 
     def notes(self) -> List[Reason]:
         return []
+
+    def probe_only(self, config: Config) -> bool:
+        """A config measured and reported but never recommended (it changes the order of samples)."""
+        return False
 
     def ladder_base(self, config: Config, short_epochs: bool) -> Config:
         """The config the worker ladder varies the primary knob of."""
@@ -154,7 +160,17 @@ class TorchSpace(Space):
     def legalize(self, config: Config) -> Config:
         from feedprof.frameworks.torch import effective
 
-        return effective(config)
+        out = effective(config)
+        if not out["num_workers"] or out.get("in_order", True):  # in_order: only ever False, with workers
+            out.pop("in_order", None)
+        return out
+
+    def key(self, config: Config) -> tuple:
+        cfg = self.legalize(dict(config))
+        return super().key(cfg) + ((("in_order", False),) if "in_order" in cfg else ())
+
+    def probe_only(self, config: Config) -> bool:
+        return self.legalize(dict(config)).get("in_order", True) is False and not self.allow_reorder
 
     def ladder_base(self, config: Config, short_epochs: bool) -> Config:
         """With short epochs, workers are judged with persistent_workers=True:
@@ -169,7 +185,8 @@ class TorchSpace(Space):
     def cost(self, config: Config) -> tuple:
         cfg = self.legalize(config)
         n = cfg["num_workers"]
-        return (n, bool(cfg["persistent_workers"]), n * (cfg["prefetch_factor"] or 0), bool(cfg["pin_memory"]))
+        return (n, bool(cfg["persistent_workers"]), n * (cfg["prefetch_factor"] or 0), bool(cfg["pin_memory"]),
+                "in_order" in cfg)
 
     def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
         cfg = self.legalize(best.config)
@@ -185,6 +202,7 @@ class TorchSpace(Space):
         # workers, 113 -> 136 batches/s with prefetch_factor 2 -> 4).
         if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < DEEP_PREFETCH:
             out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
+        out += in_order_variant(cfg, best)
         if not cfg["persistent_workers"]:
             pw = persistent_estimate(best)
             if pw is not None and pw.gain >= tol and pw.epoch_s <= MEASURE_EPOCH_S:
@@ -197,20 +215,28 @@ class TorchSpace(Space):
         """Settings judged rather than trialled: persistent workers on epochs too
         long to measure two of, from the measured start-up amortised over the epoch."""
         cfg = self.legalize(pick.config)
+        gain = in_order_gain(pick, trials, self.allow_reorder, self.key)
+        judged: List[Reason] = [gain] if gain is not None else []
         if cfg["num_workers"] and not cfg["persistent_workers"]:
             pw = persistent_estimate(pick)
             if pw is not None and pw.gain >= tol and pw.epoch_s > MEASURE_EPOCH_S:
                 return ({**cfg, "persistent_workers": True},
-                        [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
-        return cfg, []
+                        judged + [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
+        return cfg, judged
 
     def paste_line(self, config: Config, loader: Any, script: str) -> str:
         return self.paste(config, loader, script).line
 
     def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
-        from feedprof.frameworks.torch import paste_for
+        """The paste, and what the settings change beyond speed (the order of samples: space_order.py)."""
+        import dataclasses
 
-        return paste_for(self.legalize(config), loader, script, argv)
+        from feedprof.frameworks.torch import paste_for
+        from feedprof.tune.space_order import order_findings
+
+        cfg = self.legalize(config)
+        found = paste_for(cfg, loader, script, argv)
+        return dataclasses.replace(found, findings=tuple(found.findings) + tuple(order_findings(cfg, loader)))
 
     def notes(self) -> List[Reason]:
         return [] if self.cuda_used else [PinMemoryNoEffect()]

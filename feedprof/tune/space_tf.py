@@ -155,6 +155,10 @@ class TfDataSpace(Space):
         return self.legalize(dict((auto if switched else pick).config)), [versus]
 
     def paste_line(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.tfdata import paste_line
+        return self.paste(config, loader, script).line
 
-        return paste_line(self.legalize(config), loader, script)
+    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+        """The statements that build the pipeline, and the lines each setting is made on."""
+        from feedprof.frameworks.tfdata_paste import paste
+
+        return paste(self.legalize(config), loader, script)

@@ -104,29 +104,18 @@ class LadderStrategy(History):
     def _again(self, notes: List[Reason]) -> Optional[Proposal]:
         """The last trial, measured again in a longer window, if its window
         spread or (a ladder rung) it reads well below a rung beneath it; once."""
-        for first in self._first_of_each():  # what was measured again so far, said again
+        for first in self.first_of_each():  # what was measured again so far, said again
             note = self._again_note(first)
-            if len(self._same(first)) > 1 and note.why:
+            if len(self.same_as(first)) > 1 and note.why:
                 notes.append(note)
         last = self.trials[-1] if self.trials else None
-        if last is None or last.state != TrialState.OK or last.role == Role.CONFIRM or len(self._same(last)) > 1:
+        if last is None or last.state != TrialState.OK or last.role == Role.CONFIRM or len(self.same_as(last)) > 1:
             return None
         note = self._again_note(last)
         if not note.why:
             return None
         notes.append(note)
         return Proposal(dict(last.config), last.role, last.phase, {"window_factor": AGAIN_WINDOW_FACTOR})
-
-    def _same(self, trial: Trial) -> List[Trial]:
-        key = self.space.key(trial.config)
-        return [t for t in self.trials if t.role == trial.role and self.space.key(t.config) == key]
-
-    def _first_of_each(self) -> List[Trial]:
-        firsts: Dict[tuple, Trial] = {}
-        for t in self.trials:
-            if t.role != Role.CONFIRM and t.state == TrialState.OK:
-                firsts.setdefault((t.role, self.space.key(t.config)), t)
-        return list(firsts.values())
 
     def _again_note(self, trial: Trial) -> MeasuredAgain:
         """Why ``trial`` is (or was) measured again: why="" if it needs not be."""
@@ -331,7 +320,8 @@ class LadderStrategy(History):
         for config, overrides in self.space.secondary(best.latest, self.tol, history):
             if self.space.key(config) in tried or self.measured(config, history) is not None:
                 continue
-            return Proposal(self.space.legalize(config), Role.SEARCH, Phase.SECONDARY, overrides)
+            role = Role.PROBE if self.space.probe_only(config) else Role.SEARCH  # (space_order.py)
+            return Proposal(self.space.legalize(config), role, Phase.SECONDARY, overrides)
         return None
 
     # -- confirm ------------------------------------------------------------

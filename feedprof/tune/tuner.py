@@ -366,6 +366,7 @@ class Tuner:
             self._per_rank(baseline.run)
         max_w = o.max_workers or default_max_workers(self.cpu_cap)
         self.space = make_space(rec.framework, rec.config, self.cpu_cap, max_w, baseline.run.cuda_used)
+        self.space.allow_reorder = o.allow_reorder  # (tune/space_order.py)
         baseline = dataclasses.replace(baseline, config=self.space.legalize(dict(rec.config)),
                                        config_text=self.space.describe(rec.config))
         self.trials[baseline.index] = baseline

@@ -27,6 +27,7 @@ from feedprof.store.reasons.tune import (
     ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
+from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SetInPipeline
 
 __all__ = [
     "Config", "Reason", "Text", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
@@ -44,4 +45,5 @@ __all__ = [
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
+    "InOrderGain", "OrderChanges", "SetInPipeline",
 ]

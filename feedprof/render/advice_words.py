@@ -1,0 +1,57 @@
+"""The words for where the advice applies and what it changes beyond speed
+(store/reasons/advice.py): the lines a tf.data pipeline sets its knobs on, and
+a recommendation that changes the order of samples. render/words.py merges
+``words()`` into its table."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict
+
+from feedprof.store import reasons as r
+from feedprof.units import fmt_rate
+
+KEEP_ORDER = ("sampler=RandomSampler(dataset, generator=torch.Generator().manual_seed(SEED)) in place of "
+              "shuffle=True")
+
+
+def _lines(sites: Any) -> str:
+    sites = list(sites)
+    return sites[0] if len(sites) == 1 else ", ".join(sites[:-1]) + " and " + sites[-1]
+
+
+def _in_pipeline(x: r.SetInPipeline, describe: Callable) -> str:
+    where = f", not at {x.loader_site}, where it is iterated" if x.loader_site and x.loader_site not in x.sites else ""
+    if x.added:
+        return (f"{x.knob}: the pipeline does not set it; the line below adds it at the end of the statement at "
+                f"{_lines(x.sites)}{where}.")
+    return f"{x.knob} is set where the pipeline is built, at {_lines(x.sites)}{where}: the line below sets it there."
+
+
+def _order(x: r.OrderChanges, describe: Callable) -> str:
+    knobs = " and ".join(x.knobs)
+    if x.cause == "in_order":
+        return (f"The order of samples changes: with in_order=False the loader hands over each batch as soon as it "
+                "is ready, not in the sampler's order (the same samples each epoch, in another order; a run is "
+                "no longer repeatable batch for batch).")
+    loader = f"the loader at {x.site}" if x.site else "the loader"
+    source = ("torch's global random generator (it has no generator=)" if x.shuffle_rng == "global"
+              else "its generator=, the one its iterator also draws the workers' seed from")
+    also = ("; draws from the global generator elsewhere in the script shift as well" if x.shuffle_rng == "global"
+            else "; a generator= on the DataLoader is not enough, as the workers' seed is drawn from it too")
+    return (f"The order of samples changes from the second epoch on with {knobs}: {loader} shuffles from "
+            f"{source}, and with persistent workers its iterator, with its one draw of the workers' seed, is made "
+            "once instead of every epoch, so a seeded run sees another order than it did before (runs compared "
+            "with earlier ones, or resumed from a checkpoint, differ). To keep the order, give the sampler a "
+            f"generator of its own: {KEEP_ORDER}{also}.")
+
+
+def _in_order_gain(x: r.InOrderGain, describe: Callable) -> str:
+    figures = (f"in_order=False measured {fmt_rate(x.out_of_order_batches_per_s)} against "
+               f"{fmt_rate(x.in_order_batches_per_s)} in order (at {describe(x.config)})")
+    if x.allowed:
+        return f"{figures}: a slow sample no longer holds back the batches behind it (--allow-reorder)."
+    return (f"{figures}, where slow samples hold back the batches behind them; it changes the order of samples, "
+            "so it is recommended only with --allow-reorder.")
+
+
+def words() -> Dict[type, Callable[[Any, Callable], str]]:
+    return {r.SetInPipeline: _in_pipeline, r.OrderChanges: _order, r.InOrderGain: _in_order_gain}

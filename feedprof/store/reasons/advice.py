@@ -1,0 +1,48 @@
+"""Findings about where the advice applies and what it changes beyond speed
+(the lines a tf.data pipeline sets its knobs on; the order of samples)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional, Tuple
+
+from feedprof.store.reasons.base import Config, Reason
+
+
+@dataclass(frozen=True)
+class SetInPipeline(Reason):
+    """tf.data: ``knob`` is set where the pipeline is built (``sites``: the lines of the calls that set it), not
+    at the loop or fit that iterates it (``loader_site``); ``added``: the pipeline does not set it, and the paste
+    adds it to the statement at ``sites[0]``."""
+
+    code: ClassVar[str] = "set_in_pipeline"
+    knob: str = ""
+    sites: Tuple[str, ...] = ()
+    loader_site: str = ""
+    added: bool = False
+
+
+@dataclass(frozen=True)
+class OrderChanges(Reason):
+    """The recommended ``knobs`` change the order of samples the script sees (or its random streams).
+    ``cause``: "persistent_workers" (the loader's iterator, and its one draw of the workers' seed from the
+    generator the sampler shuffles with, is made once instead of every epoch: the order changes from the
+    second epoch on), "in_order" (batches are handed over as they are ready). ``shuffle_rng``: where the loader
+    at ``site`` draws its order (LoaderRecord.shuffle_rng)."""
+
+    code: ClassVar[str] = "order_changes"
+    knobs: Tuple[str, ...] = ()
+    cause: str = ""
+    shuffle_rng: str = ""
+    site: str = ""
+
+
+@dataclass(frozen=True)
+class InOrderGain(Reason):
+    """``in_order=False`` measured at ``config`` (the other settings): its throughput against in-order
+    delivery's there, and whether it may be recommended (``allowed``: the user passed ``--allow-reorder``)."""
+
+    code: ClassVar[str] = "in_order_gain"
+    config: Config = field(default_factory=dict)
+    in_order_batches_per_s: Optional[float] = None
+    out_of_order_batches_per_s: Optional[float] = None
+    allowed: bool = False
