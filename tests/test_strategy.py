@@ -472,3 +472,24 @@ def test_the_jump_goes_no_further_than_the_workers_start_in_time(startup_s, most
     assert 4 <= prop.config["num_workers"] <= most
     if startup_s < 1:
         assert prop.config["num_workers"] > 8  # a cheap start-up still jumps
+
+
+def test_a_rung_that_still_reads_low_is_compared_side_by_side_with_the_rung_beneath():
+    """The machine got busy after the baseline (33 batches/s on a quiet
+    machine): 2 workers read 27, then 28.8. The script's own settings are
+    measured again beside them (now 20): 2 workers do gain, and the ladder
+    goes on instead of stopping at a rung that only met a busier machine."""
+    readings = {0: iter([33.5, 20.0]), 2: iter([27.0, 28.8])}
+
+    def drifting(config, role):
+        if role == Role.CEILING:
+            return 190.0, 0.0, 0.0
+        n = config["num_workers"]
+        rate = next(readings[n], 45.0) if n in readings else 45.0
+        return rate, 50.0 * n, 0.8, 90.0, 10.0 * n
+
+    space, strat, trials = simulate(drifting, {"num_workers": 0})
+    zeros = [t for t in trials if t.config["num_workers"] == 0 and t.role != Role.CEILING]
+    assert [t.batches_per_s for t in zeros][:2] == [33.5, 20.0]  # measured again, right after 2's repeat
+    assert trials.index(zeros[1]) == 4
+    assert pick(trials, space.cost).config["num_workers"] >= 2

@@ -109,13 +109,32 @@ class LadderStrategy(History):
             if len(self.same_as(first)) > 1 and note.why:
                 notes.append(note)
         last = self.trials[-1] if self.trials else None
-        if last is None or last.state != TrialState.OK or last.role == Role.CONFIRM or len(self.same_as(last)) > 1:
+        if last is None or last.state != TrialState.OK or last.role == Role.CONFIRM:
             return None
+        if len(self.same_as(last)) > 1:
+            return self._beside(last)
         note = self._again_note(last)
         if not note.why:
             return None
         notes.append(note)
         return Proposal(dict(last.config), last.role, last.phase, {"window_factor": AGAIN_WINDOW_FACTOR})
+
+    def _beside(self, rung: Trial) -> Optional[Proposal]:
+        """A rung measured again for a dip that still reads below the best rung
+        beneath it: that rung is measured again too, beside it, so the two are
+        compared in windows side by side (a shared machine's load drifts
+        between trials minutes apart)."""
+        sp, again = self.space, self.same_as(rung)
+        if rung.phase != Phase.LADDER or len(again) != 2 or self._again_note(again[0]).why != "dip":
+            return None
+        n, s = sp.primary_of(rung.config), score(rung)
+        below = [m for m in measured_configs(self._ok(self.of(Phase.BASELINE, Phase.LADDER)))
+                 if sp.primary_of(m.config) < n]
+        best = max(below, key=lambda m: m.score, default=None)
+        if best is None or s is None or s >= best.score or len(best.trials) > 1:
+            return None
+        first = best.trials[0]
+        return Proposal(dict(best.config), first.role, first.phase, {"window_factor": AGAIN_WINDOW_FACTOR})
 
     def _again_note(self, trial: Trial) -> MeasuredAgain:
         """Why ``trial`` is (or was) measured again: why="" if it needs not be."""
