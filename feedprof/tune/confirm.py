@@ -1,0 +1,96 @@
+"""The confirm phase of the ladder (strategy.py): the pick and its closest
+rival re-measured, interleaved, while they are within noise; then the pick
+in a longer window measured after it was chosen, and the script's own
+settings beside it (the pick's figure and speedup are reported from those:
+analyse/recommend.reported).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+from feedprof.analyse import noise
+from feedprof.analyse.recommend import Measured, batches_per_epoch, config_key, figures, measured_configs, pick, score
+from feedprof.store.reasons import Reason, RivalsRemeasured
+from feedprof.store import Phase, Role, Trial
+from feedprof.tune.history import History, Proposal
+from feedprof.tune.space import EPOCH_SPAN_EXTRA_BATCHES
+
+CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
+CONFIRM_ROUNDS = 2  # at most this many re-measurements of each of the two (interleaved, longer windows)
+CONFIRM_WINDOW_FACTOR = 2.0  # the pick's confirmation window, in usual windows
+BOUNDARY_EPOCH_S = 10.0  # epochs this short at the pick's rate: its confirmation crosses a boundary
+
+
+class Confirming(History):
+    """The confirm steps, for a strategy that has ``tol``, ``confirm_rounds``
+    and ``_ok`` (the measured trials it may build on)."""
+
+    tol: float
+    confirm_rounds: int
+
+    def _ok(self, trials: Sequence[Trial]) -> List[Trial]:
+        raise NotImplementedError
+
+    def _confirm(self, notes: List[Reason]) -> Optional[Proposal]:
+        """Re-measure the pick and its strongest rival, interleaved, when they are
+        within noise: round after round until the repeats tell them apart, or
+        show them equal within tolerance, or confirm_rounds are done."""
+        before = self._ok([t for t in self.trials if t.role != Role.CONFIRM])
+        chosen = pick(before, self.space.cost, self.tol)
+        configs = measured_configs(before)
+        if chosen is None or len(configs) < 2:
+            return None
+        rival = max((m for m in configs if config_key(m.config) != config_key(chosen.config)), key=lambda m: m.score)
+        spread = max(chosen.relative_spread, rival.relative_spread)
+        margin = min(CONFIRM_MARGIN[1], max(CONFIRM_MARGIN[0], 2 * spread))
+        if min(chosen.score, rival.score) < max(chosen.score, rival.score) * (1 - margin):
+            return None
+        done = sum(t.role == Role.CONFIRM for t in self.trials)
+        rounds = done // 2
+        notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
+                                      repeats=rounds + (done % 2 == 1) or 1))
+        if done % 2 == 0 and (rounds >= self.confirm_rounds or (rounds and self._settled(chosen, rival))):
+            return None
+        # the rival first, the pick last: closest to the end of the tune
+        nxt = rival if done % 2 == 0 else chosen
+        return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(nxt))
+
+    def _confirm_pick(self, notes: List[Reason]) -> Optional[Proposal]:
+        """One window of what will be recommended, measured after it was chosen:
+        its figure is reported from it (recommend.reported), not from the best
+        of the windows it was chosen on. Across an epoch boundary where an
+        epoch is short enough: the time between epochs is then in it too.
+        Then one of the script's own settings beside it: the speedup is a
+        ratio of two windows measured side by side, not minutes apart on a
+        machine whose load drifts."""
+        f = figures(self.trials, self.space, self.tol)
+        if f is None:
+            return None
+        base = next((m for m in measured_configs(self._ok(self.trials))
+                     if f.baseline is not None and config_key(m.config) == config_key(f.baseline.config)), None)
+        for m in (f.chosen, base):
+            if m is not None and not any(t.role == Role.CONFIRM for t in m.trials):
+                return Proposal(dict(m.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(m))
+        return None
+
+    @staticmethod
+    def _confirm_window(m: Measured) -> Dict[str, Any]:
+        """A confirming window: longer than a search window, and across an epoch
+        boundary where an epoch is short enough at the config's rate."""
+        overrides: Dict[str, Any] = {"window_factor": CONFIRM_WINDOW_FACTOR}
+        bpe = batches_per_epoch(m.latest)
+        if bpe and m.score and bpe / m.score <= BOUNDARY_EPOCH_S:
+            overrides["min_window_batches"] = bpe + EPOCH_SPAN_EXTRA_BATCHES
+        return overrides
+
+    def _settled(self, chosen: Measured, rival: Measured) -> bool:
+        """With the repeats so far: told apart either way, or equal within
+        tolerance as precisely as more rounds could say."""
+        groups = {config_key(m.config): [score(t) for t in m.trials] for m in measured_configs(self._ok(self.trials))}
+        a, b = groups[config_key(chosen.config)], groups[config_key(rival.config)]
+        measured_noise = noise.repeat_noise([a, b])
+        if measured_noise is None:
+            return False
+        precise = noise.Z * measured_noise / math.sqrt(min(len(a), len(b))) <= self.tol
+        return noise.told_apart(a, b, measured_noise) or noise.told_apart(b, a, measured_noise) or precise
