@@ -34,6 +34,7 @@ from feedprof.store import TrialState
 from feedprof.store.reasons import ScriptExited
 from feedprof.trial.controller import Controller, StopTrial
 from feedprof.trial.failures import failure_cause
+from feedprof.trial.lifeline import watch_from_env
 from feedprof.trial.protocol import TrialSpec
 from feedprof.trial.userframes import script_traceback
 
@@ -94,6 +95,7 @@ def run_spec_file(path: str) -> ChildExit:
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    watch_from_env()  # feedprof killed: this process, its workers and what it started end too
     end = run_spec_file(argv[0])
     sys.stdout.flush()
     sys.stderr.flush()
