@@ -8,6 +8,7 @@ Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed;
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -16,7 +17,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from feedprof.cliargs import (DEFAULT_OUT, UsageError, build_parser, check_out_dir, check_script, check_tensorboard,
                               looks_like_site, split_script_args)
 from feedprof.outdir import OutDirInUse
-from feedprof.store import TrialState
+from feedprof.store import NotSaved, TrialState, write_refused
 from feedprof.units import fmt_path
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -48,7 +49,12 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
                         interval_s=args.interval, gpu=not args.no_gpu, capture_output=False)
     what = "to completion" if args.full else f"for up to {args.window_batches} steady-state batches"
     _err(f"feedprof: profiling {' '.join(launch.command) if launch else fmt_path(script)} {what}")
-    run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
+    try:
+        run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
+    except NotSaved as exc:  # measured, not written: shown, and said so
+        print(format_summary(exc.record.summary, exc.record.host, leftovers=exc.record.leftovers))
+        _err(_not_saved(exc.error, "what is shown above is not saved"))
+        return EXIT_USAGE
     report = _write_report(run, os.path.join(out_dir, "report.html"))
     print(format_summary(run.summary, run.host, leftovers=run.leftovers))
     if run.ranks:
@@ -125,6 +131,12 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         _err(format_recommendation(stop.result.recommendation, stop.result, width=terminal_width(sys.stderr)))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")
         return EXIT_INTERRUPTED
+    except NotSaved as exc:  # the output's filesystem refused: what was measured, shown
+        _err(format_recommendation(exc.record.recommendation, exc.record, width=terminal_width(sys.stderr)))
+        measured = len(exc.record.trials)
+        _err(_not_saved(exc.error, f"it keeps {exc.trials_on_disk} of the {measured} trial(s) measured; "
+                                   f"the recommendation above is from all {measured}"))
+        return EXIT_USAGE
     except TuneError as exc:
         _err(f"feedprof: {say(exc.reason)}")
         sys.stderr.write(baseline_output(exc.result, out_dir))
@@ -231,6 +243,14 @@ def _write_report(obj: Any, path: str) -> Optional[str]:
     return write_report(obj, path)
 
 
+def _not_saved(error: OSError, kept: str = "") -> str:
+    """One line: which file could not be written, why, and what of the run that costs."""
+    why = {errno.ENOSPC: "its filesystem is full: free some space, or give another --out",
+           errno.EDQUOT: "the disk quota is used up: free some space, or give another --out",
+           errno.EFBIG: "past the file size limit, ulimit -f"}.get(error.errno, "give another --out")
+    return f"feedprof: cannot write {error.filename}: {error.strerror} ({why})" + (f"; {kept}" if kept else "")
+
+
 def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -284,6 +304,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         _err("feedprof: interrupted")
         return EXIT_INTERRUPTED
+    except OSError as exc:  # a file the machine refused to write (a full disk): one line, no traceback
+        if not write_refused(exc):
+            raise
+        _err(_not_saved(exc))
+        return EXIT_USAGE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -115,10 +115,18 @@ def dumps(obj: Any) -> str:
 def write_text_atomic(path: str, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file.
     A script's words that are not text (undecodable bytes Python carries as
-    lone surrogates, in a file name or an error) are written as "?"."""
+    lone surrogates, in a file name or an error) are written as "?".
+    An OSError (a full disk) names ``path``, and leaves no temporary file behind."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise OSError(exc.errno, exc.strerror, path) from None

@@ -30,7 +30,8 @@ from feedprof.analyse.recommend import recommend, trial_from_run
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
                               NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
-from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
+from feedprof.store import (HostInfo, LoaderRecord, NotSaved, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save,
+                            write_refused)
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.machine import MachineFacts
@@ -99,6 +100,7 @@ class Tuner:
             if previous else []
         self._elapsed_before = previous.duration_s if previous else 0.0
         self._epoch_gap_s: Optional[float] = None  # between epochs, outside the loader (_charge_epoch_gap)
+        self.trials_on_disk = len(previous.trials) if previous else 0  # in results.json now
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
         ram = options.max_memory_bytes if options.max_memory_bytes is not None else machine.ram_bytes
@@ -165,6 +167,7 @@ class Tuner:
     def save(self, complete: bool = False, stop_reason: Optional[Reason] = None) -> TuneResult:
         res = self.result(complete, stop_reason)
         save(res, self.results_path)
+        self.trials_on_disk = len(res.trials)
         return res
 
     # -- trials ---------------------------------------------------------------
@@ -243,6 +246,10 @@ class Tuner:
             with deferred_signals():
                 result = self.save(False, TuneInterruptedEarly())
             raise TuneInterrupted(result) from None
+        except OSError as exc:  # a full disk: what was measured, in memory; nothing runs after it
+            if not write_refused(exc):
+                raise
+            raise NotSaved(self.result(False, None), exc, self.trials_on_disk) from None
         finally:
             with deferred_signals():  # a second Ctrl-C must not leave the fork server behind
                 if self.zygote is not None:
