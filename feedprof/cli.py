@@ -1,9 +1,10 @@
 """Command line: ``feedprof profile | tune | report | gpus`` (the parser and the
 checks on its input are in cliargs.py).
 
-Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed;
-2 bad usage or input, one line on stderr and no traceback; 130 interrupted
-(partial results written).
+Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed
+(profile and tune --online: the script's own status, 128 + N for signal N);
+2 bad usage or input, or an output the machine refuses to write (a full
+disk), one line on stderr and no traceback; 130 interrupted (partial results written).
 """
 from __future__ import annotations
 
@@ -74,8 +75,23 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
         return EXIT_SCRIPT_FAILED
     if outcome.state == TrialState.OK:
         return EXIT_OK
-    _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {say(outcome.cause)}")
-    return EXIT_SCRIPT_FAILED
+    # the script's own end (its exit status, or the kernel's signal) is feedprof's, as with `time`;
+    # not a signal from feedprof (a job it ended after a rank failed)
+    code = outcome.exit_code if isinstance(outcome.exit_code, int) else None
+    if outcome.state == TrialState.KILLED or (outcome.state == TrialState.FAILED and code is not None and code > 0):
+        code = _shell_status(code)
+    else:
+        code = None
+    same = f"; feedprof exits with its status, {code}" if code else ""
+    _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {say(outcome.cause)}{same}")
+    return code or EXIT_SCRIPT_FAILED
+
+
+def _shell_status(code: Optional[int]) -> Optional[int]:
+    """A process's exit as the shell reports it: its status, or 128 + N when signal N killed it."""
+    if not isinstance(code, int) or code == 0:
+        return None
+    return 128 - code if code < 0 else code
 
 
 def _previous_tune(args: argparse.Namespace) -> Any:
@@ -167,9 +183,7 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     code = result.online.exit_code if result.online is not None else None
-    if isinstance(code, int) and code < 0:  # killed by a signal: as the shell reports it
-        return 128 - code
-    return code if isinstance(code, int) and code > 0 else EXIT_OK
+    return _shell_status(code) or EXIT_OK
 
 
 def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Any]:
