@@ -289,15 +289,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
     ours, script_args = split_script_args(argv)
-    previous = signal.getsignal(signal.SIGTERM)
+    # SIGTERM, and SIGHUP (a closed terminal or SSH session) unless ignored (nohup), end a
+    # run as Ctrl-C does: what was measured is written
+    caught = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
+              if s is not None and (s == signal.SIGTERM or signal.getsignal(s) == signal.SIG_DFL)]
+    previous = {s: signal.getsignal(s) for s in caught}
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise Terminated(signum)
 
     try:
-        signal.signal(signal.SIGTERM, on_sigterm)
+        for s in caught:
+            signal.signal(s, on_sigterm)
     except ValueError:  # not the main thread (main() called from a notebook thread): leave it
-        previous = None
+        previous = {}
     try:
         parser = build_parser()
         try:
@@ -324,5 +329,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _err(_not_saved(exc))
         return EXIT_USAGE
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

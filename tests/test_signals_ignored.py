@@ -3,7 +3,8 @@ both (in its workers too), and it swallows every exception its loop raises,
 feedprof's end-of-trial included. Its trials still end on time (feedprof ends
 a trial with SIGKILL to its whole process group, never a signal it could
 catch), and Ctrl-C or SIGTERM to feedprof still ends the tune promptly: exit
-130, the trials measured kept, nothing left running."""
+130, the trials measured kept, nothing left running. So does SIGHUP (a closed
+terminal or SSH session; not under nohup, which ignores it)."""
 import json
 import signal
 import subprocess
@@ -51,7 +52,8 @@ TUNE = ["--budget", "120", "--window-seconds", "0.6", "--min-window-batches", "1
 
 
 def _default_sigint():
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as from a terminal, not a background job's SIG_IGN
+    for signum in (signal.SIGINT, signal.SIGHUP):  # as from a terminal, not a background job's SIG_IGN
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _trials(path):
@@ -61,7 +63,7 @@ def _trials(path):
         return []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])  # SIGHUP: a closed terminal
 def test_a_script_that_ignores_signals_still_ends(tmp_path, signum, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", STUBBORN)
     out = tmp_path / "out"
