@@ -22,23 +22,25 @@ from feedprof.tune.tuner import Tuner
 from feedprof.units import fmt_path
 
 
-def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str]:
-    """Write the HTML report; a failure to write says so and keeps the JSON."""
+def write_report(obj: Any, path: str, err: Optional[IO[str]] = None) -> Optional[str]:
+    """Write the HTML report; a failure to write says so (on ``err``, default
+    the stderr of the moment) and keeps the JSON."""
     from feedprof.render.html import write_report as render_page
 
     try:
         return render_page(obj, path)
     except OSError as exc:
-        print(f"feedprof: could not write {path}: {exc.strerror}", file=err, flush=True)
+        print(f"feedprof: could not write {path}: {exc.strerror}", file=err or sys.stderr, flush=True)
         return None
 
 
-def write_tensorboard(obj: Any, logdir: Optional[str], err: IO[str] = sys.stderr) -> None:
+def write_tensorboard(obj: Any, logdir: Optional[str], err: Optional[IO[str]] = None) -> None:
     """TensorBoard event files, if asked for; a failure to write says so and keeps the JSON."""
     if logdir is None:
         return
     from feedprof.render.tensorboard import write
 
+    err = err or sys.stderr
     try:
         write(obj, logdir)
     except OSError as exc:
