@@ -97,10 +97,12 @@ def _tune_here(job: TuneJob, options: TuneOptions, outputs: Outputs) -> TuneResu
             observer.tune_done()
         _write_outputs(exc.result, job.out_dir, outputs)
         raise
-    except NotSaved:  # the output's filesystem refuses: no report either
+    except OSError as exc:  # a full disk (the tuner ended its trials): what was measured, unwritten
         if observer is not None:
             observer.tune_done()
-        raise
+        if not write_refused(exc):
+            raise
+        raise NotSaved(tuner.result(False, None), exc, tuner.trials_on_disk) from None
     _write_outputs(result, job.out_dir, outputs)
     if outputs.show:
         print(format_recommendation(result.recommendation, result, width=terminal_width(outputs.out)),

@@ -30,8 +30,7 @@ from feedprof.analyse.recommend import recommend, trial_from_run
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
                               NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
-from feedprof.store import (HostInfo, LoaderRecord, NotSaved, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save,
-                            write_refused)
+from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.machine import MachineFacts
@@ -246,10 +245,6 @@ class Tuner:
             with deferred_signals():
                 result = self.save(False, TuneInterruptedEarly())
             raise TuneInterrupted(result) from None
-        except OSError as exc:  # a full disk: what was measured, in memory; nothing runs after it
-            if not write_refused(exc):
-                raise
-            raise NotSaved(self.result(False, None), exc, self.trials_on_disk) from None
         finally:
             with deferred_signals():  # a second Ctrl-C must not leave the fork server behind
                 if self.zygote is not None:
