@@ -8,7 +8,9 @@ NOTE [ Lifeline ]
        │  in FEEDPROF_LIFELINE=fd:dev:inode
        ├─ trial child (child.py), a fork of the fork server (zygote.py), every Python process
        │  of a launched job (bootstrap/sitecustomize.py): a daemon thread blocks reading it
-       └─ the fork server itself (no thread: it forks) watches its stdin from feedprof the same way
+       └─ the fork server itself (no thread: it forks) watches its stdin from feedprof the same way,
+       and dies with feedprof while it imports the framework (die_with_parent: the kernel's
+       parent-death signal; safe there, as the thread that starts it is the tune's own)
 
     feedprof dies ─► the kernel closes the write end ─► the read returns EOF ─► the watcher
     SIGKILLs its descendants that left its process group, then its group (itself, its loader
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import sys
 import threading
 from typing import Dict, Optional, Tuple
 
@@ -86,6 +89,23 @@ def _watch(fd: int) -> None:
             return  # closed under us (the script closed every descriptor): nothing to watch
         break
     end_everything()
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Linux: the kernel SIGKILLs this process when the thread that started it
+    exits (prctl PR_SET_PDEATHSIG), for a process that cannot run a watcher yet
+    (the fork server while it imports the framework, seconds). Only where that
+    thread outlives the process by design; not inherited by forks."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent_pid:  # it died before the request was made
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def end_everything() -> None:

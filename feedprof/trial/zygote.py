@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Set
 
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import FORK_SERVER_ENV
-from feedprof.trial.lifeline import for_child, watch_from_env
+from feedprof.trial.lifeline import die_with_parent, for_child, watch_from_env
 
 # Modules the tuner may pre-import: they start no thread on import (checked
 # again before every fork). torch._dynamo is pulled in by the first use of any
@@ -200,6 +200,9 @@ def _child(req: dict) -> None:
 
 
 def serve(preload: List[str]) -> None:
+    tuner_pid = os.environ.get(FORK_SERVER_ENV, "").partition("-")[0]
+    if tuner_pid.isdigit():  # killed with the tuner, even in the middle of an import
+        die_with_parent(int(tuner_pid))
     for name in preload:
         if name not in FORK_SAFE:
             raise SystemExit(f"refusing to pre-import {name!r}: not known to be fork-safe")
