@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, List, Optional
 
 from feedprof.outdir import claimed
-from feedprof.store import NotSaved, Run, RunKind, TuneResult, save, write_refused
+from feedprof.store import NotSaved, Run, RunKind, StoreError, TuneResult, load, save, write_refused
 from feedprof.trial.launch import Launch
 from feedprof.tune.machine import read_machine
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
@@ -102,7 +102,15 @@ def _tune_here(job: TuneJob, options: TuneOptions, outputs: Outputs) -> TuneResu
             observer.tune_done()
         if not write_refused(exc):
             raise
-        raise NotSaved(tuner.result(False, None), exc, tuner.trials_on_disk) from None
+        raise NotSaved(tuner.result(False, None), exc, _trials_in(tuner.results_path)) from None
+
+
+def _trials_in(path: str) -> int:
+    """How many trials the results.json on disk holds (0 if none can be read)."""
+    try:
+        return len(load(path).trials)
+    except (StoreError, AttributeError):
+        return 0
     _write_outputs(result, job.out_dir, outputs)
     if outputs.show:
         print(format_recommendation(result.recommendation, result, width=terminal_width(outputs.out)),

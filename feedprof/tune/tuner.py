@@ -99,7 +99,6 @@ class Tuner:
             if previous else []
         self._elapsed_before = previous.duration_s if previous else 0.0
         self._epoch_gap_s: Optional[float] = None  # between epochs, outside the loader (_charge_epoch_gap)
-        self.trials_on_disk = len(previous.trials) if previous else 0  # in results.json now
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
         ram = options.max_memory_bytes if options.max_memory_bytes is not None else machine.ram_bytes
@@ -166,7 +165,6 @@ class Tuner:
     def save(self, complete: bool = False, stop_reason: Optional[Reason] = None) -> TuneResult:
         res = self.result(complete, stop_reason)
         save(res, self.results_path)
-        self.trials_on_disk = len(res.trials)
         return res
 
     # -- trials ---------------------------------------------------------------
