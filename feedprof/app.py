@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, List, Optional
 
 from feedprof.outdir import claimed
-from feedprof.store import Run, RunKind, TuneResult, save
+from feedprof.store import NotSaved, Run, RunKind, StoreError, TuneResult, load, save, write_refused
 from feedprof.trial.launch import Launch
 from feedprof.tune.machine import read_machine
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
@@ -22,23 +22,25 @@ from feedprof.tune.tuner import Tuner
 from feedprof.units import fmt_path
 
 
-def write_report(obj: Any, path: str, err: IO[str] = sys.stderr) -> Optional[str]:
-    """Write the HTML report; a failure to write says so and keeps the JSON."""
+def write_report(obj: Any, path: str, err: Optional[IO[str]] = None) -> Optional[str]:
+    """Write the HTML report; a failure to write says so (on ``err``, default
+    the stderr of the moment) and keeps the JSON."""
     from feedprof.render.html import write_report as render_page
 
     try:
         return render_page(obj, path)
     except OSError as exc:
-        print(f"feedprof: could not write {path}: {exc.strerror}", file=err, flush=True)
+        print(f"feedprof: could not write {path}: {exc.strerror}", file=err or sys.stderr, flush=True)
         return None
 
 
-def write_tensorboard(obj: Any, logdir: Optional[str], err: IO[str] = sys.stderr) -> None:
+def write_tensorboard(obj: Any, logdir: Optional[str], err: Optional[IO[str]] = None) -> None:
     """TensorBoard event files, if asked for; a failure to write says so and keeps the JSON."""
     if logdir is None:
         return
     from feedprof.render.tensorboard import write
 
+    err = err or sys.stderr
     try:
         write(obj, logdir)
     except OSError as exc:
@@ -68,7 +70,8 @@ def run_tune(job: TuneJob, options: TuneOptions, outputs: Optional[Outputs] = No
     """Tune, show progress (``outputs.progress``), write results.json,
     report.html (and TensorBoard files, if asked for), print the
     recommendation (``outputs.show``). Raises TuneInterrupted / TuneError
-    (with the partial result) after writing what was measured, OutDirInUse if
+    (with the partial result) after writing what was measured, NotSaved (with
+    it, unwritten) where the output cannot be written, OutDirInUse if
     another feedprof is writing to ``job.out_dir``."""
     with claimed(job.out_dir):
         return _tune_here(job, options, outputs or Outputs())
@@ -94,6 +97,20 @@ def _tune_here(job: TuneJob, options: TuneOptions, outputs: Outputs) -> TuneResu
             observer.tune_done()
         _write_outputs(exc.result, job.out_dir, outputs)
         raise
+    except OSError as exc:  # a full disk (the tuner ended its trials): what was measured, unwritten
+        if observer is not None:
+            observer.tune_done()
+        if not write_refused(exc):
+            raise
+        raise NotSaved(tuner.result(False, None), exc, _trials_in(tuner.results_path)) from None
+
+
+def _trials_in(path: str) -> int:
+    """How many trials the results.json on disk holds (0 if none can be read)."""
+    try:
+        return len(load(path).trials)
+    except (StoreError, AttributeError):
+        return 0
     _write_outputs(result, job.out_dir, outputs)
     if outputs.show:
         print(format_recommendation(result.recommendation, result, width=terminal_width(outputs.out)),
@@ -104,8 +121,8 @@ def _tune_here(job: TuneJob, options: TuneOptions, outputs: Outputs) -> TuneResu
 def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True,
                 launch: Optional[Launch] = None) -> "tuple[Run, bool]":
     """One observed run of the script's own settings (or of a multi-process
-    job, every rank): (run, interrupted). Writes run.json; OutDirInUse if
-    another feedprof is writing to ``out_dir``."""
+    job, every rank): (run, interrupted). Writes run.json (NotSaved, with the run,
+    where it cannot be written); OutDirInUse if another feedprof is writing to ``out_dir``."""
     from feedprof.record.host import machine_info
     from feedprof.trial.jobrunner import run_job
     from feedprof.trial.runner import TrialInterrupted, run_trial
@@ -121,7 +138,12 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool
                 raise KeyboardInterrupt from None
             run, interrupted = stop.run, True
         run = dataclasses.replace(run, kind=RunKind.PROFILE)
-        save(run, os.path.join(out_dir, "run.json"))
+        try:
+            save(run, os.path.join(out_dir, "run.json"))
+        except OSError as exc:  # a full disk: the run, in memory, is still shown
+            if not write_refused(exc):
+                raise
+            raise NotSaved(run, exc) from None
     return run, interrupted
 
 

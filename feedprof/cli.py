@@ -1,13 +1,15 @@
 """Command line: ``feedprof profile | tune | report | gpus`` (the parser and the
 checks on its input are in cliargs.py).
 
-Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed;
-2 bad usage or input, one line on stderr and no traceback; 130 interrupted
-(partial results written).
+Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed
+(profile and tune --online: the script's own status, 128 + N for signal N);
+2 bad usage or input, or an output the machine refuses to write (a full
+disk), one line on stderr and no traceback; 130 interrupted (partial results written).
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -16,7 +18,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from feedprof.cliargs import (DEFAULT_OUT, UsageError, build_parser, check_out_dir, check_script, check_tensorboard,
                               looks_like_site, split_script_args)
 from feedprof.outdir import OutDirInUse
-from feedprof.store import TrialState
+from feedprof.store import NotSaved, TrialState, write_refused
 from feedprof.units import fmt_path
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -48,7 +50,12 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
                         interval_s=args.interval, gpu=not args.no_gpu, capture_output=False)
     what = "to completion" if args.full else f"for up to {args.window_batches} steady-state batches"
     _err(f"feedprof: profiling {' '.join(launch.command) if launch else fmt_path(script)} {what}")
-    run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
+    try:
+        run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
+    except NotSaved as exc:  # measured, not written: shown, and said so
+        print(format_summary(exc.record.summary, exc.record.host, leftovers=exc.record.leftovers))
+        _err(_not_saved(exc.error, "what is shown above is not saved"))
+        return EXIT_USAGE
     report = _write_report(run, os.path.join(out_dir, "report.html"))
     print(format_summary(run.summary, run.host, leftovers=run.leftovers))
     if run.ranks:
@@ -68,8 +75,23 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
         return EXIT_SCRIPT_FAILED
     if outcome.state == TrialState.OK:
         return EXIT_OK
-    _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {say(outcome.cause)}")
-    return EXIT_SCRIPT_FAILED
+    # the script's own end (its exit status, or the kernel's signal) is feedprof's, as with `time`;
+    # not a signal from feedprof (a job it ended after a rank failed)
+    code = outcome.exit_code if isinstance(outcome.exit_code, int) else None
+    if outcome.state == TrialState.KILLED or (outcome.state == TrialState.FAILED and code is not None and code > 0):
+        code = _shell_status(code)
+    else:
+        code = None
+    same = f"; feedprof exits with its status, {code}" if code else ""
+    _err(f"feedprof: the script did not finish cleanly: {outcome.state}: {say(outcome.cause)}{same}")
+    return code or EXIT_SCRIPT_FAILED
+
+
+def _shell_status(code: Optional[int]) -> Optional[int]:
+    """A process's exit as the shell reports it: its status, or 128 + N when signal N killed it."""
+    if not isinstance(code, int) or code == 0:
+        return None
+    return 128 - code if code < 0 else code
 
 
 def _previous_tune(args: argparse.Namespace) -> Any:
@@ -125,6 +147,12 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         _err(format_recommendation(stop.result.recommendation, stop.result, width=terminal_width(sys.stderr)))
         _err(f"feedprof: interrupted; {len(stop.result.trials)} trial(s) kept in {written}")
         return EXIT_INTERRUPTED
+    except NotSaved as exc:  # the output's filesystem refused: what was measured, shown
+        _err(format_recommendation(exc.record.recommendation, exc.record, width=terminal_width(sys.stderr)))
+        measured = len(exc.record.trials)
+        _err(_not_saved(exc.error, f"it keeps {exc.trials_on_disk} of the {measured} trial(s) measured; "
+                                   f"the recommendation above is from all {measured}"))
+        return EXIT_USAGE
     except TuneError as exc:
         _err(f"feedprof: {say(exc.reason)}")
         sys.stderr.write(baseline_output(exc.result, out_dir))
@@ -155,9 +183,7 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     code = result.online.exit_code if result.online is not None else None
-    if isinstance(code, int) and code < 0:  # killed by a signal: as the shell reports it
-        return 128 - code
-    return code if isinstance(code, int) and code > 0 else EXIT_OK
+    return _shell_status(code) or EXIT_OK
 
 
 def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Any]:
@@ -231,6 +257,14 @@ def _write_report(obj: Any, path: str) -> Optional[str]:
     return write_report(obj, path)
 
 
+def _not_saved(error: OSError, kept: str = "") -> str:
+    """One line: which file could not be written, why, and what of the run that costs."""
+    why = {errno.ENOSPC: "its filesystem is full: free some space, or give another --out",
+           errno.EDQUOT: "the disk quota is used up: free some space, or give another --out",
+           errno.EFBIG: "past the file size limit, ulimit -f"}.get(error.errno, "give another --out")
+    return f"feedprof: cannot write {error.filename}: {error.strerror} ({why})" + (f"; {kept}" if kept else "")
+
+
 def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -255,15 +289,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
     ours, script_args = split_script_args(argv)
-    previous = signal.getsignal(signal.SIGTERM)
+    # SIGTERM, and SIGHUP (a closed terminal or SSH session) unless ignored (nohup), end a
+    # run as Ctrl-C does: what was measured is written
+    caught = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
+              if s is not None and (s == signal.SIGTERM or signal.getsignal(s) == signal.SIG_DFL)]
+    previous = {s: signal.getsignal(s) for s in caught}
 
     def on_sigterm(signum: int, frame: Any) -> None:
         raise Terminated(signum)
 
     try:
-        signal.signal(signal.SIGTERM, on_sigterm)
+        for s in caught:
+            signal.signal(s, on_sigterm)
     except ValueError:  # not the main thread (main() called from a notebook thread): leave it
-        previous = None
+        previous = {}
     try:
         parser = build_parser()
         try:
@@ -284,6 +323,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         _err("feedprof: interrupted")
         return EXIT_INTERRUPTED
+    except OSError as exc:  # a file the machine refused to write (a full disk): one line, no traceback
+        if not write_refused(exc):
+            raise
+        _err(_not_saved(exc))
+        return EXIT_USAGE
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -206,3 +206,25 @@ def test_a_second_run_into_a_directory_in_use_is_bad_usage(tmp_path, no_leftover
     assert json.loads((out / "run.json").read_text())["outcome"]["state"] == "ok"
     again = run_feedprof(["profile", script, "--out", str(out), *FAST])  # free once the first has ended
     assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("end,status", [("sys.exit(3)", 3), ("os.kill(os.getpid(), signal.SIGTERM)", 128 + 15)])
+def test_profile_exits_with_the_scripts_own_status(tmp_path, end, status, no_leftovers, torch):
+    """As `time` does: `feedprof profile train.py && next-step` behaves like `train.py && next-step`;
+    the figures of the training before the exit are kept, and said so."""
+    script = write_script(tmp_path, "train.py", f"""
+        import os, signal, sys, time
+        import torch
+        from torch.utils.data import DataLoader
+        for batch in DataLoader(list(range(60)), batch_size=2):  # ends before the window of 40 batches
+            time.sleep(0.01)
+        print("trained", flush=True)
+        {end}
+        """)
+    proc, run = profile(tmp_path, script)
+    assert proc.returncode == status, proc.stderr
+    assert "trained" in proc.stdout and "verdict" in proc.stdout and "wrote " in proc.stderr
+    assert f"feedprof exits with its status, {status}" in proc.stderr
+    assert run["outcome"]["exit_code"] in (3, -15)
+    if status == 3:  # killed by a signal, the script wrote no figures of its own: the samples only
+        assert run["summary"]["batches_measured"] >= 20

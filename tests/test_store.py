@@ -1,4 +1,7 @@
 import json
+import os
+import resource
+import stat
 
 import pytest
 
@@ -8,7 +11,7 @@ from feedprof.store.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unkn
 from feedprof.analyse.recommend import trial_from_run
 from feedprof.store import (SCHEMA_RUN, SCHEMA_TUNE, Framework, GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord,
                             Outcome, Phase, Role, Run, RunKind, Samples, StoreError, Summary, Trial, TrialState,
-                            TuneResult, Recommendation, from_json_data, load, save)
+                            TuneResult, Recommendation, from_json_data, load, save, write_refused)
 
 
 def sample_run():
@@ -138,3 +141,30 @@ def test_bad_files(tmp_path, content, match):
 def test_missing_file(tmp_path):
     with pytest.raises(StoreError, match="no such file"):
         load(str(tmp_path / "nope.json"))
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_device_is_written_to_not_replaced(tmp_path, cli):
+    """`-o /dev/full` is a full disk that names itself: one line, exit 2, and the
+    device is still a device (a rename over it, as root, would replace it)."""
+    path = tmp_path / "run.json"
+    save(sample_run(), str(path))
+    proc = cli(["report", str(path), "-o", "/dev/full"])
+    assert proc.returncode == 2 and "could not write /dev/full: No space left on device" in proc.stderr
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert cli(["report", str(path), "-o", "/dev/null"]).returncode == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_refused_write_names_the_file_and_leaves_no_temporary_one(tmp_path):
+    """A real refusal, for root too: past the file size limit (EFBIG; Python ignores SIGXFSZ)."""
+    target = tmp_path / "results.json"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))
+    try:
+        with pytest.raises(OSError) as err:
+            save(sample_run(), str(target))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert err.value.filename == str(target) and write_refused(err.value)
+    assert os.listdir(str(tmp_path)) == []

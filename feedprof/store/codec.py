@@ -115,10 +115,27 @@ def dumps(obj: Any) -> str:
 def write_text_atomic(path: str, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file.
     A script's words that are not text (undecodable bytes Python carries as
-    lone surrogates, in a file name or an error) are written as "?"."""
+    lone surrogates, in a file name or an error) are written as "?".
+    An OSError (a full disk) names ``path``, and leaves no temporary file behind.
+    A path that is not a regular file (/dev/null, /dev/full, a FIFO) is written
+    to as it is: a rename would replace the device itself."""
+    if os.path.exists(path) and not os.path.isfile(path):
+        try:
+            with open(path, "w", encoding="utf-8", errors="replace") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, path) from None
+        return
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="replace") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise OSError(exc.errno, exc.strerror, path) from None

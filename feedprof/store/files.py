@@ -2,6 +2,7 @@
 version this feedprof reads (older ones through upgrade.py)."""
 from __future__ import annotations
 
+import errno
 import json
 from typing import Any
 
@@ -13,6 +14,28 @@ from feedprof.store.upgrade import READS, upgrade
 
 class StoreError(ValueError):
     """A file that is not a readable feedprof run or tune."""
+
+
+# What the machine, not feedprof, refuses: a full disk or quota, a file size
+# limit, a read-only or failing filesystem, no permission.
+NOT_WRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EACCES,
+                          errno.EPERM})
+
+
+def write_refused(exc: BaseException) -> bool:
+    """An OSError from writing a named file that the machine refused (exit code 2, not a bug)."""
+    return isinstance(exc, OSError) and exc.errno in NOT_WRITABLE and bool(exc.filename)
+
+
+class NotSaved(Exception):
+    """What was measured (a Run or a TuneResult, in memory) could not be written:
+    ``error`` names the file and why; the file on disk holds ``trials_on_disk`` trials."""
+
+    def __init__(self, record: Any, error: OSError, trials_on_disk: int = 0):
+        super().__init__(f"{error.filename}: {error.strerror}")
+        self.record = record
+        self.error = error
+        self.trials_on_disk = trials_on_disk
 
 
 def save(obj: Any, path: str) -> None:

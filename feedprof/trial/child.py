@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from feedprof.frameworks.install import install_adapters
-from feedprof.store import TrialState
+from feedprof.store import TrialState, write_refused
 from feedprof.store.reasons import ScriptExited
 from feedprof.trial.controller import Controller, StopTrial
 from feedprof.trial.failures import failure_cause
+from feedprof.trial.lifeline import watch_from_env
 from feedprof.trial.protocol import TrialSpec
 from feedprof.trial.userframes import script_traceback
 
@@ -65,13 +66,28 @@ def run_script(spec: TrialSpec) -> ChildExit:
     except KeyboardInterrupt:
         ctl.write_result(TrialState.INTERRUPTED, exit_code=130)
         return ChildExit(130)
+    except OSError as exc:
+        if _ours_refused(exc, spec):
+            raise  # the trial's own files, not the script: run_spec_file says so
+        return _script_failed(ctl, exc)
     except BaseException as exc:  # the script's own error: reported as the script's
-        tb = script_traceback(exc)
-        sys.stderr.write(tb)
-        ctl.write_result(TrialState.FAILED, failure_cause(exc), tb=tb, exit_code=1)
-        return ChildExit(1)
+        return _script_failed(ctl, exc)
     ctl.write_result(TrialState.OK, exit_code=0)
     return ChildExit(0)
+
+
+def _ours_refused(exc: OSError, spec: TrialSpec) -> bool:
+    """A file of the trial's own (its result, its events) that the machine refused to write (a full disk)."""
+    return write_refused(exc) and os.path.dirname(os.path.abspath(str(exc.filename))) == \
+        os.path.dirname(os.path.abspath(spec.result_path))
+
+
+def _script_failed(ctl: Controller, exc: BaseException) -> ChildExit:
+    """The script's own error: reported as the script's (its frames only)."""
+    tb = script_traceback(exc)
+    sys.stderr.write(tb)
+    ctl.write_result(TrialState.FAILED, failure_cause(exc), tb=tb, exit_code=1)
+    return ChildExit(1)
 
 
 def _script_exited(ctl: Controller, exc: SystemExit) -> ChildExit:
@@ -86,14 +102,23 @@ def _script_exited(ctl: Controller, exc: SystemExit) -> ChildExit:
 
 
 def run_spec_file(path: str) -> ChildExit:
-    """Run the trial described in ``path`` (cold, or forked by the zygote)."""
+    """Run the trial described in ``path`` (cold, or forked by the zygote). Its
+    own files refused (a full disk): the error in one line, no traceback, exit 1
+    (the parent finds no result and names the failure from that line)."""
     with open(path, encoding="utf-8") as fh:
         spec = TrialSpec.from_json(fh.read())
-    return run_script(spec)
+    try:
+        return run_script(spec)
+    except OSError as exc:
+        if not write_refused(exc):
+            raise
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return ChildExit(1, at_once=True)
 
 
 def main(argv: Optional[List[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
+    watch_from_env()  # feedprof killed: this process, its workers and what it started end too
     end = run_spec_file(argv[0])
     sys.stdout.flush()
     sys.stderr.flush()

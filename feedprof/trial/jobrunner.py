@@ -38,6 +38,7 @@ from feedprof.trial.ending import classify_end, log_tail, with_figures
 from feedprof.trial.flight import InFlight, TrialInterrupted, TrialPaths
 from feedprof.trial.hosted import JOB_SPEC_ENV
 from feedprof.trial.launch import Launch
+from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
 from feedprof.trial.signals import deferred_signals
@@ -145,12 +146,15 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     origin = clock.now_s()
     _write_job_spec(paths, launch, opts, what, origin)
     env = job_env(trial_dir, paths.spec, opts)
+    lifeline_env, lifeline_fds = for_child()  # its Python processes end the job if feedprof is killed
+    env.update(lifeline_env)
     flight = InFlight.begin(launch.script, launch.command, paths, host, opts, clock, origin)
     flight = dataclasses.replace(flight, out=open(paths.log, "wb") if opts.capture_output else None)
     out = flight.out
     try:
         proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
-                                stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env)
+                                stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env,
+                                pass_fds=lifeline_fds)
         flight = dataclasses.replace(flight, proc=proc)
         flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock))
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,

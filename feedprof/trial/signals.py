@@ -1,7 +1,7 @@
 """Clean-up that a second Ctrl-C must not cut short.
 
 When the user interrupts a tune, feedprof kills the running trial's process
-group and writes what it measured. A second SIGINT (or a SIGTERM) arriving in
+group and writes what it measured. A second SIGINT (or a SIGTERM, a SIGHUP) arriving in
 the middle of that would leave orphans or half-written files, so those
 signals are held while it happens and delivered right after.
 """
@@ -12,7 +12,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-HELD = (signal.SIGINT, signal.SIGTERM)
+HELD = (signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []))
 
 
 @contextmanager

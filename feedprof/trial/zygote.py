@@ -28,10 +28,11 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import FORK_SERVER_ENV
+from feedprof.trial.lifeline import die_with_parent, for_child, watch_from_env
 
 # Modules the tuner may pre-import: they start no thread on import (checked
 # again before every fork). torch._dynamo is pulled in by the first use of any
@@ -53,10 +54,11 @@ class Zygote:
         self.clock = clock  # how its forked trials wait to be reaped
         # A mark in its exec-time environment, which every fork of it shows in /proc (record/leftovers.py)
         env = {**(os.environ if env is None else env), FORK_SERVER_ENV: f"{os.getpid()}-{id(self)}"}
+        lifeline_env, lifeline_fds = for_child()  # for its forks: they end if feedprof is killed
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "feedprof.trial.zygote", *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, env=env, text=True, bufsize=1)
+            start_new_session=True, env={**env, **lifeline_env}, pass_fds=lifeline_fds, text=True, bufsize=1)
         self._exits: Dict[int, int] = {}
         try:
             line = self._readline(timeout_s)
@@ -163,6 +165,7 @@ def _child(req: dict) -> None:
     code = 1
     try:
         os.setsid()  # its own process group, as a cold trial has
+        watch_from_env()  # feedprof killed: this trial and its workers end too (lifeline.py)
         fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -197,6 +200,9 @@ def _child(req: dict) -> None:
 
 
 def serve(preload: List[str]) -> None:
+    tuner_pid = os.environ.get(FORK_SERVER_ENV, "").partition("-")[0]
+    if tuner_pid.isdigit():  # killed with the tuner, even in the middle of an import
+        die_with_parent(int(tuner_pid))
     for name in preload:
         if name not in FORK_SAFE:
             raise SystemExit(f"refusing to pre-import {name!r}: not known to be fork-safe")
@@ -207,27 +213,46 @@ def serve(preload: List[str]) -> None:
     out = sys.stdout
     print(json.dumps({"ready": True}), file=out, flush=True)
     stdin = sys.stdin
-    while True:
-        while True:  # report every finished child
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
+    running: Set[int] = set()
+    try:
+        while True:
+            _report_exits(running, out)
+            ready, _, _ = select.select([stdin], [], [], 0.05)
+            if not ready:
+                continue
+            line = stdin.readline()
+            if not line:
+                return  # the tuner went away (or was killed)
+            req = json.loads(line)
+            pid = os.fork()
             if pid == 0:
-                break
-            code = os.waitstatus_to_exitcode(status)
-            print(json.dumps({"exit": pid, "code": code}), file=out, flush=True)
-        ready, _, _ = select.select([stdin], [], [], 0.05)
-        if not ready:
-            continue
-        line = stdin.readline()
-        if not line:
-            return  # the tuner went away
-        req = json.loads(line)
-        pid = os.fork()
+                _child(req)
+            running.add(pid)
+            print(json.dumps({"pid": pid}), file=out, flush=True)
+    finally:  # the tuner is gone, so is whoever would reap its trials: end them (their groups)
+        _end_trials(running)
+
+
+def _report_exits(running: Set[int], out: Any) -> None:
+    """Tell the tuner of every finished child."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
         if pid == 0:
-            _child(req)
-        print(json.dumps({"pid": pid}), file=out, flush=True)
+            return
+        running.discard(pid)
+        print(json.dumps({"exit": pid, "code": os.waitstatus_to_exitcode(status)}), file=out, flush=True)
+
+
+def _end_trials(running: Set[int]) -> None:
+    for pid in running:
+        for kill in (os.killpg, os.kill):  # its group; itself, if it had not called setsid yet
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """Run by every Python process of a job that feedprof launched (this directory
 is first on its PYTHONPATH): a rank of the user's script gets the trial
 controller (feedprof.trial.hosted); every other process, the launcher itself
-or a loader worker started with spawn, is left alone. Then the
+or a loader worker started with spawn, is left alone, but for the lifeline
+(trial/lifeline.py): the launcher and every rank that inherited it end their
+process groups if feedprof is killed. Then the
 sitecustomize this one shadows, if there is one, runs as it would have."""
 import os
 import sys
@@ -11,6 +13,9 @@ def _feedprof() -> None:
     if not os.environ.get("FEEDPROF_JOB_SPEC"):
         return
     try:
+        from feedprof.trial.lifeline import watch_from_env
+
+        watch_from_env()
         from feedprof.trial.hosted import maybe_host
 
         maybe_host()
