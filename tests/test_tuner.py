@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from feedprof.store.reasons import BudgetCutShort, OutOfMemoryKilled, OverMemoryBudget
-from feedprof.store import (HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
+from feedprof.store import (EpochLog, HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
                             Window)
 from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.protocol import Mode
@@ -159,3 +159,27 @@ def test_the_tuner_works_within_the_machine_facts_it_is_given(tmp_path, clock, m
     t = Tuner(job, TuneOptions(fork_trials=False, budget_s=100.0), facts, clock=clock, trial_runner=FakeRunner(clock))
     assert t.cpu_cap == 4 and t.memory.ram_bytes == facts.ram_bytes and t.memory.shm_bytes == facts.shm_bytes
     assert t.run().host == facts.host
+
+
+class CrossingRunner(FakeRunner):
+    """The confirmation's long window crosses an epoch boundary and sees 2 s
+    of validation between epochs (1000-batch epochs); no other trial does."""
+
+    def __call__(self, script, argv, trial_dir, host, opts, what, on_poll, clock):
+        run = super().__call__(script, argv, trial_dir, host, opts, what, on_poll, clock)
+        crossed = opts.window_batches > TuneOptions().window_batches and what.mode != Mode.CEILING
+        epochs = EpochLog(t_start_s=(0.0, 5.0), n_epochs=(1, 1), first_batch_s=(0.1, 0.1), n_batches=(1000, 10),
+                          between_s=(2.0,), n_between=(1,)) if crossed else EpochLog()
+        loader = dataclasses.replace(run.loaders[0], batches_per_epoch=1000, epochs=epochs)
+        return dataclasses.replace(run, loaders=(loader,))
+
+
+def test_the_time_between_epochs_one_trial_saw_is_charged_to_every_trial(tmp_path, clock):
+    result = tuner(tmp_path, clock, CrossingRunner(clock)).run()
+    ran = [t for t in result.trials if t.run is not None]
+    crossed = [t for t in ran if t.run.loaders[0].epochs.n_between]
+    assert crossed and all(t.epoch_gap_s is None for t in crossed)  # each counts what it saw itself
+    assert all(t.epoch_gap_s == 2.0 for t in ran if t not in crossed)  # the rest are charged it
+    base = result.trials[0]  # 10 batches/s: a 1000-batch epoch takes 100 s, then 2 s of validation
+    assert result.recommendation.baseline_batches_per_s == pytest.approx(1000 / (100 + 2), rel=0.01)
+    assert base.epoch_gap_s == 2.0

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 
 from feedprof.analyse import noise, stats
 from feedprof.analyse.advice import trainer_advice
-from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, training_loader, workers_of
+from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, between_epochs, classify, training_loader, workers_of
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
                               FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
@@ -75,6 +75,12 @@ def charge_epoch_gap(rate: Optional[float], trial: Trial) -> Optional[float]:
 def batches_per_epoch(trial: Trial) -> Optional[int]:
     rec = training_loader(trial.run) if trial.run is not None else None
     return rec.batches_per_epoch if rec is not None else None
+
+
+def epoch_gap_s(trial: Trial) -> Optional[float]:
+    """The time between epochs outside the loader that a trial saw itself (None: it crossed no boundary)."""
+    rec = training_loader(trial.run) if trial.run is not None and trial.state == TrialState.OK else None
+    return between_epochs(rec) if rec is not None else None
 
 
 def relative_spread(trial: Trial) -> Optional[float]:

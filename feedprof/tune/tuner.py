@@ -24,9 +24,9 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from feedprof.analyse import noise, stats
-from feedprof.analyse.diagnose import between_epochs, training_loader
+from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.recommend import recommend, trial_from_run
+from feedprof.analyse.recommend import epoch_gap_s, recommend, trial_from_run
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
                               NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
@@ -50,12 +50,6 @@ TRIAL_TIMEOUT_FACTOR = 4.0  # a later trial may take this many times the baselin
 TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
 TIMEOUT_OVER_BUDGET_S = 3.0  # a trial's limit may pass the budget by this much (the budget is the user's promise)
 EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures this many windows
-
-
-def epoch_gap_s(trial: Trial) -> Optional[float]:
-    """The time between epochs outside the loader that a trial saw itself (None: it crossed no boundary)."""
-    rec = training_loader(trial.run) if trial.run is not None and trial.state == TrialState.OK else None
-    return between_epochs(rec) if rec is not None else None
 
 
 def default_max_workers(cpu_cap: int) -> int:
@@ -269,7 +263,8 @@ class Tuner:
         self.observer.tune_started(self._start())
         baseline = self._baseline()
         self._start_zygote(baseline.run.modules)
-        self._charge_epoch_gap(force=True)
+        self._charge_epoch_gap()
+        self._tell_strategy()
         self.observer.loader_found(self.loader, self.space.describe(self.loader.config))
         self.save()
         stop_reason: Optional[Reason] = None
@@ -282,7 +277,8 @@ class Tuner:
                                              if proposal.role == Role.CEILING else dict(proposal.config))
                 break
             self.strategy.tell(self._trial_of(proposal, baseline))
-            self._charge_epoch_gap()
+            if self._charge_epoch_gap():
+                self._tell_strategy()
             self.save()
         self.observer.tune_done()
         if baseline.state != TrialState.OK and not any(t.state == TrialState.OK and t.role != Role.CEILING
@@ -291,21 +287,23 @@ class Tuner:
             raise TuneError(reason, self.save(False, reason))  # nothing survived: as if the baseline alone ran
         return self.save(stop_reason is None, stop_reason)
 
-    def _charge_epoch_gap(self, force: bool = False) -> None:
+    def _charge_epoch_gap(self) -> bool:
         """What the loop does between epochs outside the loader (validation,
         checkpoints) costs the same whatever the loader's config, and a trial
         inside one epoch never sees it: measured by any trial that crossed a
         boundary, it is charged per epoch to every trial that did not, so
-        configs are compared and reported with it. The strategy is told the
-        trials again (it keeps nothing but them)."""
+        configs are compared and reported with it. True: the charge changed."""
         gaps = [g for g in (epoch_gap_s(t) for t in self.trials) if g is not None]
         gap = stats.median(gaps) if gaps else None
-        if gap != self._epoch_gap_s:
-            self._epoch_gap_s = gap
-            self.trials = [dataclasses.replace(t, epoch_gap_s=gap) if t.run is not None and epoch_gap_s(t) is None
-                           else t for t in self.trials]
-        elif not force:
-            return
+        if gap == self._epoch_gap_s:
+            return False
+        self._epoch_gap_s = gap
+        self.trials = [dataclasses.replace(t, epoch_gap_s=gap) if t.run is not None and epoch_gap_s(t) is None
+                       else t for t in self.trials]
+        return True
+
+    def _tell_strategy(self) -> None:
+        """A new strategy told every trial so far (it keeps nothing but them)."""
         self.strategy = self.make_strategy(self.space, self.opts, self.host)
         for trial in self.trials:
             self.strategy.tell(trial)
