@@ -92,7 +92,6 @@ class Tuner:
         self._saved: List[Trial] = [t for t in previous.trials if t.state != TrialState.INTERRUPTED] \
             if previous else []
         self._elapsed_before = previous.duration_s if previous else 0.0
-        self._epoch_gap_s: Optional[float] = None  # between epochs, outside the loader (_charge_epoch_gap)
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
         ram = options.max_memory_bytes if options.max_memory_bytes is not None else machine.ram_bytes
@@ -295,12 +294,11 @@ class Tuner:
         configs are compared and reported with it. True: the charge changed."""
         gaps = [g for g in (epoch_gap_s(t) for t in self.trials) if g is not None]
         gap = stats.median(gaps) if gaps else None
-        if gap == self._epoch_gap_s:
-            return False
-        self._epoch_gap_s = gap
-        self.trials = [dataclasses.replace(t, epoch_gap_s=gap) if t.run is not None and epoch_gap_s(t) is None
-                       else t for t in self.trials]
-        return True
+        charged = [dataclasses.replace(t, epoch_gap_s=gap if t.run is not None and epoch_gap_s(t) is None else None)
+                   for t in self.trials]
+        changed = charged != self.trials
+        self.trials = charged
+        return changed
 
     def _tell_strategy(self) -> None:
         """A new strategy told every trial so far (it keeps nothing but them)."""
