@@ -105,17 +105,19 @@ def _tune_here(job: TuneJob, options: TuneOptions, outputs: Outputs) -> TuneResu
         raise NotSaved(tuner.result(False, None), exc, _trials_in(tuner.results_path)) from None
 
 
+    _write_outputs(result, job.out_dir, outputs)
+    if outputs.show:
+        print(format_recommendation(result.recommendation, result, width=terminal_width(outputs.out)),
+              file=outputs.out, flush=True)
+    return result
+
+
 def _trials_in(path: str) -> int:
     """How many trials the results.json on disk holds (0 if none can be read)."""
     try:
         return len(load(path).trials)
     except (StoreError, AttributeError):
         return 0
-    _write_outputs(result, job.out_dir, outputs)
-    if outputs.show:
-        print(format_recommendation(result.recommendation, result, width=terminal_width(outputs.out)),
-              file=outputs.out, flush=True)
-    return result
 
 
 def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True,
