@@ -186,3 +186,21 @@ def test_the_time_between_epochs_one_trial_saw_is_charged_to_every_trial(tmp_pat
     base = result.trials[0]  # 10 batches/s: a 1000-batch epoch takes 100 s, then 2 s of validation
     assert result.recommendation.baseline_batches_per_s == pytest.approx(1000 / (100 + 2), rel=0.01)
     assert base.epoch_gap_s == 2.0
+
+
+def test_a_tune_writes_its_files_and_prints_its_recommendation(tmp_path, monkeypatch, clock):
+    """app.run_tune around the tuner (fake trials): results.json, report.html, the words."""
+    import io
+
+    from feedprof import app
+
+    real = app.Tuner
+    monkeypatch.setattr(app, "Tuner", lambda job, options, machine, observer=None: real(
+        job, options, MACHINE, observer=observer, clock=clock, trial_runner=FakeRunner(clock)))
+    out = io.StringIO()
+    job = TuneJob(script=str(tmp_path / "train.py"), out_dir=str(tmp_path / "out"))
+    result = app.run_tune(job, TuneOptions(fork_trials=False, budget_s=200.0),
+                          app.Outputs(progress=False, out=out, err=io.StringIO()))
+    assert result is not None and result.recommendation is not None
+    assert (tmp_path / "out" / "results.json").exists() and (tmp_path / "out" / "report.html").exists()
+    assert "Recommendation for" in out.getvalue() and "Paste this" in out.getvalue()
