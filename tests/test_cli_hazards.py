@@ -73,7 +73,7 @@ if __name__ == "__main__":
 
 def test_an_iterable_dataset_that_ignores_the_worker_is_never_a_speedup(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", STREAM.format(shard=False))
-    proc, res = tune(tmp_path, script, "--budget", "20", "--max-workers", "8")
+    proc, res = tune(tmp_path, script, "--budget", "40", "--max-workers", "8")
     assert proc.returncode == 0, proc.stderr
     rec = res["recommendation"]
     assert workers(rec) <= 1 and rec["verdict"]["kind"] == "duplicates"
@@ -88,7 +88,7 @@ def test_an_iterable_dataset_that_ignores_the_worker_is_never_a_speedup(tmp_path
 
 def test_an_iterable_dataset_sharded_by_worker_tunes_normally(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", STREAM.format(shard=True))
-    proc, res = tune(tmp_path, script, "--budget", "20", "--max-workers", "8")
+    proc, res = tune(tmp_path, script, "--budget", "40", "--max-workers", "8")
     assert proc.returncode == 0, proc.stderr
     rec = res["recommendation"]
     assert workers(rec) >= 2 and rec["verdict"]["kind"] == "faster"  # sleep-bound: workers scale
@@ -123,7 +123,7 @@ if __name__ == "__main__":
 
 def test_the_scripts_own_workers_killed_the_tune_learns_the_limit(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", KILLED_PAST_3)
-    proc, res = tune(tmp_path, script, "--budget", "30", "--max-workers", "8", "--trial-timeout", "20")
+    proc, res = tune(tmp_path, script, "--budget", "60", "--max-workers", "8", "--trial-timeout", "20")
     assert proc.returncode == 0, proc.stderr
     trials = res["trials"]
     base = trials[0]
@@ -146,7 +146,7 @@ def test_configs_past_the_open_file_limit_are_rejected_or_named(tmp_path, no_lef
     def few_files():  # the limit every trial inherits; ~5 descriptors per worker in the main process
         resource.setrlimit(resource.RLIMIT_NOFILE, (48, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
-    proc, res = tune(tmp_path, script, "--budget", "25", "--max-workers", "16", preexec_fn=few_files)
+    proc, res = tune(tmp_path, script, "--budget", "50", "--max-workers", "16", preexec_fn=few_files)
     assert proc.returncode == 0, proc.stderr
     trials = res["trials"]
     hit = [t for t in trials if t["cause"] and t["cause"]["code"] in ("over_fd_limit", "too_many_open_files")]
@@ -242,7 +242,7 @@ def test_cuda_in_a_forked_worker_of_the_scripts_own_loader(tmp_path, no_leftover
 
 def test_cuda_in_forked_workers_that_feedprof_adds(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", CUDA_IN_WORKER.format(workers=0))
-    proc, res = tune(tmp_path, script, "--budget", "20", "--max-workers", "4")
+    proc, res = tune(tmp_path, script, "--budget", "40", "--max-workers", "4")
     assert proc.returncode == 0, proc.stderr
     failed = [t for t in res["trials"] if workers(t)]
     assert failed and all(t["state"] == "failed" and t["cause"]["code"] == "cuda_in_forked_worker" for t in failed)
