@@ -123,7 +123,7 @@ if __name__ == "__main__":
 
 def test_the_scripts_own_workers_killed_the_tune_learns_the_limit(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", KILLED_PAST_3)
-    proc, res = tune(tmp_path, script, "--budget", "60", "--max-workers", "8", "--trial-timeout", "20")
+    proc, res = tune(tmp_path, script, "--budget", "60", "--max-workers", "8", "--trial-timeout", "45")
     assert proc.returncode == 0, proc.stderr
     trials = res["trials"]
     base = trials[0]
