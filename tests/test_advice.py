@@ -74,3 +74,19 @@ def test_threads_that_do_as_well_are_picked_with_the_memory_difference():
     assert "processes are 3.75× as fast as threads" in say(versus)
     # and the secondary step measures the other method at the best worker count
     assert space.secondary(trials[1], 0.03, trials)[0][0]["method"] == "thread"
+
+
+def test_threads_against_processes_is_reported_when_the_deep_prefetch_wins():
+    # the method is compared at the shallow prefetch, then prefetch 4 wins: the
+    # finding still compares threads and processes at the pick's worker count
+    space = NodesSpace({"num_workers": 1, "method": "process", "prefetch_factor": 2},
+                       cpu_cap=2, max_primary=32, cuda_used=False)
+    pf2, pf4 = {"prefetch_factor": 2}, {"prefetch_factor": 4}
+    trials = [trial(space, 0, Role.BASELINE, {"num_workers": 1, "method": "process", **pf2}, 10.0, 0.9),
+              trial(space, 1, Role.SEARCH, {"num_workers": 12, "method": "process", **pf2}, 100.0, 0.3),
+              trial(space, 2, Role.SEARCH, {"num_workers": 12, "method": "thread", **pf2}, 120.0, 0.2),
+              trial(space, 3, Role.SEARCH, {"num_workers": 12, "method": "thread", **pf4}, 150.0, 0.1)]
+    rec = recommend(trials, space)
+    assert rec.config == {"num_workers": 12, "method": "thread", "prefetch_factor": 4}
+    versus = next(r for r in rec.reasons if isinstance(r, ThreadsVersusProcesses))
+    assert (versus.workers, versus.thread_batches_per_s, versus.process_batches_per_s) == (12, 150.0, 100.0)

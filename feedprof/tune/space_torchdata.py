@@ -59,11 +59,11 @@ class NodesSpace(Space):
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """The pick, and threads against processes at its worker count where both were measured."""
-        from feedprof.analyse.recommend import config_key, measured_configs
+        from feedprof.analyse.recommend import measured_configs
 
         cfg = self.legalize(pick.config)
-        configs = {config_key(self.legalize(m.config)): m for m in measured_configs(trials)}
-        both = [configs.get(config_key({**cfg, "method": method})) for method in ("thread", "process")]
+        measured = [(self.legalize(m.config), m) for m in measured_configs(trials)]
+        both = [self._at_workers(cfg, method, measured) for method in ("thread", "process")]
         if cfg["num_workers"] < 2 or None in both:
             return cfg, []
         thread, process = both
@@ -72,6 +72,15 @@ class NodesSpace(Space):
             thread_rss_bytes=thread.latest.peak_rss_bytes, process_rss_bytes=process.latest.peak_rss_bytes,
             threads_do_as_well=thread.score >= process.score * (1 - tol))
         return cfg, [finding]
+
+    @staticmethod
+    def _at_workers(cfg: Config, method: str, measured: Sequence[Tuple[Config, Any]]) -> Any:
+        """The pick's worker count with ``method``: its own prefetch where that
+        was measured, else the fastest prefetch measured (the deep-prefetch
+        secondary may win after the method was compared at the shallow one)."""
+        same = [(c, m) for c, m in measured if c["num_workers"] == cfg["num_workers"] and c["method"] == method]
+        exact = [m for c, m in same if c["prefetch_factor"] == cfg["prefetch_factor"]]
+        return exact[0] if exact else max((m for _, m in same), key=lambda m: m.score, default=None)
 
     def paste_line(self, config: Config, loader: Any, script: str) -> str:
         return self.paste(config, loader, script).line
