@@ -41,9 +41,17 @@ def fmt_cores(cpu_pct: Optional[float]) -> str:
 
 
 def fmt_seconds(s: Optional[float]) -> str:
+    """"250 ms", "12.5 s", "4 min 05 s", "2 h 11 min": a long run is read in minutes and hours."""
     if s is None:
         return "n/a"
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.1f} s"
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 100:
+        return f"{s:.1f} s"
+    minutes = int(round(s)) // 60
+    if minutes < 60:
+        return f"{minutes} min {int(round(s)) % 60:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 _SIZES = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

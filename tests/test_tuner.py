@@ -78,6 +78,17 @@ def test_the_budget_cuts_the_search_short_before_a_trial_it_cannot_afford(tmp_pa
     assert result.recommendation.config["num_workers"] == 2  # it still recommends from what it measured
 
 
+def test_a_window_only_the_figures_would_gain_from_is_left_out_without_cutting_the_tune_short(tmp_path, clock):
+    whole = tuner(tmp_path / "whole", clock, FakeRunner(clock)).run()
+    assert [t.phase for t in whole.trials[-2:]] == [Phase.REPORT, Phase.REPORT]  # the script's own, the pick again
+    # a budget with room for every trial but that last window (10 s, +2 s for its longer window)
+    budget_s = FINISH_RESERVE_S + 10.0 * (len(whole.trials) - 1) + 10.0
+    result = tuner(tmp_path / "short", clock, FakeRunner(clock), budget_s=budget_s).run()
+    assert len(result.trials) == len(whole.trials) - 1
+    assert result.complete and result.stop_reason is None
+    assert result.recommendation.config == whole.recommendation.config
+
+
 def test_trial_time_limits(tmp_path, clock):
     runner = FakeRunner(clock, trial_s=10.0)
     tuner(tmp_path, clock, runner, budget_s=100.0).run()

@@ -19,7 +19,7 @@ class Role(Code):
     BASELINE = "baseline"  # the script's own settings
     CEILING = "ceiling"  # one cached batch replayed: the most any loader can reach
     SEARCH = "search"  # a config the strategy proposed
-    CONFIRM = "confirm"  # a config measured again, because a rival was within noise
+    CONFIRM = "confirm"  # measured again: a rival was within noise, or for the figures reported
     PROBE = "probe"  # measured and reported, never recommended (in_order=False without --allow-reorder)
 
 
@@ -31,7 +31,8 @@ class Phase(Code):
     LADDER = "ladder"
     REFINE = "refine"
     SECONDARY = "secondary"
-    CONFIRM = "confirm"
+    CONFIRM = "confirm"  # the pick and its closest rival, interleaved
+    REPORT = "report"  # the pick measured after it was chosen, and the script's own beside it: the figures
     GRID = "grid"
     SEARCH = "search"  # files of schema version 1 did not say which
 

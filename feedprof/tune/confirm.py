@@ -10,7 +10,9 @@ import math
 from typing import Any, Dict, List, Optional, Sequence
 
 from feedprof.analyse import noise
-from feedprof.analyse.recommend import Measured, batches_per_epoch, config_key, figures, measured_configs, pick, score
+from feedprof.analyse import stats
+from feedprof.analyse.recommend import (Measured, batches_per_epoch, config_key, figures, measured_configs, pick,
+                                         score, sustained)
 from feedprof.store.reasons import Reason, RivalsRemeasured
 from feedprof.store import Phase, Role, Trial
 from feedprof.tune.history import History, Proposal
@@ -20,6 +22,8 @@ CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measure
 CONFIRM_ROUNDS = 2  # at most this many re-measurements of each of the two (interleaved, longer windows)
 CONFIRM_WINDOW_FACTOR = 2.0  # the pick's confirmation window, in usual windows
 BOUNDARY_EPOCH_S = 10.0  # epochs this short at the pick's rate: its confirmation crosses a boundary
+CONFIRM_AGREE = 0.10  # the pick's confirmation windows agree when each is this close to their median
+CONFIRM_PICK_WINDOWS = 3  # at most this many, where the budget allows more than one
 
 
 class Confirming(History):
@@ -46,10 +50,12 @@ class Confirming(History):
         margin = min(CONFIRM_MARGIN[1], max(CONFIRM_MARGIN[0], 2 * spread))
         if min(chosen.score, rival.score) < max(chosen.score, rival.score) * (1 - margin):
             return None
-        done = sum(t.role == Role.CONFIRM for t in self.trials)
+        done = sum(t.phase == Phase.CONFIRM for t in self.trials)
         rounds = done // 2
         notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
                                       repeats=rounds + (done % 2 == 1) or 1))
+        if any(t.phase == Phase.REPORT for t in self.trials):
+            return None  # the figures are being measured: the choice is made
         if done % 2 == 0 and (rounds >= self.confirm_rounds or (rounds and self._settled(chosen, rival))):
             return None
         # the rival first, the pick last: closest to the end of the tune
@@ -71,8 +77,24 @@ class Confirming(History):
                      if f.baseline is not None and config_key(m.config) == config_key(f.baseline.config)), None)
         for m in (f.chosen, base):
             if m is not None and not any(t.role == Role.CONFIRM for t in m.trials):
-                return Proposal(dict(m.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(m))
+                return Proposal(dict(m.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(m))
+        if not self._confirms_agree(f.chosen):  # one more window, where the budget has room for it
+            return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(f.chosen),
+                            optional=True)
         return None
+
+    @staticmethod
+    def _confirms_agree(m: Measured) -> bool:
+        """Do the pick's confirmation windows agree (or are there enough of
+        them)? On a shared machine two adjacent windows of one config can
+        differ by a quarter; the figure is their median, so a third window
+        settles which of two that disagree was the outlier."""
+        rates = [sustained(t) for t in m.trials if t.role == Role.CONFIRM]
+        rates = [r for r in rates if r]
+        if len(rates) >= CONFIRM_PICK_WINDOWS or not rates:
+            return True
+        mid = stats.median(rates)
+        return len(rates) > 1 and all(abs(r - mid) <= CONFIRM_AGREE * mid for r in rates)
 
     @staticmethod
     def _confirm_window(m: Measured) -> Dict[str, Any]:

@@ -21,6 +21,7 @@ class Proposal:
     role: Role
     phase: Phase
     overrides: Dict[str, Any] = field(default_factory=dict)  # trial option overrides (runner.TrialOptions)
+    optional: bool = False  # only if the budget allows it: the tune is complete without it
 
 
 class Strategy(Protocol):

@@ -272,6 +272,8 @@ class Tuner:
             if proposal is None:
                 break
             if self.remaining() < BUDGET_MARGIN * self._typical_trial_s(proposal):
+                if proposal.optional:  # the search is done; what it would add does not fit
+                    break
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
                                              if proposal.role == Role.CEILING else dict(proposal.config))
                 break
