@@ -150,6 +150,26 @@ def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, va
             len({s["config"]["num_workers"] for s in results["online"]["switches"]}) >= 2
 
 
+def test_a_loader_built_anew_every_short_epoch_is_still_tuned(tmp_path, no_leftovers):
+    """Epochs shorter than a window, each with a new DataLoader at the same line: the window
+    goes on across the rebuilt loaders, so configs are measured and compared, and the advice
+    names the script's line."""
+    script = write_script(tmp_path, "train.py", SEEDED)
+    args = ("--rebuild", "--epochs", "24", "--samples", "320", "--batch-size", "8")
+    plain, want = _as_written(script, tmp_path / "plain.json", *args)
+    assert plain.returncode == 0, plain.stderr
+    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *args)
+    assert proc.returncode == 0, proc.stderr
+    assert (got["epochs"], got["weights"], got["next_rand"]) == (want["epochs"], want["weights"], want["next_rand"])
+    measured = {w["config"]["num_workers"] for w in results["online"]["windows"]}
+    assert len(measured) >= 2 and max(measured) >= 4, results["online"]["windows"]
+    rec = results["recommendation"]
+    assert rec["config"]["num_workers"] >= 4 and not rec["config"]["persistent_workers"], rec["config"]
+    line = next(i for i, text in enumerate(SEEDED.lstrip().splitlines(), 1) if "return DataLoader(Storage(), batch_size" in text)
+    assert rec["loader_site"].endswith(f"train.py:{line}")
+    assert rec["paste_line"].splitlines()[-1].endswith(f"--workers {rec['config']['num_workers']}")  # its own flag
+
+
 def test_profile_tune_true_tunes_the_users_own_loop(tmp_path, no_leftovers):
     """feedprof.profile(tune=True) and prof.watch(loader): the same switching inside the user's
     process, the same order, and a tune's result and report."""

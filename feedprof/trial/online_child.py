@@ -117,8 +117,21 @@ class OnlineTuning:
         self.target = ol
         if old is not None:
             old.close()  # (a loader rebuilt every epoch: its predecessor's workers end here)
+            if ol.chain and ol.chain == old.chain:
+                self._rebuilt(old, ol)
         self._say("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
                   per_epoch=not ol.own_persistent, script_config=ol.script_config)
+
+    def _rebuilt(self, old: Any, ol: Any) -> None:
+        """The script built the tuned loader again (every epoch, as some scripts do): its window
+        goes on, and its first pool with the config in force is that config's epoch start (a
+        cost inside the window, as a loader without persistent workers pays every epoch), not a
+        switch. Otherwise short epochs would never fill a window."""
+        st = self._state.pop(old.loader_id, None)
+        if st is not None:
+            self._state[ol.loader_id] = st
+        if old.served is not None:
+            ol.served = dict(old.served)
 
     def _say(self, event: str, **fields: Any) -> None:
         """An event for the parent; a failure of feedprof's own (a full disk) never reaches the
