@@ -136,11 +136,15 @@ def test_lightning_cli_is_tuned_with_its_flag(tmp_path, no_leftovers, torch):
     pytest.importorskip("jsonargparse", reason="LightningCLI needs jsonargparse (lightning[pytorch-extra])")
     write_script(tmp_path, "data.py", DATASET)
     write_script(tmp_path, "train.py", LIGHTNING_CLI)
+    # no logger: every run saves its config.yaml in the same directory, and LightningCLI
+    # refuses to overwrite one; the trials save none (the user's next run would fail on it)
     proc, rec = tune(tmp_path, "fit", "--trainer.max_epochs", "3", "--trainer.default_root_dir", "logs",
-                     "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false", budget=120)
+                     "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+                     "--trainer.enable_progress_bar", "false", budget=120)
     n = rec["config"]["num_workers"]
     assert n >= 2 and rec["paste_line"].splitlines()[-1].endswith(f"--data.num_workers {n}")
     assert rec["loader_site"] == f"train.py:{line_of(LIGHTNING_CLI, 'return DataLoader')}"
+    assert not (tmp_path / "logs" / "config.yaml").exists()
 
 
 def test_yacs_config_is_tuned_with_its_options(tmp_path, no_leftovers, torch):

@@ -20,6 +20,8 @@ ADAPTERS = (
     ("transformers.trainer", "hf_trainer", "install_trainer"),
     ("lightning.pytorch.trainer.connectors.data_connector", "lightning", "install"),
     ("pytorch_lightning.trainer.connectors.data_connector", "lightning", "install"),
+    ("lightning.pytorch.cli", "lightning", "install_cli"),
+    ("pytorch_lightning.cli", "lightning", "install_cli"),
 )
 
 

@@ -40,3 +40,24 @@ def install(ctl: Any, module: Any) -> None:
 
     _worker_check._feedprof = True  # type: ignore[attr-defined]
     module._worker_check = _worker_check
+
+
+def install_cli(ctl: Any, module: Any) -> None:
+    """A trial (a run feedprof stops once it has measured) saves no ``config.yaml``:
+    LightningCLI refuses to overwrite one, so with ``--trainer.logger false``
+    (the file then goes to the same directory every run) every trial after the
+    first failed, and the user's next real run would have too. Runs to their
+    end (``profile``, ``tune --online``) save it as the script asks."""
+    if getattr(getattr(ctl, "spec", None), "full", True):
+        return
+    callback = getattr(module, "SaveConfigCallback")
+    orig = callback.setup
+    if getattr(orig, "_feedprof", False):
+        return
+
+    def setup(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.already_saved = True  # (every rank alike: no rank waits on another's broadcast)
+        return orig(self, *args, **kwargs)
+
+    setup._feedprof = True  # type: ignore[attr-defined]
+    callback.setup = setup
