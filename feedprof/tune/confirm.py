@@ -76,12 +76,18 @@ class Confirming(History):
         base = next((m for m in measured_configs(self._ok(self.trials))
                      if f.baseline is not None and config_key(m.config) == config_key(f.baseline.config)), None)
         for m in (f.chosen, base):
-            if m is not None and not any(t.role == Role.CONFIRM for t in m.trials):
+            if m is not None and not any(t.role == Role.CONFIRM for t in m.trials) and not self._reports(m):
                 return Proposal(dict(m.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(m))
-        if not self._confirms_agree(f.chosen):  # one more window, where the budget has room for it
+        if self._reports(f.chosen) < CONFIRM_PICK_WINDOWS and not self._confirms_agree(f.chosen):
+            # one more window, where the budget has room for it
             return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(f.chosen),
                             optional=True)
         return None
+
+    def _reports(self, m: Measured) -> int:
+        """The figure windows of ``m``'s config so far, whatever became of them (one that
+        failed is not asked for again and again)."""
+        return sum(t.phase == Phase.REPORT and config_key(t.config) == config_key(m.config) for t in self.trials)
 
     @staticmethod
     def _confirms_agree(m: Measured) -> bool:
