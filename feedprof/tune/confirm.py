@@ -69,7 +69,8 @@ class Confirming(History):
         epoch is short enough: the time between epochs is then in it too.
         Then one of the script's own settings beside it: the speedup is a
         ratio of two windows measured side by side, not minutes apart on a
-        machine whose load drifts."""
+        machine whose load drifts. Then the pick again while its windows
+        disagree (_confirms_agree), where the budget has room."""
         f = figures(self.trials, self.space, self.tol)
         if f is None:
             return None
