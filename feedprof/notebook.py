@@ -7,7 +7,7 @@ NOTE [ How a record gets its rich output ]
       / load() inside a running shell ┘     learns Summary, Run, TuneResult by module and name
     a record is a cell's last value ─► formatter ─► render/fragments.py ─► HTML with the curves
 
-The store's classes stay free of presentation code (DESIGN.md); IPython is
+The store's classes stay free of presentation code (docs/architecture.md); IPython is
 never imported here: the shell is found through ``sys.modules``, and the
 formatters are registered by name, so nothing is imported until a record is
 shown.

@@ -8,7 +8,7 @@ the rate at which batches are pulled is the step rate but the time spent
 pulling them is loading, not waiting: data wait is reported as unknown and
 the compute ceiling tells how input-bound the job is.
 
-Known trap (shared/PLATFORM.md): with workers > 1 or use_multiprocessing,
+Known trap (docs/architecture.md, Keras): with workers > 1 or use_multiprocessing,
 tf_keras stalls about 5 s at every epoch end (the old iterator's generator
 waits on a queue with a 5 s timeout before the next epoch can start). That
 gap between epochs is counted as the loader's teardown, so the amortised

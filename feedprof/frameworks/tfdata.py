@@ -23,7 +23,7 @@ Knobs: ``num_parallel_calls`` (an int, or "AUTOTUNE"), ``prefetch`` (buffer,
 int or "AUTOTUNE"), ``deterministic``, ``private_threadpool_size``. The
 threadpool matters: tf.data's default pool has as many threads as cores, which
 caps a sleep- or I/O-bound map at about that parallelism whatever
-``num_parallel_calls`` says (shared/PLATFORM.md); AUTOTUNE does not lift it.
+``num_parallel_calls`` says (docs/architecture.md); AUTOTUNE does not lift it.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Host side of the sampler: CPU and memory of a process tree, via psutil.
 
-Costs measured on the 2-core dev machine (see shared/PLATFORM.md) shape this:
+Costs measured on the 2-core dev machine (docs/architecture.md, psutil polling costs) shape this:
 ``children(recursive=True)`` scans every process on the machine (~2 ms here),
 so the tree is re-listed adaptively: at the sampling rate while it changes
 (workers start with each epoch), backing off to every 2 s while it is stable; a process's CPU is

@@ -107,7 +107,7 @@ class TfDataSpace(Space):
 
     def with_primary(self, config: Config, n: int) -> Config:
         # The default threadpool has as many threads as cores: beyond that a
-        # private pool is what lets more calls run at once (shared/PLATFORM.md).
+        # private pool is what lets more calls run at once (docs/architecture.md, tf.data).
         return self.legalize({**config, "num_parallel_calls": n,
                               "private_threadpool_size": n if n > self.cpu_cap else None})
 

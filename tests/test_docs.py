@@ -1,0 +1,223 @@
+"""The documentation stays true to the code and to itself (fast tier: nothing is run).
+
+- docs/cli.md is what docs/make_cli_reference.py renders from the live parser;
+- every relative link in README.md and docs/*.md reaches a file, and its #anchor a heading there;
+- README.md is a front page: at most 150 lines;
+- no file cites a document the repository does not contain;
+- no user-facing page names an issue or pull-request number.
+Each check's helper is also tried on a page made to fail it, so a check that can
+no longer fail is caught too.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS = os.path.join(REPO, "docs")
+REGENERATE = "python docs/make_cli_reference.py"
+README_MAX_LINES = 150
+
+
+def _user_pages() -> List[str]:
+    pages = [os.path.join(REPO, "README.md"), os.path.join(REPO, "CHANGELOG.md")]
+    return pages + sorted(os.path.join(DOCS, n) for n in os.listdir(DOCS) if n.endswith(".md"))
+
+
+def _rel(path: str) -> str:
+    return os.path.relpath(path, REPO)
+
+
+# ------------------------------------------------------------ the CLI reference
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_cli_reference", os.path.join(DOCS, "make_cli_reference.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cli_reference_is_what_the_parser_says():
+    want = _generator().render()
+    with open(os.path.join(DOCS, "cli.md"), encoding="utf-8") as fh:
+        have = fh.read()
+    diff = "".join(list(difflib.unified_diff(have.splitlines(True), want.splitlines(True), "docs/cli.md",
+                                             "from the parser"))[:40])
+    assert have == want, f"docs/cli.md does not match feedprof's parser: regenerate it with `{REGENERATE}`\n{diff}"
+
+
+def test_the_cli_reference_names_every_command_and_option():
+    import argparse
+
+    from feedprof.cliargs import build_parser
+
+    page = _generator().render()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        section = page.split(f"## feedprof {name}\n", 1)
+        assert len(section) == 2, f"no section for feedprof {name}"
+        section = section[1].split("\n## ", 1)[0]
+        for action in command._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}`" in section, f"feedprof {name} {option} is missing from docs/cli.md"
+
+
+# ------------------------------------------------------------------ links
+
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.S | re.M)
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+
+
+def _prose(text: str) -> str:
+    """Markdown without its code: fenced blocks and code spans."""
+    return _CODE_SPAN.sub("code", _FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: its text, lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
+    text = text.replace("`", "").replace("*", "")
+    text = re.sub(r"[^\w\- ]", "", text.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: str) -> Set[str]:
+    with open(path, encoding="utf-8") as fh:
+        text = _FENCE.sub("", fh.read())
+    seen: Dict[str, int] = {}
+    out = set()
+    for m in _HEADING.finditer(text):
+        base = slug(m.group(2))
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def broken_links(path: str) -> Iterator[Tuple[str, str]]:
+    """(link, what is wrong) for each relative link in the page that leads nowhere."""
+    with open(path, encoding="utf-8") as fh:
+        text = _prose(fh.read())
+    for target in _LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+        if not os.path.exists(dest):
+            yield target, f"no such file: {_rel(dest)}"
+        elif anchor and dest.endswith(".md") and anchor not in anchors(dest):
+            yield target, f"no heading #{anchor} in {_rel(dest)}"
+
+
+@pytest.mark.parametrize("page", _user_pages(), ids=_rel)
+def test_every_relative_link_leads_somewhere(page):
+    assert list(broken_links(page)) == [], f"{_rel(page)} has broken links"
+
+
+def test_a_broken_link_is_found(tmp_path):
+    (tmp_path / "other.md").write_text("# A page\n\n## `feedprof gpus`: what is on each GPU\n\n## Slurm\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Here\n[ok](other.md#feedprof-gpus-what-is-on-each-gpu) [ok](#here) [ok](https://x.org/y)\n"
+                    "[gone](missing.md) [no anchor](other.md#nowhere) [`code`](#not-here)\n"
+                    "```\n[in a code block](missing-too.md)\n```\n`[in a span](missing-three.md)`\n")
+    found = dict(broken_links(str(page)))
+    assert set(found) == {"missing.md", "other.md#nowhere", "#not-here"}, found
+
+
+@pytest.mark.parametrize("heading, want", [
+    ("Side effects: your script runs many times", "side-effects-your-script-runs-many-times"),
+    ("`feedprof gpus`: what is on each GPU", "feedprof-gpus-what-is-on-each-gpu"),
+    ("MPI, tf.distribute and other launchers", "mpi-tfdistribute-and-other-launchers"),
+    ("Keras 3.15 and tf_keras 2.21", "keras-315-and-tf_keras-221"),
+])
+def test_anchors_are_githubs(heading, want):
+    assert slug(heading) == want
+
+
+# ------------------------------------------------------------- the front page
+
+
+def test_the_readme_is_a_front_page():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    assert len(lines) <= README_MAX_LINES, (f"README.md has {len(lines)} lines; the front page keeps to "
+                                            f"{README_MAX_LINES}: move the detail into docs/")
+
+
+# ------------------------------------------- documents the repository does not have
+
+# Written so that this file does not match itself.
+_ABSENT = re.compile(r"\bDESIGN[.]md|\bPLATFORM[.]md|(?<![\w-])shared[/]")
+_SCANNED_DIRS = ("feedprof", "tests", "benchmarks", "examples", "notebooks", "docs")
+_SCANNED_EXTS = (".py", ".md", ".toml", ".ipynb", ".txt")
+_SCANNED_FILES = ("README.md", "CHANGELOG.md", "pyproject.toml", os.path.join("tests", "run"),
+                  os.path.join(".ci", "run"))
+
+
+def _repository_files() -> Iterator[str]:
+    for name in _SCANNED_FILES:
+        if os.path.exists(os.path.join(REPO, name)):
+            yield os.path.join(REPO, name)
+    for top in _SCANNED_DIRS:
+        for folder, dirs, files in os.walk(os.path.join(REPO, top)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", ".ipynb_checkpoints")]
+            for name in files:
+                if name.endswith(_SCANNED_EXTS):
+                    yield os.path.join(folder, name)
+
+
+def citations_of_absent_documents(text: str) -> List[Tuple[int, str]]:
+    return [(n, line.strip()) for n, line in enumerate(text.splitlines(), 1) if _ABSENT.search(line)]
+
+
+def test_no_file_cites_a_document_the_repository_does_not_contain():
+    found = []
+    for path in _repository_files():
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            found += [f"{_rel(path)}:{n}: {line}" for n, line in citations_of_absent_documents(fh.read())]
+    assert found == [], ("these cite documents the repository does not contain; point them at the page in "
+                         "docs/ that says it:\n" + "\n".join(found))
+
+
+def test_a_citation_of_an_absent_document_is_found():
+    design, platform, shared = "DESIGN" + ".md", "PLATFORM" + ".md", "shared" + "/"
+    text = f"a ({design}, 'Contracts')\nb (see {shared}{platform})\nc (../{shared}tools)\nd docs/architecture.md\n" \
+           "e pages shared with workers\nf memory-shared/x\n"
+    assert [n for n, _ in citations_of_absent_documents(text)] == [1, 2, 3]
+
+
+# ------------------------------------------------------------ issue numbers
+
+_ISSUE = re.compile(r"\b(?:issues?|PRs?|pull[ -]requests?|tickets?|bugs?)[\s#:-]*\d+\b|(?<![\w&])#\d+\b", re.I)
+_LINK_TARGET = re.compile(r"\]\([^)]*\)")
+
+
+def issue_numbers(text: str) -> List[str]:
+    """Issue or pull-request numbers a reader cannot look up ("issue 11", "#22"); a link's
+    target (an anchor such as #3-steps) is not one."""
+    return [m.group(0) for m in _ISSUE.finditer(_LINK_TARGET.sub("]()", text))]
+
+
+@pytest.mark.parametrize("page", _user_pages(), ids=_rel)
+def test_user_pages_name_no_issue_numbers(page):
+    with open(page, encoding="utf-8") as fh:
+        text = fh.read()
+    assert issue_numbers(text) == [], f"{_rel(page)} names issue numbers a reader cannot see"
+    assert not re.search(r"\bthis session\b", text, re.I), f"{_rel(page)} has a note on who ran what"
+
+
+def test_an_issue_number_is_found():
+    text = ("targets (issue 11); issue-22's shapes; see #22. Issues 3 and 4; PR 12; pull request #7.\n"
+            "[the steps](tune.md#2-steps), `#  role`, ±1%, &#8212;, 22 November 2026, C#7")
+    assert issue_numbers(text) == ["issue 11", "issue-22", "#22", "Issues 3", "PR 12", "pull request #7"]
