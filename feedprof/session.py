@@ -151,7 +151,7 @@ class Profile:
         print(self.summary(), file=file or sys.stdout)
 
     def save(self, path: str = "run.json") -> str:
-        """Write ``run.json`` (schema ``feedprof.run/2``); ``feedprof.load`` reads it back."""
+        """Write ``run.json`` (schema ``feedprof.run/1``, store.SCHEMA_RUN); ``feedprof.load`` reads it back."""
         save(self.run, path)
         return path
 

@@ -153,7 +153,7 @@ def invalid_feedprof_json(root, newer_than_s=0.0):
     """What is wrong with each feedprof JSON file under root, against the shipped schemas."""
     from jsonschema import ValidationError
 
-    from feedprof.schema import UnknownSchema, validate
+    from feedprof.store.schema import UnknownSchema, validate
 
     problems = []
     for path, data in feedprof_json_files(root, newer_than_s):

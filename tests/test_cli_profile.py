@@ -23,7 +23,7 @@ def test_input_bound_script(tmp_path, via, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1))
     proc, run = profile(tmp_path, script, via=via)
     assert proc.returncode == 0, proc.stderr
-    assert run["schema"] == "feedprof.run/4"
+    assert run["schema"] == "feedprof.run/1"
     s = run["summary"]
     assert s["input_bound"] == "highly" and s["data_wait_fraction"] > 0.8
     assert s["loader"].startswith("train.py:")  # the training loader, not val

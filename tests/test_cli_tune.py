@@ -21,7 +21,7 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, tor
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     proc, res = tune(tmp_path, script, "--budget", "90", "--max-workers", "16")
     assert proc.returncode == 0, proc.stderr
-    assert res["schema"] == "feedprof.tune/4"
+    assert res["schema"] == "feedprof.tune/1"
     rec = res["recommendation"]
     assert rec["framework"] == "torch"
     assert set(rec["config"]) == {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers"}

@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from feedprof.record.gpu import open_gpu
-from feedprof.record.gpu_procs import adopted, describe_process, gpus_view, orphan_code
+from feedprof.record.gpu_procs import adopted, describe_process, gpus_view, orphan_code, settled
 from feedprof.render.gpus import format_gpus
 from feedprof.store.procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED
 from tests.conftest import REPO, run_feedprof
@@ -278,3 +278,43 @@ def test_a_rank_is_left_behind_only_once_its_launcher_is_gone():
         launcher.wait()
         launcher.stdout.close()
         psutil.Process(rank).kill()
+
+
+def test_a_process_read_in_the_middle_of_exec_is_read_again(monkeypatch):
+    """A process in the middle of exec shows an empty command line and environment
+    (its parent already saw exec succeed); on a busy machine that lasts long enough to
+    be read. Here the first reads of both are empty, as they were then: the rank is
+    still classified by what it is, once the reads settle."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdout=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    rank = int(launcher.stdout.readline())
+    reads = {"cmdline": 0, "environ": 0}
+    real = {name: getattr(psutil.Process, name) for name in reads}
+
+    def in_exec(name, empty):
+        def read(self):
+            reads[name] += 1
+            return empty if reads[name] <= 3 and self.pid == rank else real[name](self)
+        return read
+
+    try:
+        launcher.kill()
+        launcher.wait()
+        monkeypatch.setattr(psutil.Process, "cmdline", in_exec("cmdline", []))
+        monkeypatch.setattr(psutil.Process, "environ", in_exec("environ", {}))
+        p = describe_process(rank)
+        assert "time.sleep(60)" in p.command and p.orphan in (ORPHAN_ADOPTED, ORPHAN_JOB_GONE)
+        assert reads == {"cmdline": 4, "environ": 4}
+    finally:
+        launcher.stdout.close()
+        psutil.Process(rank).kill()
+
+
+def test_an_empty_read_is_believed_at_once_where_no_exec_can_be_under_way():
+    reads = []
+    read = lambda: reads.append(1) or []  # noqa: E731
+    assert settled(read, may_be_in_exec=False, deadline=time.monotonic() + 60) == [] and len(reads) == 1
+    values = iter([[], [], ["python", "train.py"]])
+    assert settled(lambda: next(values), may_be_in_exec=True, deadline=time.monotonic() + 60) == ["python", "train.py"]
+    reads.clear()
+    assert settled(read, may_be_in_exec=True, deadline=time.monotonic() - 1) == [] and len(reads) == 1  # time is up

@@ -222,7 +222,7 @@ def test_keras_profile_callback(tmp_path, backend, wait_known):
     else:
         assert wait == "None"
     saved = json.loads(out.read_text())
-    assert saved["schema"] == "feedprof.run/4" and saved["summary"]["batches_per_s"] > 0
+    assert saved["schema"] == "feedprof.run/1" and saved["summary"]["batches_per_s"] > 0
 
 
 def test_keras_profile_callback_counts_every_step_of_steps_per_execution(tmp_path):

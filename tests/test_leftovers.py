@@ -2,6 +2,7 @@
 and GPU memory its processes still hold (NVML faked: no GPU here)."""
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 
 from feedprof.record.gpu import open_gpu
 from feedprof.record.leftovers import FORK_SERVER_ENV, TRIAL_ENV, find_leftovers, process_clock_s, stray_processes
-from feedprof.render.leftovers import format_leftovers
+from feedprof.render.leftovers import format_leftovers, short_command
+from feedprof.store.procs import Leftovers, ProcessInfo
 from tests.conftest import run_feedprof, write_script
 from tests.fakes import fake_pynvml
 from tests.scripts import torch_loop
@@ -89,9 +91,27 @@ def test_escaped_processes_are_found(tmp_path, started, how):
         assert set(found) == {p.pid}
         lo = find_leftovers(str(trial_dir), root.pid, settle_s=0.1)
         assert [q.pid for q in lo.processes] == [p.pid] and "time.sleep(60)" in lo.processes[0].command
-        assert f"PID {p.pid} is still running: {sys.executable} -c" in format_leftovers(lo)
+        # the program by its name: where the virtual environment lies is no part of the line
+        assert f"PID {p.pid} is still running: {os.path.basename(sys.executable)} -c 'import time; time.sleep(60)'" \
+            in format_leftovers(lo)
     finally:
         p.kill()
+
+
+@pytest.mark.parametrize("command,shown", [
+    # a virtual environment in a long path: the program's name, and every argument after it
+    (shlex.join(["/home/someone/" + "deep/" * 30 + ".venv/bin/python", "train.py", "--epochs", "3"]),
+     "python train.py --epochs 3"),
+    (shlex.join(["/opt/my tools/python3", "-c", "import time; time.sleep(60)"]),
+     "python3 -c 'import time; time.sleep(60)'"),
+    ("[pt_data_worker]", "[pt_data_worker]"),  # no command line: its name, as psutil gives it
+    ("python 'unbalanced", "python 'unbalanced"),  # not shlex's: shown as it is
+    (shlex.join(["python", "x" * 100]), "python " + "x" * 52 + "…"),  # cut at the width, the name kept
+])
+def test_a_leftover_shows_its_program_by_name_and_its_arguments(command, shown):
+    assert short_command(command) == shown
+    lo = Leftovers(processes=(ProcessInfo(pid=123, command=command),))
+    assert f"PID 123 is still running: {shown} (end it with: kill 123)" in format_leftovers(lo)
 
 
 def test_forks_of_the_fork_server_started_during_the_trial(tmp_path, started):
@@ -177,9 +197,11 @@ def test_tune_names_what_each_forked_trial_left_behind(tmp_path, no_leftovers, t
     pids = tmp_path / "escaped.txt"
     out = tmp_path / "out"
     try:
-        proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "15", "--window-seconds", "0.6",
-                             "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "--quiet"],
-                            env={"ESCAPED_PIDS": str(pids)})
+        # Room for a trial after the baseline on a loaded machine (15 s left only the baseline where it
+        # took 3.6 s and the fork server 3 s more): the baseline and the ceiling are enough here.
+        proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "25", "--max-workers", "2",
+                             "--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
+                             "--interval", "0.1", "--quiet"], env={"ESCAPED_PIDS": str(pids)})
         assert proc.returncode == 0, proc.stderr
         escaped = sorted(int(x) for x in pids.read_text().split())
         res = json.loads((out / "results.json").read_text())

@@ -124,7 +124,7 @@ def test_cell_magic_times_the_loaders_the_cell_iterates(shell, tmp_path, DataLoa
     assert rec.framework == "torch" and rec.site == f"cell line {LOOP_LINE}" and rec.batches == 32
     assert len(rec.epochs.first_batch_s) == 2 and rec.batch_size == 4
     assert run.summary.batches_measured == 32 - 2 * 1 - 2  # first batch of each epoch, then the warm-up
-    assert json.loads(out.read_text())["schema"] == "feedprof.run/4"
+    assert json.loads(out.read_text())["schema"] == "feedprof.run/1"
     assert f"cell line {LOOP_LINE}" in html_of(shell, run)
     again = shell.run_cell("for x in loader: pass\nx.shape")
     assert again.success and tuple(again.result) == (4, 4)  # plain DataLoader again

@@ -70,7 +70,7 @@ def test_the_busiest_loader_is_the_training_loader(tmp_path, DataLoader, SleepyD
     assert prof.run.loaders[0].site.startswith("test_session.py:")
     path = prof.save(str(tmp_path / "run.json"))
     back = feedprof.load(path)
-    assert back.schema == "feedprof.run/4" and back.kind == "context"
+    assert back.schema == "feedprof.run/1" and back.kind == "context"
     assert back.summary.data_wait_fraction == prof.summary().data_wait_fraction
     assert [r.name for r in back.loaders] == ["train", "val", "train", "val"]  # one record per watch()
 

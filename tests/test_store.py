@@ -7,10 +7,9 @@ import pytest
 
 import feedprof
 from feedprof.store.codec import dumps
-from feedprof.store.reasons import CpusAreTheLimit, OverMemoryBudget, Text, Unknown, Verdict, WaitNotObservable
-from feedprof.analyse.recommend import trial_from_run
-from feedprof.store import (SCHEMA_RUN, SCHEMA_TUNE, Framework, GpuInfo, GpuSeries, GpuStatus, HostInfo, LoaderRecord,
-                            Outcome, Phase, Role, Run, RunKind, Samples, StoreError, Summary, Trial, TrialState,
+from feedprof.store.reasons import CpusAreTheLimit, OverMemoryBudget, Unknown, Verdict, WaitNotObservable
+from feedprof.store import (SCHEMA_RUN, SCHEMA_TUNE, GpuInfo, GpuSeries, HostInfo, LoaderRecord,
+                            Phase, Role, Run, Samples, StoreError, Summary, Trial, TrialState,
                             TuneResult, Recommendation, from_json_data, load, save, write_refused)
 
 
@@ -29,7 +28,7 @@ def test_run_round_trip(tmp_path):
     path = str(tmp_path / "run.json")
     save(run, path)
     back = feedprof.load(path)
-    assert json.load(open(path))["schema"] == "feedprof.run/4"
+    assert json.load(open(path))["schema"] == SCHEMA_RUN == "feedprof.run/1"
     assert back.samples == run.samples
     assert back.loaders == run.loaders
     assert back.host == run.host
@@ -48,7 +47,7 @@ def test_tune_round_trip(tmp_path):
     path = str(tmp_path / "results.json")
     save(res, path)
     data = json.load(open(path))
-    assert data["schema"] == "feedprof.tune/4"
+    assert data["schema"] == SCHEMA_TUNE == "feedprof.tune/1"
     # findings are codes with their figures, and enums are their plain strings
     assert data["recommendation"]["reasons"] == [{"code": "cpus_are_the_limit", "cores_per_worker": 0.97, "cpu_cap": 2, "workers_cores": None, "main_cores": None, "other_cores": None}]
     assert data["trials"][1]["state"] == "rejected" and data["trials"][1]["phase"] == "ladder"
@@ -67,50 +66,22 @@ def test_a_finding_from_a_newer_feedprof_is_kept_as_unknown():
     assert notes[0] == WaitNotObservable(framework="tf.data") and isinstance(notes[1], Unknown)
 
 
-V1_TUNE = {
-    "schema": "feedprof.tune/1", "script": "/x/train.py", "framework": "torch", "stop_reason": "",
-    "host": {"gpu_status": "GPU: not available — NVML library not found (no NVIDIA driver on this machine)"},
-    "notes": ["pin_memory has no effect here"],
-    "recommendation": {"framework": "torch", "config": {"num_workers": 4}, "verdict": "Highly input-bound: 3.0× faster",
-                       "reasons": ["The CPUs are the limit."]},
-    "trials": [{"index": 0, "role": "baseline", "config": {"num_workers": 0}, "state": "ok", "reason": "",
-                "run": {"schema": "feedprof.run/1", "window": {"reason": "200 batches"},
-                        "outcome": {"state": "ok", "message": "window measured"}, "notes": ["a note"],
-                        "host": {"gpu_status": "ok"}}},
-               {"index": 1, "role": "search", "config": {"num_workers": 64}, "state": "killed",
-                "reason": "SIGKILL: killed, most likely by the out-of-memory killer"}],
-}
-
-
-@pytest.mark.writes_invalid_json  # a partial version 1 file: what old files hold, not every field
-def test_version_1_files_are_read_with_their_words(tmp_path):
+@pytest.mark.writes_invalid_json
+@pytest.mark.parametrize("record,tag,reads", [
+    (TuneResult(script="t.py"), "feedprof.tune/4", "feedprof.tune/1"),  # a development build's version
+    (TuneResult(script="t.py"), "feedprof.tune/2", "feedprof.tune/1"),
+    (Run(script="t.py"), "feedprof.run/3", "feedprof.run/1"),
+    (Run(script="t.py"), "feedprof.other/1", "feedprof.run/1 or feedprof.tune/1"),
+])
+def test_another_version_is_refused_in_one_line(tmp_path, record, tag, reads):
+    # One version of each record until the first release: no upgrade path, a clear refusal.
+    data = json.loads(dumps(record))
+    data["schema"] = tag
     path = tmp_path / "results.json"
-    path.write_text(json.dumps(V1_TUNE))
-    res = load(str(path))
-    assert res.recommendation.verdict == Text("Highly input-bound: 3.0× faster")
-    assert res.recommendation.reasons == (Text("The CPUs are the limit."),)
-    assert res.notes == (Text("pin_memory has no effect here"),)
-    assert res.host.gpu_status is GpuStatus.UNKNOWN and "NVML library not found" in res.host.gpu_status_detail
-    base, killed = res.trials
-    assert base.role is Role.BASELINE and base.phase is Phase.BASELINE and base.cause is None
-    assert base.run.window.end == "batches" and base.run.outcome == Outcome()
-    assert base.run.host.gpu_status is GpuStatus.OK and base.run.notes == (Text("a note"),)
-    assert killed.state is TrialState.KILLED and killed.phase is Phase.SEARCH
-    assert killed.cause == Text("SIGKILL: killed, most likely by the out-of-memory killer")
-
-
-def test_version_2_files_are_read_with_their_paste_line():
-    data = json.loads(dumps(TuneResult(
-        recommendation=Recommendation(framework=Framework.TORCH, config={"num_workers": 4}),
-        trials=(trial_from_run(0, Role.BASELINE, {}, Run(kind=RunKind.TRIAL, summary=Summary(batches_per_s=12.5))),))))
-    data["schema"], data["trials"][0]["run"]["schema"] = "feedprof.tune/2", "feedprof.run/2"
-    del data["recommendation"]["paste_line"]
-    data["recommendation"]["code"] = "DataLoader(ds, num_workers=4)  # train.py:9"
-    res = from_json_data(data)
-    assert res.schema == SCHEMA_TUNE and res.trials[0].run.schema == SCHEMA_RUN
-    assert res.recommendation.paste_line == "DataLoader(ds, num_workers=4)  # train.py:9"
-    assert res.recommendation.framework is Framework.TORCH and res.trials[0].run.kind is RunKind.TRIAL
-    assert res.trials[0].batches_per_s == 12.5 and data["trials"][0]["batches_per_s"] == 12.5  # written, and derived
+    path.write_text(json.dumps(data))
+    with pytest.raises(StoreError) as err:
+        load(str(path))
+    assert str(err.value) == f"{path}: schema {tag!r} is not one this feedprof reads ({reads})"
 
 
 def test_unknown_keys_are_ignored_and_missing_take_defaults():
@@ -127,8 +98,7 @@ def test_unknown_keys_are_ignored_and_missing_take_defaults():
     ('[1, 2]', "not a feedprof file"),
     ('{"schema": "feedprof.run/9"}', "not one this feedprof reads"),
     ('{"schema": "feedprof.run/1", "loaders": [{"framework": "torch"}]}', "malformed|lacks"),
-    ('{"schema": "feedprof.run/2", "loaders": [{"framework": "torch"}]}', "malformed|lacks"),
-    ('{"schema": "feedprof.tune/2", "trials": [{"index": 0, "role": "nobody", "config": {}, "state": "ok"}]}',
+    ('{"schema": "feedprof.tune/1", "trials": [{"index": 0, "role": "nobody", "config": {}, "state": "ok"}]}',
      "malformed.*not a Role"),
 ])
 def test_bad_files(tmp_path, content, match):

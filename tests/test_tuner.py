@@ -5,7 +5,8 @@ import dataclasses
 
 import pytest
 
-from feedprof.store.reasons import BudgetCutShort, OutOfMemoryKilled, OverMemoryBudget
+from feedprof.store.reasons import (BudgetCutShort, KeepScriptSettings, NothingTried, OutOfMemoryKilled,
+                                    OverMemoryBudget, ShortOfCeiling)
 from feedprof.store import (EpochLog, HostInfo, LoaderRecord, Outcome, Phase, Role, Run, Summary, TrialState, TuneResult,
                             Window)
 from feedprof.tune.budget import MemoryBudget
@@ -215,3 +216,55 @@ def test_a_tune_writes_its_files_and_prints_its_recommendation(tmp_path, monkeyp
     assert result is not None and result.recommendation is not None
     assert (tmp_path / "out" / "results.json").exists() and (tmp_path / "out" / "report.html").exists()
     assert "Recommendation for" in out.getvalue() and "Paste this" in out.getvalue()
+
+
+def test_a_tune_whose_budget_ran_out_before_any_setting_says_nothing_was_tried(tmp_path, monkeypatch, clock):
+    """Only the script's own settings and the ceiling fit the budget: the words say that
+    nothing was tried and which budget would try something, never that the script's own
+    settings were the best found. The suggested budget is the one the search needs."""
+    import io
+    import json
+
+    from feedprof import app
+    from feedprof.render.words import headline, say
+
+    real = app.Tuner
+    monkeypatch.setattr(app, "Tuner", lambda job, options, machine, observer=None: real(
+        job, options, MACHINE, observer=observer, clock=clock, trial_runner=FakeRunner(clock)))
+    out = io.StringIO()
+    job = TuneJob(script=str(tmp_path / "train.py"), out_dir=str(tmp_path / "out"))
+    # baseline 10 s, ceiling 10 s; then 30 - 5 (reserve) - 20 = 5 s left, less than a 10 s trial
+    result = app.run_tune(job, TuneOptions(fork_trials=False, budget_s=30.0),
+                          app.Outputs(progress=False, out=out, err=io.StringIO()))
+    assert [t.role for t in result.trials] == [Role.BASELINE, Role.CEILING]
+    rec = result.recommendation
+    assert rec.verdict.kind == "nothing_tried" and rec.input_bound == "highly"
+    # spent 20 s, + 2 rungs of 10 s, + the 5 s reserve = 45 s, rounded up
+    assert NothingTried(budget_s=30.0, spent_s=20.0, ceiling=True, trial_s=10.0, rungs=2, needed_s=50.0,
+                        budget_ran_out=True) in rec.reasons
+    assert not any(isinstance(x, (KeepScriptSettings, ShortOfCeiling)) for x in rec.reasons)
+    words = out.getvalue()
+    assert "no loader setting tried does better" not in words and "already the best found" not in words
+    assert headline(rec.verdict, "torch") in words and "no loader setting was tried" in headline(rec.verdict)
+    said = say(next(x for x in rec.reasons if isinstance(x, NothingTried)))
+    assert said in words
+    assert said.startswith("The 30 s budget ran out before any loader setting was tried: the script's own "
+                           "settings and the compute ceiling took 20.0 s, and a trial of one setting takes about "
+                           "10.0 s. Give --budget 50 to try at least the worker ladder's first 2 rungs")
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())["recommendation"]
+    assert saved["verdict"]["kind"] == "nothing_tried"
+    assert {"code": "nothing_tried", "budget_s": 30.0, "spent_s": 20.0, "ceiling": True, "trial_s": 10.0,
+            "rungs": 2, "needed_s": 50.0, "budget_ran_out": True} in saved["reasons"]
+
+    # The budget it names tries the ladder's first rungs.
+    again = tuner(tmp_path / "again", clock, FakeRunner(clock), budget_s=50.0).run()
+    assert len([t for t in again.trials if t.role == Role.SEARCH]) >= 2
+    assert again.recommendation.verdict.kind == "faster"
+    assert not any(isinstance(x, NothingTried) for x in again.recommendation.reasons)
+
+
+def test_a_tune_that_tried_nothing_because_there_was_nothing_to_try_keeps_its_words(tmp_path, clock):
+    """The baseline at the ceiling: a complete tune with nothing to try is not 'nothing tried'."""
+    result = tuner(tmp_path, clock, FakeRunner(clock, rate=lambda config: 400.0)).run()
+    assert result.complete and result.recommendation.verdict.kind != "nothing_tried"
+    assert not any(isinstance(x, NothingTried) for x in result.recommendation.reasons)

@@ -21,8 +21,8 @@ from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, between_epochs, classify, training_loader, workers_of
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
-                              FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NotTheLoader, PickFigures,
-                              Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
+                              FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NothingTried, NotTheLoader,
+                              PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import InputBound, Recommendation, Role, Run, Trial, TrialState, VerdictKind
 
 PICK_TOLERANCE = 0.03  # configs within 3 % of the best count as equally fast
@@ -165,6 +165,11 @@ def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -
     return min(cheaper, key=lambda m: cost(m.config), default=None)
 
 
+def tried_a_setting(trials: Sequence[Trial]) -> bool:
+    """Did any loader setting run beside the script's own (and the compute ceiling)?"""
+    return any(t.role not in (Role.BASELINE, Role.CEILING) and t.state != TrialState.REJECTED for t in trials)
+
+
 def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: Any) -> Trial:
     """The tune's row for one trial: its config and state, and the full run (its figures come from it)."""
     return Trial(index=index, role=role, config=dict(config), state=run.outcome.state,
@@ -252,13 +257,15 @@ def reported(m: Measured) -> Tuple[float, int]:
 # -------------------------------------------------------------- the words
 
 
-def verdict_of(f: Figures, tol: float) -> Verdict:
+def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = None) -> Verdict:
     """The headline's kind: duplicates (more workers would repeat the data: the
     pick is within the cap); survives (the script's own settings were killed
     or failed); fewer_workers (fewer workers than the script's reach the
     ceiling, or do as well); faster (beats the script's own settings by more
     than ``tol``); cheaper (as fast, for less); not_loader (near the ceiling
-    already); no_better (input-bound, yet nothing tried does better)."""
+    already); no_better (input-bound, yet nothing tried does better);
+    nothing_tried (the tune stopped before any setting was tried: ``nothing_tried``
+    from the tuner, which knows why)."""
     bound = classify(f.input_bound)
     before = workers_of(f.baseline.config) if f.baseline else None
     after = workers_of(f.config)
@@ -271,6 +278,8 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
         kind = VerdictKind.DUPLICATES
     elif failed:
         kind = VerdictKind.SURVIVES
+    elif nothing_tried is not None and same:  # no words of a search that did not happen
+        kind = VerdictKind.NOTHING_TRIED
     elif fewer and (at_ceiling or not gains):  # the script's workers only cost: what they waited on was themselves
         kind = VerdictKind.FEWER_WORKERS
     elif not same and gains:
@@ -287,13 +296,15 @@ def verdict_of(f: Figures, tol: float) -> Verdict:
 
 
 def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int],
-               trials: Sequence[Trial] = ()) -> List[Reason]:
+               trials: Sequence[Trial] = (), nothing_tried: Optional[NothingTried] = None) -> List[Reason]:
     out: List[Reason] = []
     if f.baseline is not None and f.baseline_score:
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
                                    data_wait_fraction=f.baseline.data_wait_fraction,
                                    ceiling_batches_per_s=f.ceiling_score))
-    if verdict.kind in (VerdictKind.NO_BETTER, VerdictKind.NOT_LOADER) and f.baseline is not None \
+    if verdict.kind == VerdictKind.NOTHING_TRIED and nothing_tried is not None:
+        out.append(nothing_tried)
+    elif verdict.kind in (VerdictKind.NO_BETTER, VerdictKind.NOT_LOADER) and f.baseline is not None \
             and config_key(f.config) == config_key(f.baseline.config):
         out.append(KeepScriptSettings())
     else:
@@ -312,7 +323,8 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
     if verdict.kind == VerdictKind.FEWER_WORKERS:
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
                                         memory_saved_bytes=_memory_saved(f.baseline, f.chosen.latest)))
-    elif verdict.input_bound != InputBound.NOT and verdict.kind != VerdictKind.DUPLICATES \
+    elif verdict.input_bound != InputBound.NOT \
+            and verdict.kind not in (VerdictKind.DUPLICATES, VerdictKind.NOTHING_TRIED) \
             and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
     if len(f.chosen.trials) > 1:
@@ -350,13 +362,16 @@ def _cores(cpu_pct: Optional[float]) -> Optional[float]:
 
 def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
               cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None,
-              fits: Optional[Callable[[Config], bool]] = None) -> Optional[Recommendation]:
+              fits: Optional[Callable[[Config], bool]] = None,
+              nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
     """The recommendation, without its paste-ready code (the tuner knows the
-    script); ``fits``: does a config fit the memory budget as learned so far."""
+    script); ``fits``: does a config fit the memory budget as learned so far;
+    ``nothing_tried``: the tune stopped before any loader setting was tried
+    (the tuner's figures: what ran took, what a trial takes, the budget to give)."""
     f = figures(trials, space, tol, fits)
     if f is None:
         return None
-    verdict = verdict_of(f, tol)
+    verdict = verdict_of(f, tol, nothing_tried if not tried_a_setting(trials) else None)
     warnings = hazard_reasons(trials, f.chosen.latest, f.config, space, ram_budget_bytes)
     best = f.chosen.latest
     return Recommendation(
@@ -368,7 +383,7 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials) + warnings))
+        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials, nothing_tried) + warnings))
 
 
 def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:

@@ -25,13 +25,20 @@ is adopted or its job's leader is gone (then the one it served has ended):
 A Jupyter kernel whose connection file is gone is no longer known to its
 server. feedprof names these and the command that ends them; it never ends a
 process itself.
+
+A process in the middle of exec shows an empty command line and environment
+for a moment (the kernel has installed its new memory but not yet written its
+arguments there; its parent is already told that exec succeeded), and on a
+busy machine that moment can last: an empty one is read again for up to
+SETTLE_S before it is believed (a zombie's or a kernel thread's stays empty).
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
-from typing import Any, Callable, Dict, Optional, Tuple
+import time
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 import psutil
 
@@ -46,6 +53,21 @@ _KERNEL_FILE = re.compile(r"ipykernel_launcher(?:\.py)?\s+(?:.*\s)?-f\s+(\S+\.js
 WORKER_NAMES = frozenset({"pt_data_worker"})
 _MP_CHILD = re.compile(r"multiprocessing\.(?:spawn|forkserver|resource_tracker)|--multiprocessing-fork")
 LAUNCHED_BY_ENV = ("TORCHELASTIC_RUN_ID",)  # torchrun sets it for every rank it starts
+SETTLE_S = 0.5  # how long an empty command line or environment is read again (a process in exec: the NOTE)
+SETTLE_STEP_S = 0.01
+KTHREADD_PID = 2  # the parent of every kernel thread: their command lines are empty for good
+
+T = TypeVar("T")
+
+
+def settled(read: Callable[[], T], may_be_in_exec: bool, deadline: float) -> T:
+    """``read()`` (a command line, an environment), read again while it is empty
+    and the process may be in the middle of exec, until ``deadline`` (monotonic)."""
+    value = read()
+    while not value and may_be_in_exec and time.monotonic() < deadline:
+        time.sleep(SETTLE_STEP_S)
+        value = read()
+    return value
 
 
 def _alive(pid: int) -> bool:
@@ -101,14 +123,17 @@ def orphan_code(command: str, pid: int, adopted_: bool, pgid: Optional[int],
 def describe_process(pid: int, job_ended: bool = False) -> ProcessInfo:
     """A process as psutil sees it; ``visible=False`` when it is not in this PID
     namespace. ``job_ended``: the caller knows its job has ended (a trial's)."""
+    deadline = time.monotonic() + SETTLE_S
     try:
         p = psutil.Process(pid)
         with p.oneshot():
             ppid, state, name = p.ppid(), p.status(), p.name()
-            try:
-                command = shlex.join(p.cmdline()) or f"[{p.name()}]"
-            except psutil.AccessDenied:
-                command = f"[{p.name()}]"
+        in_exec = state != psutil.STATUS_ZOMBIE and KTHREADD_PID not in (pid, ppid)  # may be: see the NOTE
+        try:
+            command = shlex.join(settled(p.cmdline, in_exec, deadline)) or f"[{p.name()}]"
+        except psutil.AccessDenied:
+            command = f"[{p.name()}]"
+        with p.oneshot():
             try:
                 user = p.username()
             except (psutil.AccessDenied, KeyError):  # KeyError: a UID with no passwd entry
@@ -127,7 +152,7 @@ def describe_process(pid: int, job_ended: bool = False) -> ProcessInfo:
     is_adopted = adopted(pid, ppid, pgid, sid, parent_command)
     leader_alive = None if pgid is None or pgid == pid else _alive(pgid)
     parent_in_session = sid is not None and bool(ppid) and _ids(ppid)[1] == sid
-    serves = job_ended or serves_another(name, command, p.environ)
+    serves = job_ended or serves_another(name, command, lambda: settled(p.environ, in_exec, deadline))
     return ProcessInfo(pid=pid, command=command, user=user, state=state, ppid=ppid,
                        parent_command=parent_command, parent_alive=not is_adopted, pgid=pgid,
                        group_leader_alive=leader_alive,

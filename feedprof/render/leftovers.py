@@ -2,6 +2,8 @@
 tune's closing text and the HTML report."""
 from __future__ import annotations
 
+import os
+import shlex
 from typing import Dict, List, Optional, Tuple
 
 from feedprof.render.gpus import cut
@@ -9,12 +11,25 @@ from feedprof.store import Run, TuneResult
 from feedprof.store.procs import Leftovers
 from feedprof.units import fmt_bytes
 
-COMMAND_WIDTH = 40
+COMMAND_WIDTH = 60  # of the command as shown: its program's name and its arguments
 FEEDPROF_COMMANDS = ("feedprof.trial.child", "feedprof.trial.zygote")  # what a fork of a trial inherits
 
 
 def _where(cuda_index: Optional[int], uuid: str) -> str:
     return f"cuda:{cuda_index}" if cuda_index is not None else uuid
+
+
+def short_command(command: str, width: Optional[int] = COMMAND_WIDTH) -> str:
+    """A command line as a person tells processes apart: the program's name
+    without its directory (a virtual environment's long path, cut mid-way,
+    would fill the line and say nothing), then its arguments, in ``width`` columns."""
+    try:
+        words = shlex.split(command)  # record/gpu_procs.py wrote it with shlex.join
+    except ValueError:
+        words = []
+    if words and os.sep in words[0]:
+        command = shlex.join([os.path.basename(words[0])] + words[1:])
+    return cut(command, width)
 
 
 def leftover_items(lo: Optional[Leftovers]) -> List[Tuple[str, str]]:
@@ -31,7 +46,7 @@ def leftover_items(lo: Optional[Leftovers]) -> List[Tuple[str, str]]:
         if any(m in p.command for m in FEEDPROF_COMMANDS):  # forked, not exec'd: it shows our trial's command
             what = f"PID {p.pid}, a fork of the script, is still running{gpu}"
         else:
-            what = f"PID {p.pid} is still running{gpu}" + (f": {cut(p.command, COMMAND_WIDTH)}" if p.command else "")
+            what = f"PID {p.pid} is still running{gpu}" + (f": {short_command(p.command)}" if p.command else "")
         items.append((what, f"kill {p.pid}"))
     for pid, places in held.items():  # gone from the process table, yet NVML still lists it
         items.append((f"PID {pid} has ended but the GPU still holds {' and '.join(places)} for it",

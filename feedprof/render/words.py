@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Optional
 from feedprof.store import reasons as r
 from feedprof.render import advice_words, hazard_words, origin_words
 from feedprof.store import GpuStatus, InputBound, VerdictKind
-from feedprof.units import fmt_bytes, fmt_pct, fmt_rate
+from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
               "or tf.data.Dataset being iterated")
@@ -86,6 +86,8 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
         return "Not input-bound: the loader is not what limits this job"
     if v.kind == VerdictKind.NO_BETTER:
         return f"{cls}, but no loader setting tried does better than the script's own"
+    if v.kind == VerdictKind.NOTHING_TRIED:
+        return f"{cls}, but no loader setting was tried: nothing is known yet to do better than the script's own"
     faster = f"{v.speedup:.1f}× faster" if v.speedup else "the fastest found"
     near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""
     return f"{cls}: {describe(v.config)} is {faster}{near}"
@@ -228,13 +230,26 @@ def _budget(x: r.BudgetCutShort, describe: Callable) -> str:
     return f"the {x.budget_s:.0f} s budget cut the search short before {what} (a longer --budget may find more)"
 
 
+def _nothing_tried(x: r.NothingTried, describe: Callable) -> str:
+    ran = "the script's own settings and the compute ceiling" if x.ceiling else "the script's own settings"
+    if x.budget_ran_out:
+        lead = f"The {x.budget_s:.0f} s budget ran out before any loader setting was tried: {ran} took"
+    else:
+        lead = f"The tune stopped before any loader setting was tried: {ran} took"
+    each = f", and a trial of one setting takes about {fmt_seconds(x.trial_s)}" if x.trial_s else ""
+    give = ""
+    if x.needed_s:
+        give = (f" Give --budget {x.needed_s:.0f} to try at least the worker ladder's first {x.rungs} rungs "
+                "(--resume keeps what was measured).")
+    return f"{lead} {fmt_seconds(x.spent_s)}{each}.{give}"
+
+
 def _script_failed(x: r.ScriptFailed, describe: Callable) -> str:
     hint = HINTS.get(x.hint, "")
     return f"{x.error} ({hint})" if hint else x.error
 
 
 _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
-    r.Text: lambda x, d: x.text,
     r.Unknown: lambda x, d: "(a finding this version of feedprof cannot word)",
     r.GpuUnavailable: lambda x, d: "GPU: " + gpu_status(x.status, x.detail),
     r.GpuIntervalBelowNvml: lambda x, d: (f"GPU: sampled every {x.interval_s:g} s, but NVML averages over up to "
@@ -306,6 +321,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
                                     f"{', '.join(x.seen) or 'none'})"),
     r.BaselineFigures: _baseline,
     r.KeepScriptSettings: lambda x, d: "The script's own settings are already the best found: leave them as they are.",
+    r.NothingTried: _nothing_tried,
     r.PickFigures: _pick,
     r.CpusAreTheLimit: _cpu_limit,
     r.WorkersLeaveCpuIdle: _idle,

@@ -14,9 +14,9 @@ here is worded: findings are ``reasons.Reason`` records with their figures.
     tune.py     a tune (results.json): trials, the recommendation
     online.py   an online tune's record of the real run: windows, switches, warm-ups, failures
     codec.py    dataclasses to JSON and back, by their type hints
-    files.py    save / load, any version this feedprof reads
-    upgrade.py  older versions' data as the current version's
-    schema.py   the JSON Schemas generated from these records (python -m feedprof.schema)
+    files.py    save / load (the one version of each record this feedprof writes)
+    schema.py   the JSON Schemas generated from these records; the version rule
+                (python -m feedprof.store.schema FILE.json validates a file)
 
 ``from feedprof.store import Run`` names every public record. The names are
 resolved on first use, so that ``reasons`` (which the records hold) can use

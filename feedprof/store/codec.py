@@ -52,8 +52,8 @@ def json_names(cls: type) -> List[str]:
 
 
 def from_dict(cls: type, data: Any) -> Any:
-    """Rebuild ``cls`` from :func:`to_dict` output; unknown keys are ignored
-    (newer files), missing keys take the field's default (older files)."""
+    """Rebuild ``cls`` from :func:`to_dict` output; unknown keys are ignored and
+    missing keys take the field's default (the shipped JSON Schema is the strict check)."""
     return _convert(cls, data)
 
 

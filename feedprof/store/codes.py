@@ -34,7 +34,7 @@ class Phase(Code):
     CONFIRM = "confirm"  # the pick and its closest rival, interleaved
     REPORT = "report"  # the pick measured after it was chosen, and the script's own beside it: the figures
     GRID = "grid"
-    SEARCH = "search"  # files of schema version 1 did not say which
+    SEARCH = "search"  # no step of the search says which (an online window no step asked for)
 
 
 class TrialState(Code):
@@ -110,5 +110,6 @@ class VerdictKind(Code):
     FEWER_WORKERS = "fewer_workers"  # the loader is not the limit and fewer workers do as well
     NOT_LOADER = "not_loader"  # near the compute ceiling already
     NO_BETTER = "no_better"  # input-bound, yet nothing tried beats the script's own settings
+    NOTHING_TRIED = "nothing_tried"  # the tune stopped before any loader setting was tried (reasons.NothingTried)
     DUPLICATES = "duplicates"  # more workers repeat the data: at most one
     SURVIVES = "survives"  # the script's own settings were killed or failed: the best config that ran

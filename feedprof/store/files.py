@@ -1,5 +1,5 @@
-"""Records to files and back: ``run.json`` and ``results.json``, of any
-version this feedprof reads (older ones through upgrade.py)."""
+"""Records to files and back: ``run.json`` and ``results.json``, of the one
+version of each this feedprof writes (store/schema.py says the rule)."""
 from __future__ import annotations
 
 import errno
@@ -9,7 +9,9 @@ from typing import Any
 from feedprof.store.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.store.run import SCHEMA_RUN, Run
 from feedprof.store.tune import SCHEMA_TUNE, TuneResult
-from feedprof.store.upgrade import READS, upgrade
+
+
+READS = {SCHEMA_RUN: Run, SCHEMA_TUNE: TuneResult}  # the versions this feedprof reads: those it writes
 
 
 class StoreError(ValueError):
@@ -60,11 +62,12 @@ def from_json_data(data: Any, source: str = "input") -> Any:
     schema = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(schema, str) or not schema.startswith("feedprof."):
         raise StoreError(f"{source}: not a feedprof file (no 'schema': '{SCHEMA_RUN}' or '{SCHEMA_TUNE}')")
-    kind, _, version = schema.partition("/")
-    cls = {"feedprof.run": Run, "feedprof.tune": TuneResult}.get(kind)
-    if cls is None or version not in READS:
-        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads (run/1-3, tune/1-3)")
+    cls = READS.get(schema)
+    if cls is None:
+        kind = schema.partition("/")[0]
+        named = [tag for tag in READS if tag.partition("/")[0] == kind] or list(READS)  # the same kind's, else all
+        raise StoreError(f"{source}: schema {schema!r} is not one this feedprof reads ({' or '.join(named)})")
     try:
-        return from_dict(cls, upgrade(data, version))
+        return from_dict(cls, data)
     except (DecodeError, TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
         raise StoreError(f"{source}: malformed {schema} file ({exc})") from None

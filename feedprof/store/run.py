@@ -19,7 +19,7 @@ from feedprof.store.host import HostInfo
 from feedprof.store.procs import Leftovers
 from feedprof.store.samples import Samples
 
-SCHEMA_RUN = "feedprof.run/4"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
+SCHEMA_RUN = "feedprof.run/1"  # the one version this feedprof writes and reads (the rule: store/schema.py)
 
 
 @dataclass(frozen=True)
@@ -197,7 +197,7 @@ class Run:
     ranks: Tuple["Run", ...] = ()  # a multi-process job: every rank's own run (this one is the whole job)
     summary: Optional[Summary] = None  # derived from the above, kept for readers of the JSON
     notes: Tuple[Reason, ...] = ()
-    leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process, older files)
+    leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process)
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)

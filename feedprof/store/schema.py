@@ -1,16 +1,24 @@
 """JSON Schemas (draft 2020-12) of ``run.json`` and ``results.json``, from the records' type hints.
 
-NOTE [ One frozen schema file per version ]
+Until the first release there is one version of each record; from the first
+release on, a change bumps the version (a new file beside the old) and the old
+version is still read.
 
-    store/ dataclasses ─► generate(tag) ─► feedprof/schemas/run-1.json, tune-1.json, … (shipped)
+NOTE [ One schema file per record version ]
+
+    store/ dataclasses ─► generate(tag) ─► feedprof/schemas/run-1.json, tune-1.json (shipped)
     a JSON file's "schema": "feedprof.run/1" ─► validate(data) picks run-1.json
 
-A schema file describes exactly what one version writes, and a released
-version's file never changes: a record whose shape changes gets a new
-version (``SCHEMA_RUN`` in store/run.py, ``SCHEMA_TUNE`` in store/tune.py), then
-``python -m feedprof.schema --write`` writes that version's files beside the
-old ones. The test suite checks that the current version's files equal what
-the dataclasses generate, and that released versions' files are unchanged.
+A schema file describes exactly what its version writes. The test suite
+checks that the shipped files equal what the records generate now, so a
+change to a record (``SCHEMA_RUN`` in store/run.py, ``SCHEMA_TUNE`` in
+store/tune.py) must regenerate them: ``python -m feedprof.store.schema
+--write``. feedprof reads the version it writes and no other (store/files.py
+refuses any other tag with one line); after a release, a changed record gets a
+new tag and file, and store/files.py gains the reader of the old one.
+
+``python -m feedprof.store.schema FILE.json ...`` validates files (exit 1 if
+one does not fit); in Python, :func:`validate` does the same for parsed data.
 
 The rules are :mod:`feedprof.store.codec`'s: ``Optional[X]`` allows null,
 ``Tuple[X, ...]`` is an array, ``Dict[str, X]`` an object, a nested dataclass
@@ -36,7 +44,7 @@ from feedprof.store.codec import json_names
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")  # feedprof/schemas
 INSTALL_HINT = "validating feedprof JSON needs jsonschema: pip install 'feedprof[schema]' (or pip install jsonschema)"
-REGENERATE = "python -m feedprof.schema --write"
+REGENERATE = "python -m feedprof.store.schema --write"
 TAG = "code"  # codec.TAG: the key naming a tagged union's member
 
 
@@ -45,7 +53,7 @@ class UnknownSchema(ValueError):
 
 
 def roots() -> Dict[str, type]:
-    """The current version tag of each kind of file, and the dataclass it holds."""
+    """The version tag of each kind of file, and the dataclass it holds."""
     from feedprof.store import SCHEMA_RUN, SCHEMA_TUNE, Run, TuneResult
 
     return {SCHEMA_RUN: Run, SCHEMA_TUNE: TuneResult}
@@ -142,12 +150,12 @@ def dumps(schema: Dict[str, Any]) -> str:
 
 
 def current() -> Dict[str, Dict[str, Any]]:
-    """File name -> schema, for the version of each kind of file that this feedprof writes."""
+    """File name -> schema, for each kind of file this feedprof writes."""
     return {file_name(tag): generate(tag, root) for tag, root in roots().items()}
 
 
 def write(directory: str = SCHEMA_DIR) -> List[str]:
-    """Write the current version's schema files (older versions' files are left alone)."""
+    """Write the schema file of each record's version (other files in ``directory`` are left alone)."""
     os.makedirs(directory, exist_ok=True)
     paths = []
     for name, schema in current().items():
@@ -217,12 +225,12 @@ def validate_file(path: str) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m feedprof.schema",
+    parser = argparse.ArgumentParser(prog="python -m feedprof.store.schema",
                                      description="Validate feedprof JSON files against the shipped schemas, "
-                                     "or (maintainers) regenerate the current version's schema files.")
+                                     "or (maintainers) regenerate the schema files from the records.")
     parser.add_argument("files", nargs="*", metavar="FILE.json", help="run.json / results.json files to validate")
     parser.add_argument("--write", action="store_true",
-                        help="write the current version's schema files from the dataclasses in feedprof/store/")
+                        help="write the schema files from the dataclasses in feedprof/store/")
     args = parser.parse_args(argv)
     if args.write:
         for path in write():

@@ -12,7 +12,7 @@ from feedprof.store.online import OnlineRecord
 from feedprof.store.run import Run
 from feedprof.store.samples import Peaks
 
-SCHEMA_TUNE = "feedprof.tune/4"  # the version this feedprof writes (a new shape is a new version: store/schema.py)
+SCHEMA_TUNE = "feedprof.tune/1"  # the one version this feedprof writes and reads (the rule: store/schema.py)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def free_port() -> int:
 
 
 def job_env(trial_dir: str, spec_path: str, opts: TrialOptions) -> Dict[str, str]:
-    env = {**os.environ, **opts.extra_env, TRIAL_ENV: trial_dir, JOB_SPEC_ENV: spec_path}
+    env = {**os.environ, **opts.script_env(), TRIAL_ENV: trial_dir, JOB_SPEC_ENV: spec_path}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (BOOTSTRAP_DIR, env.get("PYTHONPATH", "")) if p)
     port = str(free_port())
     env["PET_MASTER_PORT"] = port  # torchrun's --master-port, unless the command gives one

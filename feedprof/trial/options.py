@@ -9,6 +9,12 @@ from typing import Any, Dict, Optional, Tuple
 from feedprof import defaults
 from feedprof.trial.protocol import Mode
 
+# "1" in every process of a run that feedprof ends early (each offline tune trial, `feedprof profile`
+# without --full), never in one that runs to its own end (`tune --online`, `profile --full`): a script
+# can skip its side effects (tracker runs, checkpoints, e-mails) with `if os.environ.get("FEEDPROF_TRIAL"):`.
+# Documented for users (docs/): the name is a contract.
+TRIAL_FLAG_ENV = "FEEDPROF_TRIAL"
+
 
 @dataclass
 class TrialOptions:
@@ -26,6 +32,11 @@ class TrialOptions:
     capture_output: bool = True  # False: the script's output goes to our terminal
     extra_env: Dict[str, str] = field(default_factory=dict)
     zygote: Any = None  # a trial.zygote.Zygote to fork the trial from (captured output only)
+
+    def script_env(self) -> Dict[str, str]:
+        """What the script's processes get beside the environment they inherit:
+        ``extra_env``, and TRIAL_FLAG_ENV where feedprof ends the run early."""
+        return {**self.extra_env, **({} if self.full else {TRIAL_FLAG_ENV: "1"})}
 
 
 @dataclass(frozen=True)

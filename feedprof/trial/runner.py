@@ -81,8 +81,9 @@ def run_trial(script: str, argv: List[str], trial_dir: str, host: HostInfo,
     paths = TrialPaths.fresh(trial_dir)
     origin = clock.now_s()
     _write_spec(paths, script, argv, opts, what, origin)
-    # Inherited by every descendant (fork or spawn): how tests find stragglers.
-    env_extra = {**opts.extra_env, TRIAL_ENV: trial_dir}
+    # Inherited by every descendant (fork or spawn): TRIAL_ENV is how stragglers are found;
+    # a trial forked from the fork server gets the same (zygote.py applies it in the fork).
+    env_extra = {**opts.script_env(), TRIAL_ENV: trial_dir}
     flight = InFlight.begin(script, argv, paths, host, opts, clock, origin)
     try:  # from the launch on, so that a Ctrl-C at any point reaps what was started
         proc, out = _launch(paths.spec, paths.log, env_extra, opts)

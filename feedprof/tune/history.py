@@ -39,8 +39,7 @@ class Strategy(Protocol):
 
 
 def in_phases(trial: Trial, phases: Iterable[Phase]) -> bool:
-    # Files of schema version 1 did not record phases: their trials count everywhere.
-    return trial.phase in phases or trial.phase == Phase.SEARCH
+    return trial.phase in phases
 
 
 class History:

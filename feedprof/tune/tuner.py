@@ -26,9 +26,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.recommend import epoch_gap_s, recommend, trial_from_run
+from feedprof.analyse.recommend import epoch_gap_s, recommend, trial_from_run, tried_a_setting
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
-                              NoLoaderAtSite, NoLoaderIterated, Reason, TuneInterruptedEarly)
+                              NoLoaderAtSite, NoLoaderIterated, NothingTried, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.tune.budget import MemoryBudget
@@ -50,6 +50,7 @@ TRIAL_TIMEOUT_FACTOR = 4.0  # a later trial may take this many times the baselin
 TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
 TIMEOUT_OVER_BUDGET_S = 3.0  # a trial's limit may pass the budget by this much (the budget is the user's promise)
 EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures this many windows
+FIRST_RUNGS = 2  # a tune that tried nothing: the budget to suggest has room for this many of the ladder's rungs
 
 
 def default_max_workers(cpu_cap: int) -> int:
@@ -125,7 +126,8 @@ class Tuner:
             sp = self.space
             rec = recommend(self.trials, sp, tol=self.opts.tolerance, cpu_cap=self.cpu_cap,
                             ram_budget_bytes=self.memory.ram_bytes,
-                            fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None)
+                            fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None,
+                            nothing_tried=self._nothing_tried(complete, stop_reason))
             if rec is not None:
                 paste = sp.paste(rec.config, self.loader, self.script, self.argv)
                 rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=paste.line,
@@ -139,6 +141,24 @@ class Tuner:
             host=self.host, recommendation=rec, trials=tuple(self.trials),
             launch=tuple(self.launch.command) if self.launch else (),
             notes=tuple(self.notes + (self.strategy.notes if self.strategy else []) + self._busy()))
+
+    def _nothing_tried(self, complete: bool, stop_reason: Optional[Reason]) -> Optional[NothingTried]:
+        """A tune that stopped (or has not yet gone on) before any loader setting
+        was tried: what ran took, what one trial of a setting takes, and the
+        --budget that has room for the worker ladder's first rungs (as the
+        search decides it: a trial starts only if its typical time is left)."""
+        if complete or tried_a_setting(self.trials):
+            return None
+        spent = self.elapsed()
+        trial_s = self._typical_trial_s() or None
+        needed = None
+        if trial_s is not None:
+            needed = spent + FIRST_RUNGS * BUDGET_MARGIN * trial_s + FINISH_RESERVE_S
+            needed = 10.0 * math.ceil(needed / 10.0)  # a round figure, up
+        return NothingTried(budget_s=self.opts.budget_s, spent_s=spent,
+                            ceiling=any(t.role == Role.CEILING and t.state == TrialState.OK for t in self.trials),
+                            trial_s=trial_s, rungs=FIRST_RUNGS, needed_s=needed,
+                            budget_ran_out=isinstance(stop_reason, BudgetCutShort))
 
     def _per_rank_reason(self, rec: Any) -> tuple:
         base = self.trials[0].run if self.trials and self.trials[0].run is not None else None

@@ -7,10 +7,10 @@ alike. In JSON each is an object with its ``code`` and its figures, so a
 reader of ``results.json`` gets the numbers without parsing prose.
 
 A new finding is a new subclass here, its words in ``render/words.py``, and
-its figures in the JSON schema (``python -m feedprof.schema --write``).
+its figures in the JSON schema (``python -m feedprof.store.schema --write``).
 """
 from feedprof.store.reasons.base import (
-    Config, Reason, Text, Unknown, said_once)
+    Config, Reason, Unknown, said_once)
 from feedprof.store.reasons.origin import BuiltByHelper, ConfigOriginUnknown, HelperTakesNoSetting, SetByOverride
 from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
@@ -23,14 +23,15 @@ from feedprof.store.reasons.tune import (
     AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
     JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredAgain, MeasuredRepeatedly,
-    MemoryGrowthProjected, NoLoaderAtSite, NotTheLoader, PastCpuCount, PersistentWorkersComputed, PickFigures,
+    MemoryGrowthProjected, NoLoaderAtSite, NothingTried, NotTheLoader, PastCpuCount, PersistentWorkersComputed,
+    PickFigures,
     ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
 from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SetInPipeline
 
 __all__ = [
-    "Config", "Reason", "Text", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
+    "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
     "HelperTakesNoSetting", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
@@ -41,7 +42,8 @@ __all__ = [
     "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",
     "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
     "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
-    "MeasuredAgain", "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NotTheLoader", "PastCpuCount",
+    "MeasuredAgain", "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NothingTried", "NotTheLoader",
+    "PastCpuCount",
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",

@@ -1,4 +1,4 @@
-"""The base of every finding, and the two every version can hold (see __init__.py)."""
+"""The base of every finding, and the one for codes this feedprof does not know (see __init__.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,12 +42,5 @@ class Unknown(Reason):
 
     code: ClassVar[str] = "unknown"
 
-
-@dataclass(frozen=True)
-class Text(Reason):
-    """Words written before findings had codes (files of schema version 1)."""
-
-    code: ClassVar[str] = "text"
-    text: str = ""
 
 Config = Dict[str, Any]

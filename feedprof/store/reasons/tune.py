@@ -179,6 +179,23 @@ class KeepScriptSettings(Reason):
 
 
 @dataclass(frozen=True)
+class NothingTried(Reason):
+    """The tune stopped before any loader setting was tried: only the script's
+    own settings (and the compute ceiling) ran. What they took, what one trial
+    of a setting takes, and the budget that would try the worker ladder's first
+    rungs (tune/tuner.py estimates it from the measured trials)."""
+
+    code: ClassVar[str] = "nothing_tried"
+    budget_s: float = 0.0
+    spent_s: float = 0.0  # the tune's time so far: the script's own settings, the ceiling, starting up
+    ceiling: bool = False  # the compute ceiling was measured
+    trial_s: Optional[float] = None  # what one trial of a setting takes (None: nothing measured to tell)
+    rungs: int = 0  # the ladder's first rungs that needed_s has room for
+    needed_s: Optional[float] = None  # a --budget with room for them
+    budget_ran_out: bool = False  # False: interrupted, or the tune is still going
+
+
+@dataclass(frozen=True)
 class PickFigures(Reason):
     code: ClassVar[str] = "pick_figures"
     config: Config = field(default_factory=dict)
