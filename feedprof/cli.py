@@ -1,7 +1,7 @@
 """Command line: ``feedprof profile | tune | report | gpus`` (the parser and the
 checks on its input are in cliargs.py).
 
-Exit codes (DESIGN.md, "Contracts"): 0 done; 1 the script itself failed
+Exit codes (docs/exit-codes.md): 0 done; 1 the script itself failed
 (profile and tune --online: the script's own status, 128 + N for signal N);
 2 bad usage or input, or an output the machine refuses to write (a full
 disk), one line on stderr and no traceback; 130 interrupted (partial results written).
@@ -18,6 +18,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from feedprof.cliargs import (DEFAULT_OUT, UsageError, build_parser, check_out_dir, check_script, check_tensorboard,
                               looks_like_site, split_script_args)
 from feedprof.outdir import OutDirInUse
+from feedprof.trial.peers import Peers, task_dir_name, task_of
 from feedprof.store import NotSaved, TrialState, write_refused
 from feedprof.units import fmt_path
 
@@ -42,12 +43,14 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.trial.runner import TrialOptions
 
     script, script_args, launch = _what_to_run(args.script, script_args, "profile")
-    out_dir = check_out_dir(args.out)
+    task = task_of(os.environ)
+    out_dir = check_out_dir(_task_out(args.out, task))
     check_tensorboard(args.tensorboard)
+    peers = Peers.of_task(os.path.abspath(args.out), task) if task is not None and not args.full else None
     opts = TrialOptions(window_batches=args.window_batches, window_seconds=args.window_seconds,
                         warmup_batches=args.warmup_batches, full=args.full, timeout_s=args.timeout,
                         loader_timeout_s=None if args.full else args.loader_timeout,
-                        interval_s=args.interval, gpu=not args.no_gpu, capture_output=False)
+                        interval_s=args.interval, gpu=not args.no_gpu, capture_output=False, peers=peers)
     what = "to completion" if args.full else f"for up to {args.window_batches} steady-state batches"
     _err(f"feedprof: profiling {' '.join(launch.command) if launch else fmt_path(script)} {what}")
     try:
@@ -121,6 +124,12 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         return _tune_online(args, script_args)
     if args.explore is not None:
         raise UsageError("--explore goes with --online")
+    task = task_of(os.environ)
+    if task is not None:  # every trial starts the job anew: all tasks' trials would have to run as one
+        raise UsageError(f"feedprof tune is task {task.rank} of {task.world_size} here ({task.launcher}): an offline "
+                         "tune starts the whole job again for every trial, so run one feedprof for the whole job "
+                         "(feedprof tune -- srun -n 2 python train.py), or tune inside the run in each task "
+                         "(feedprof tune --online)")
     previous = _previous_tune(args) if args.resume is not None else None
     if previous is not None and previous.launch:
         args.script, script_args = None, list(previous.launch)
@@ -170,7 +179,7 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     if args.resume is not None:
         raise UsageError("--resume is for offline tunes: an online tune is the run itself")
     script, script_args, launch = _what_to_run(args.script, script_args, "tune")
-    out_dir = check_out_dir(args.out or DEFAULT_OUT)
+    out_dir = check_out_dir(_task_out(args.out or DEFAULT_OUT, task_of(os.environ)))
     if args.loader is not None and not looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
     seconds, share = args.explore or (None, None)
@@ -184,6 +193,18 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
         return EXIT_INTERRUPTED
     code = result.online.exit_code if result.online is not None else None
     return _shell_status(code) or EXIT_OK
+
+
+def _task_out(out: str, task: Any) -> str:
+    """Where this feedprof writes: ``out``, or, as one task of several (srun -n 2 feedprof ...),
+    its own directory in it (``out/<node>-rank<N>``), so that no two tasks wait for one
+    directory; ``feedprof report out`` merges them."""
+    if task is None:
+        return out
+    path = os.path.join(out, task_dir_name(task))
+    _err(f"feedprof: task {task.rank} of {task.world_size} ({task.launcher}{', job ' + task.job if task.job else ''}): "
+         f"writing to {fmt_path(path)}; merge the tasks' runs with: feedprof report {fmt_path(out)}")
+    return path
 
 
 def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Any]:
@@ -208,14 +229,17 @@ def cmd_report(args: argparse.Namespace, script_args: List[str]) -> int:
 
     if script_args:
         raise UsageError("feedprof report takes no script arguments")
+    paths = _record_paths(args.results)
     try:
-        objs = [load(path) for path in args.results]
+        objs = [load(path) for path in paths]
     except StoreError as exc:
         raise UsageError(str(exc)) from None
-    obj = objs[0] if len(objs) == 1 else _merged(objs, args.results)
-    if len(objs) > 1 and args.output is None:
+    obj = objs[0] if len(objs) == 1 else _merged(objs, paths)
+    one_dir = len(args.results) == 1 and os.path.isdir(args.results[0])
+    if len(objs) > 1 and args.output is None and not one_dir:
         raise UsageError("feedprof report: several runs are merged into one page: say where with -o FILE")
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.results[0])), "report.html")
+    output = args.output or (os.path.join(args.results[0], "report.html") if one_dir else
+                             os.path.join(os.path.dirname(os.path.abspath(paths[0])), "report.html"))
     out_dir = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(out_dir):
         raise UsageError(f"-o {output}: no such directory {out_dir}")
@@ -237,18 +261,44 @@ def cmd_gpus(args: argparse.Namespace, script_args: List[str]) -> int:
     return EXIT_OK
 
 
-def _merged(objs: List[Any], paths: List[str]) -> Any:
-    """The run.json of every node of one job, as one job."""
-    from feedprof.analyse.merge import MergeError, merge_runs
-    from feedprof.store import Run
+def _record_paths(given: List[str]) -> List[str]:
+    """The JSON files to read: each file given, and the records of each directory given (its own, or
+    its tasks' ``<node>-rank<N>/`` of one feedprof per task)."""
+    from feedprof.store import records_in
 
-    not_runs = [p for o, p in zip(objs, paths) if not isinstance(o, Run)]
-    if not_runs:
-        raise UsageError(f"feedprof report: only run.json files (feedprof profile) are merged, not {not_runs[0]}")
+    paths: List[str] = []
+    for path in given:
+        if os.path.isdir(path):
+            found = records_in(path)
+            if not found:
+                raise UsageError(f"feedprof report {path}: no run.json or results.json in it, nor in its "
+                                 "subdirectories")
+            paths += found
+        else:
+            paths.append(path)
+    return paths
+
+
+def _merged(objs: List[Any], paths: List[str]) -> Any:
+    """The runs (run.json) or the tunes (results.json) of every node or task of one job, as one job."""
+    from feedprof.analyse.merge import MergeError, merge_runs, merge_tunes
+    from feedprof.store import Run, TuneResult
+
     try:
-        return merge_runs(objs)
+        if all(isinstance(o, Run) for o in objs):
+            return merge_runs(objs)
+        if all(isinstance(o, TuneResult) for o in objs):
+            return merge_tunes(objs, _labels(paths))
     except MergeError as exc:
         raise UsageError(f"feedprof report: {exc}") from None
+    raise UsageError("feedprof report: runs (run.json, feedprof profile) and tunes (results.json) are merged "
+                     "apart: give one kind")
+
+
+def _labels(paths: List[str]) -> List[str]:
+    """Each file by its directory's name (the node or task that wrote it), made unique."""
+    names = [os.path.basename(os.path.dirname(os.path.abspath(p))) or p for p in paths]
+    return [n if names.count(n) == 1 else fmt_path(os.path.dirname(p) or ".") for n, p in zip(names, paths)]
 
 
 def _write_report(obj: Any, path: str) -> Optional[str]:

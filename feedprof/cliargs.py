@@ -222,8 +222,9 @@ def _add_report(sub: Any) -> None:
     r = sub.add_parser("report", help="render a saved run.json or results.json as HTML",
                        description="Render the HTML report of a saved feedprof run (run.json) or tune "
                        "(results.json): one self-contained page, no network needed to view it.")
-    r.add_argument("results", metavar="RESULTS_OR_RUN.json", nargs="+",
-                   help="one results.json or run.json; or the run.json of every node of a multi-node job, merged")
+    r.add_argument("results", metavar="JSON_OR_DIR", nargs="+",
+                   help="one results.json or run.json; or those of every node or task of one job, merged (a "
+                        "directory: its own, or those of its subdirectories, as one feedprof per task writes them)")
     r.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="where to write the page (default: report.html beside the JSON file)")
 

@@ -33,6 +33,35 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
+def local_slurm(tmp_path_factory):
+    """A real one-node Slurm on localhost for the session (tests/local_slurm.py), stopped afterwards.
+    Where it cannot run the tests that need it skip, unless FEEDPROF_REQUIRE_SLURM=1 (.ci/run)."""
+    from local_slurm import LocalSlurm, missing
+
+    why = missing()
+    if why:
+        if os.environ.get("FEEDPROF_REQUIRE_SLURM") == "1":
+            pytest.fail(f"FEEDPROF_REQUIRE_SLURM=1, but a local Slurm cannot run here: {why}")
+        pytest.skip(f"no local Slurm: {why}")
+    cluster = LocalSlurm(str(tmp_path_factory.mktemp("slurm")))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def slurm(local_slurm, monkeypatch, no_leftovers):
+    """The local Slurm, its SLURM_CONF in this test's environment (so every srun, squeue and feedprof
+    the test starts uses it); afterwards nothing of the test may be left in its queue."""
+    monkeypatch.setenv("SLURM_CONF", local_slurm.conf)
+    assert local_slurm.wait_empty() == [], "an earlier test left jobs in the queue"
+    yield local_slurm
+    assert local_slurm.wait_empty() == []
+
+
+@pytest.fixture(scope="session")
 def e2e():
     """Marks the test that requests it end-to-end (see pytest_collection_modifyitems)."""
 

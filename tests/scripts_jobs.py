@@ -178,3 +178,65 @@ for i in 0 1; do
 done
 wait
 '''
+
+
+# A DDP job as a Slurm user writes it: launched by srun (a task per rank, the rank read from
+# Slurm's variables) or by torchrun (its own), seeded, every sample waiting on storage, the
+# script's own --workers 0; each rank writes what it saw (per-epoch digests of the samples,
+# the weights) to REPORT.<rank>.
+SLURM_DDP = '''
+import argparse, hashlib, json, os, time
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+p = argparse.ArgumentParser()
+p.add_argument("--report", default="")
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--samples", type=int, default=1600)
+p.add_argument("--fetch-ms", type=float, default=4.0)
+p.add_argument("--workers", type=int, default=0)
+args = p.parse_args()
+if "RANK" not in os.environ:  # a task of srun: Slurm's variables
+    os.environ["RANK"] = os.environ["SLURM_PROCID"]
+    os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", os.environ.get("DDP_PORT", "29533"))
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.set_num_threads(1)
+
+
+class Storage(Dataset):
+    def __len__(self):
+        return args.samples
+
+    def __getitem__(self, i):
+        time.sleep(args.fetch_ms / 1000)  # a read from remote storage
+        return torch.full((8,), float(i) / args.samples), i
+
+
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+sampler = DistributedSampler(Storage(), shuffle=True, seed=3)
+loader = DataLoader(Storage(), batch_size=8, sampler=sampler, num_workers=args.workers)
+digests = []
+t0 = time.time()
+for epoch in range(args.epochs):
+    sampler.set_epoch(epoch)
+    h = hashlib.sha256()
+    for x, idx in loader:
+        h.update(idx.numpy().tobytes())
+        loss = (model(x) - 1).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    digests.append(h.hexdigest()[:16])
+w = hashlib.sha256(model.module.weight.detach().numpy().tobytes()).hexdigest()[:16]
+if args.report:
+    with open(f"{args.report}.{rank}", "w") as fh:
+        json.dump({"epochs": digests, "weights": w, "train_s": time.time() - t0}, fh)
+dist.destroy_process_group()
+'''

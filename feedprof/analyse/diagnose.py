@@ -225,6 +225,9 @@ def straggler(summaries: Sequence[Tuple[int, Summary]]) -> Optional[Straggler]:
     return None
 
 
+JOB_NOTES = ("queued_for_resources",)  # findings about the job itself (not one rank's), shown in its summary
+
+
 def summarize_job(run: Run) -> Summary:
     """The job: as fast as its slowest rank (training is synchronous), as starved
     as its most starved one; CPU per rank (the mean), memory and GPUs of the whole job."""
@@ -232,11 +235,17 @@ def summarize_job(run: Run) -> Summary:
     measured = [s for _, s in per_rank if s.batches_per_s]
     # the ranks' own samplers leave the GPUs to the job's: their GPU notes are not the job's
     notes: List[Reason] = said_once(list(run.samples.notes) + [n for _, s in per_rank for n in s.notes
-                                                               if not isinstance(n, GpuUnavailable)])
+                                                               if not isinstance(n, GpuUnavailable)]
+                                    + [n for n in run.notes if n.code in JOB_NOTES])
     if not measured:
         return Summary(notes=tuple(notes or [NoLoaderIterated()]))
     slowest = min(measured, key=lambda s: s.effective_batches_per_s or s.batches_per_s)
     lag = straggler(per_rank)
+    from feedprof.analyse.stragglers import rank_spread, waits_of_run  # (it reads this module's loaders)
+
+    spread = rank_spread(waits_of_run(run))
+    if spread is not None:
+        notes.append(spread)
     waits = [s.data_wait_fraction for s in measured if s.data_wait_fraction is not None]
     batch = sum(s.batch_size or 0 for s in measured)
     mean = lambda name: stats.mean([getattr(s, name) for s in measured])  # noqa: E731

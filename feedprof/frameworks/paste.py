@@ -312,3 +312,26 @@ def _without(args: List[str], flag: str, takes_value: bool) -> List[str]:
             continue
         out.append(a)
     return out
+
+
+def with_launch(line: str, script: str, launch: Sequence[str]) -> str:
+    """The paste with its command line run the way the job is launched: ``python train.py
+    --workers 8`` becomes ``srun -n 2 python train.py --epochs 3 --workers 8`` (the launch
+    command up to the script, then the script's arguments as advised). Unchanged where the
+    launch does not name the script (a shell script that starts the ranks)."""
+    if not launch or not script:
+        return line
+    words = list(launch)
+    at = next((i for i, w in enumerate(words) if w.endswith(".py") and os.path.abspath(w) == script), None)
+    if at is None:
+        return line
+    out = []
+    for text in line.splitlines():
+        try:
+            parts = shlex.split(text)
+        except ValueError:
+            parts = []
+        if len(parts) >= 2 and parts[0] == "python" and os.path.abspath(parts[1]) == script:
+            text = " ".join(shlex.quote(a) for a in words[:at + 1] + parts[2:])
+        out.append(text)
+    return "\n".join(out)

@@ -152,6 +152,16 @@ class ProcessTreeProbe:
         self._t_children = float("-inf")
         self._t_detail_due = float("-inf")
         self._worker_probe = WorkerProbe(self.main, worker_probe)
+        self._adopted: Dict[int, psutil.Process] = {}
+
+    def adopt(self, pid: int) -> None:
+        """Count ``pid`` and its descendants in this tree although they are not below the root
+        (a Slurm task: slurmstepd's child, not srun's)."""
+        try:
+            self._adopted.setdefault(pid, psutil.Process(pid))
+        except psutil.Error:
+            return
+        self.refresh_soon()
 
     def refresh_soon(self) -> None:
         """Re-list the tree at the next reading (e.g. a loader just started its workers)."""
@@ -172,6 +182,11 @@ class ProcessTreeProbe:
             raise TargetGone(self.pid) from None
         except psutil.Error:
             return
+        for pid, root in list(self._adopted.items()):
+            try:
+                current.update({pid: root, **{p.pid: p for p in root.children(recursive=True)}})
+            except psutil.Error:  # that task ended
+                del self._adopted[pid]
         for pid in list(self._children):
             if pid not in current:
                 del self._children[pid]
@@ -328,12 +343,10 @@ def local_world_size(env: Optional[Dict[str, str]] = None) -> int:
     info = rank_from_env(env)
     if info is not None:
         return info.local_world_size
-    for var in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):  # set without a rank (a job's parent shell)
-        try:
-            return max(1, int(env[var]))
-        except (KeyError, ValueError):
-            continue
-    return 1
+    try:  # set without a rank (a job's parent shell); not Slurm's per-node task count: a batch
+        return max(1, int(env["LOCAL_WORLD_SIZE"]))  # script's own process is one of no step's tasks
+    except (KeyError, ValueError):
+        return 1
 
 
 # ---------------------------------------------------------------- host info

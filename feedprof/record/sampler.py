@@ -147,6 +147,11 @@ class Sampler:
         for i, reading in enumerate(gpus):
             self._peak_gpu_mem[i] = _max(self._peak_gpu_mem[i], reading.mem_used_bytes)
 
+    def adopt(self, pid: int) -> None:
+        """Sample ``pid``'s tree as part of this one's (a Slurm task, which is not the launcher's child)."""
+        if self.tree is not None:
+            self.tree.adopt(pid)
+
     def refresh_tree(self) -> None:
         """The observed tree is about to change (a loader started): re-list it soon."""
         tree = self.tree

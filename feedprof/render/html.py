@@ -93,7 +93,7 @@ document.querySelectorAll('button.copy').forEach(function (button) {
 """
 
 
-def _page(title: str, body: Iterable[str]) -> str:
+def page(title: str, body: Iterable[str]) -> str:
     return "".join([
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
         "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n",
@@ -104,7 +104,7 @@ def _page(title: str, body: Iterable[str]) -> str:
     ])
 
 
-def _table(headers: Sequence[Tuple[str, bool]], rows: Iterable[Tuple[str, Sequence[str]]]) -> str:
+def table(headers: Sequence[Tuple[str, bool]], rows: Iterable[Tuple[str, Sequence[str]]]) -> str:
     """headers: (label, numeric); rows: (css class, cells already escaped)."""
     num_cls = ' class="num"'
     head = "".join(f"<th{num_cls if num else ''}>{esc(h)}</th>" for h, num in headers)
@@ -253,7 +253,7 @@ def render_tune(result: TuneResult) -> str:
     for t in failures[:3]:
         body.append(f"<h2>Trial #{t.index}: the script's error</h2><pre>{esc(t.run.outcome.traceback)}</pre>")
     body.append(_footer(result.host))
-    return _page(f"feedprof tune — {os.path.basename(result.script)}", body)
+    return page(f"feedprof tune — {os.path.basename(result.script)}", body)
 
 
 def online_section(result: TuneResult) -> List[str]:
@@ -298,7 +298,7 @@ def trials_table(result: TuneResult) -> str:
                  esc(fmt_bytes(t.peak_rss_bytes)), esc(fmt_bytes(t.peak_pss_bytes)),
                  esc(fmt_bytes(t.peak_shm_used_bytes)), esc(fmt_seconds(t.duration_s))]
         rows.append(("picked" if t.index == picked else "", cells))
-    return _table(headers, rows)
+    return table(headers, rows)
 
 
 # -------------------------------------------------------------------- run
@@ -350,7 +350,7 @@ def render_run(run: Run) -> str:
     if run.outcome.traceback:
         body.append(f"<h2>The script's error</h2><pre>{esc(run.outcome.traceback)}</pre>")
     body.append(_footer(run.host))
-    return _page(f"feedprof profile — {os.path.basename(run.script or 'run')}", body)
+    return page(f"feedprof profile — {os.path.basename(run.script or 'run')}", body)
 
 
 def _loaders_table(run: Run) -> str:
@@ -367,7 +367,7 @@ def _loaders_table(run: Run) -> str:
                      [f"<code>{esc(name)}</code>" + (" (training)" if train and rec.loader_id == train.loader_id else ""),
                       esc(rec.framework), esc(config), esc(rec.batch_size if rec.batch_size is not None else "?"),
                       str(rec.batches), str(steady), esc(fmt_pct(wait))]))
-    return _table(headers, rows) if rows else "<p class=\"note\">No data loader was iterated.</p>"
+    return table(headers, rows) if rows else "<p class=\"note\">No data loader was iterated.</p>"
 
 
 def _footer(host: HostInfo) -> str:
@@ -380,6 +380,12 @@ def _footer(host: HostInfo) -> str:
 
 
 def render(obj: Any) -> str:
+    from feedprof.analyse.merge import MergedTunes
+
+    if isinstance(obj, MergedTunes):
+        from feedprof.render.nodes import render_tunes
+
+        return render_tunes(obj)
     if isinstance(obj, TuneResult):
         return render_tune(obj)
     if isinstance(obj, Run):

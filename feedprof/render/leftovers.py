@@ -51,6 +51,8 @@ def leftover_items(lo: Optional[Leftovers]) -> List[Tuple[str, str]]:
     for pid, places in held.items():  # gone from the process table, yet NVML still lists it
         items.append((f"PID {pid} has ended but the GPU still holds {' and '.join(places)} for it",
                       "feedprof gpus (the driver frees it once the process is fully gone)"))
+    for what in lo.slurm:
+        items.append((f"Slurm {'step' if '.' in what else 'job'} {what} is still listed by squeue", f"scancel {what}"))
     return items
 
 

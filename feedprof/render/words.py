@@ -218,6 +218,20 @@ def _threads(x: r.ThreadsVersusProcesses, describe: Callable) -> str:
             f"function holds the GIL{mem}.")
 
 
+def _rank_spread(x: r.RankSpread, d: str) -> str:
+    where = f"rank {x.worst_rank}" + (f" (node {x.worst_node})" if x.worst_node else "")
+    head = (f"over {x.windows} windows of {x.ranks} ranks, the median rank waited for data "
+            f"{fmt_pct(x.median_wait_fraction)} of the time and the worst {fmt_pct(x.worst_wait_fraction)}; ")
+    if x.holds_back:
+        return head + (f"the worst was {where} in {fmt_pct(x.worst_share)} of the windows: its loading holds the "
+                       "other ranks back (training is synchronous), so look at what is slower about that rank's data "
+                       "or node (its disk, its CPUs, what else runs there)")
+    if x.worst_share >= 0.75:
+        return head + f"the worst was {where} in {fmt_pct(x.worst_share)} of the windows, by a small margin"
+    return head + (f"the worst rank changed from window to window ({where} in {fmt_pct(x.worst_share)} of them): "
+                   "noise, not a slow node")
+
+
 def _flat(x: r.FlatRung, describe: Callable) -> str:
     if x.forgiven:
         return (f"{x.knob}={x.n} gained less than {fmt_pct(x.min_gain)}, but the loop still waited and the "
@@ -275,6 +289,12 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.TrialTimedOut: lambda x, d: f"the trial did not finish within its {x.limit_s:.0f} s limit",
     r.NoBatchWithin: lambda x, d: (f"no data loader delivered a batch within {x.limit_s:g} s "
                                    f"(looked for {LOOKED_FOR})"),
+    r.QueuedForResources: lambda x, d: (f"the Slurm step waited {fmt_seconds(x.waited_s)} for resources (job "
+                                        f"{x.job} queued) before its tasks started: not counted against the trial"),
+    r.QueueWaitTooLong: lambda x, d: (f"the Slurm step was still waiting for resources after "
+                                      f"{fmt_seconds(x.waited_s)} (job {x.job} queued; the limit was "
+                                      f"{fmt_seconds(x.limit_s)}): nothing was measured, and nothing is said "
+                                      "about the config"),
     r.KilledBySignal: lambda x, d: f"the script was killed by {x.signal}",
     r.ExitedWithCode: lambda x, d: f"the trial process exited with code {x.exit_code}: {x.last_line or 'no output'}",
     r.ScriptFailed: _script_failed,
@@ -285,6 +305,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         f"rank {x.rank} is a straggler: it waits for data {fmt_pct(x.wait_fraction)} of the time, the other ranks "
         f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "
         "wait), so the job runs at its pace: look at what is different about that rank's data or node"),
+    r.RankSpread: _rank_spread,
     r.OverMemoryBudget: lambda x, d: (f"predicted to need {fmt_bytes(x.need_bytes)} of memory "
                                       f"({fmt_bytes(x.per_worker_bytes)} per worker), more than the "
                                       f"{fmt_bytes(x.free_bytes)} free"),

@@ -37,7 +37,7 @@ _MODULES: Dict[str, tuple] = {
             "Summary", "Window"),
     "tune": ("SCHEMA_TUNE", "Recommendation", "Trial", "TuneResult", "TuneStart"),
     "online": ("OnlineFailure", "OnlineLoaderMode", "OnlineRecord", "OnlineSwitch", "OnlineWarmup", "OnlineWindow"),
-    "files": ("StoreError", "from_json_data", "load", "save", "write_refused", "NotSaved"),
+    "files": ("StoreError", "from_json_data", "load", "records_in", "save", "write_refused", "NotSaved"),
 }
 _HOME = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_HOME)

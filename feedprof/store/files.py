@@ -71,3 +71,22 @@ def from_json_data(data: Any, source: str = "input") -> Any:
         return from_dict(cls, data)
     except (DecodeError, TypeError, KeyError, IndexError, AttributeError, ValueError) as exc:
         raise StoreError(f"{source}: malformed {schema} file ({exc})") from None
+
+
+RECORD_NAMES = ("results.json", "run.json")  # what feedprof writes at the top of an output directory
+
+
+def records_in(directory: str) -> list:
+    """The records of a directory that ``feedprof report DIR`` reads: its own results.json or
+    run.json, else those of its subdirectories (one feedprof per task writes ``DIR/<node>-rank<N>/``)."""
+    import os
+
+    for name in RECORD_NAMES:
+        if os.path.isfile(os.path.join(directory, name)):
+            return [os.path.join(directory, name)]
+    found = []
+    for sub in sorted(os.listdir(directory)):
+        path = os.path.join(directory, sub)
+        if os.path.isdir(path) and not sub.startswith("."):
+            found += [os.path.join(path, name) for name in RECORD_NAMES if os.path.isfile(os.path.join(path, name))][:1]
+    return found

@@ -76,6 +76,7 @@ class Leftovers:
     processes: Tuple[ProcessInfo, ...] = ()
     gpu_memory: Tuple[GpuMemoryHeld, ...] = ()
     gpu_checked: bool = False  # NVML answered: GPU memory was checked too
+    slurm: Tuple[str, ...] = ()  # Slurm jobs or steps ("JOB", "JOB.STEP") of the run squeue still listed
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.gpu_memory)
+        return bool(self.processes or self.gpu_memory or self.slurm)

@@ -107,6 +107,8 @@ class RankInfo:
     launcher: str = ""  # torchrun | mpi | pmi | horovod | tf_config | slurm
     node: str = ""  # hostname
     node_rank: Optional[int] = None  # which node of the job, where the launcher says (torchrun's GROUP_RANK)
+    job: str = ""  # the scheduler's job, where there is one (Slurm: "JOBID.STEPID")
+    cpus: Optional[int] = None  # CPUs this rank may use for its loader: its share of what the task may use
     pid: Optional[int] = None
     device: str = ""  # where its batches go ("cuda:0", "cpu")
     gpu_uuid: str = ""  # that device's NVML UUID (matched to the job's GPU curves)

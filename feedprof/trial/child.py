@@ -23,6 +23,7 @@ process group once the child is done, so nothing outlives a trial.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import runpy
 import sys
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from feedprof.frameworks.install import install_adapters
-from feedprof.store import TrialState, write_refused
+from feedprof.store import RankInfo, TrialState, write_refused
 from feedprof.store.reasons import ScriptExited
 from feedprof.trial.controller import Controller, StopTrial
 from feedprof.trial.failures import failure_cause
@@ -51,8 +52,11 @@ class ChildExit:
 
 def run_script(spec: TrialSpec) -> ChildExit:
     """Run the script under the controller; how the child process ends."""
-    ctl = Controller(spec)
-    ctl.emit("started", pid=os.getpid())
+    rank = _job_rank()
+    ctl = Controller(spec, rank=rank)
+    ctl.emit("started", pid=os.getpid(), **({} if rank is None else dict(
+        rank=rank.rank, local_rank=rank.local_rank, world_size=rank.world_size, node=rank.node, job=rank.job,
+        cpus=rank.cpus)))
     install_adapters(ctl)
     script = os.path.abspath(spec.script)
     sys.argv = [spec.script, *spec.argv]
@@ -74,6 +78,20 @@ def run_script(spec: TrialSpec) -> ChildExit:
         return _script_failed(ctl, exc)
     ctl.write_result(TrialState.OK, exit_code=0)
     return ChildExit(0)
+
+
+def _job_rank() -> Optional[RankInfo]:
+    """This script is one rank of a job whose other ranks other feedprofs run (one feedprof per
+    task: srun -n 2 feedprof profile train.py): it is measured as that rank and, like a rank of
+    a launched job, trains on after its window until every rank has one (trial/peers.py)."""
+    from feedprof.record.host import usable_cpu_count
+    from feedprof.record.ranks import cpu_share, rank_from_env
+
+    info = rank_from_env(os.environ)
+    if info is None or info.world_size <= 1:
+        return None
+    return dataclasses.replace(info, pid=os.getpid(),
+                               cpus=cpu_share(usable_cpu_count(), info.local_world_size, os.environ))
 
 
 def _ours_refused(exc: OSError, spec: TrialSpec) -> bool:

@@ -21,11 +21,14 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import signal
 import sys
+import threading
 from typing import Any, List, Optional
 
-from feedprof.store.reasons import ScriptExited, ScriptFailed
-from feedprof.record.ranks import rank_from_env
+from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
+from feedprof.record.host import usable_cpu_count
+from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env
 from feedprof.store import RankInfo, TrialState
 from feedprof.frameworks.install import install_adapters
 from feedprof.trial.controller import Controller
@@ -44,6 +47,8 @@ def rank_paths(spec: TrialSpec, rank: int) -> TrialSpec:
 def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool:
     if not argv or argv[0] in ("-c", "") or "--multiprocessing-fork" in argv:
         return False  # python -c: multiprocessing's spawn and forkserver children, and the like
+    if is_launcher(argv):
+        return False  # torchrun inside a Slurm task inherits SLURM_PROCID: its ranks are the ranks
     if info is not None:
         return True
     return bool(job_script) and os.path.abspath(argv[0]) == job_script  # `python train.py`, the only rank
@@ -58,11 +63,13 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     if not _is_rank(sys.argv, info, spec.script):
         return None
     info = dataclasses.replace(info or RankInfo(launcher="python", node=_node()), pid=os.getpid())
+    info = dataclasses.replace(info, cpus=cpu_share(usable_cpu_count(), info.local_world_size, env))
     script = os.path.abspath(sys.argv[0]) if sys.argv[0] != "-m" else spec.script
     spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]))
     ctl = Controller(spec, rank=info)
     ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
-             world_size=info.world_size, local_world_size=info.local_world_size)
+             world_size=info.world_size, local_world_size=info.local_world_size, node=info.node, job=info.job,
+             cpus=info.cpus)
     install_adapters(ctl)
     _on_the_way_out(ctl)
     return ctl
@@ -102,3 +109,23 @@ def _on_the_way_out(ctl: Controller) -> None:
 
     sys.exit, sys.excepthook = exit, excepthook
     atexit.register(at_exit)
+    _written_on_sigterm(ctl)
+
+
+def _written_on_sigterm(ctl: Controller) -> None:
+    """SIGTERM (feedprof interrupted, or ending the job: jobrunner.py) kills the rank as it would,
+    but writes what the rank measured first: a rank killed with nothing written leaves its loaders
+    unknown. Only where the script left SIGTERM alone, and only in the rank itself, not in the
+    loader workers it forks (they inherit the handler)."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or threading.current_thread() is not \
+            threading.main_thread():
+        return
+    owner = os.getpid()
+
+    def on_term(signum: int, frame: Any) -> None:
+        if os.getpid() == owner and not ctl.result_written:
+            ctl.write_result(TrialState.INTERRUPTED, Interrupted(), exit_code=128 + signum)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_term)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 import psutil
 
 from feedprof.analyse.diagnose import summarize
-from feedprof.store.reasons import Interrupted, RankFailed
+from feedprof.store.reasons import Interrupted, QueuedForResources, QueueWaitTooLong, RankFailed
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run
 from feedprof.record.sampler import Sampler
@@ -42,6 +42,7 @@ from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
 from feedprof.trial.signals import deferred_signals
+from feedprof.trial.slurm import SlurmStep, in_allocation, preexec_for_srun, scancel
 from feedprof.trial.watch import Watch, descendants, kill_group
 
 RANK_FAILED_GRACE_S = 5.0  # after a rank fails, the others may record their own end this long
@@ -85,9 +86,10 @@ class _JobWatch(Watch):
     exit_grace_s = 0.0  # the ranks train on after their windows: end the job at once
 
     def __init__(self, proc: Any, origin: float, opts: TrialOptions, trial_dir: str,
-                 on_poll: Optional[Callable[[], None]], clock: Clock):
+                 on_poll: Optional[Callable[[], None]], clock: Clock, slurm: Optional[SlurmStep] = None):
         super().__init__(proc, origin, opts, "", on_poll, clock)
         self.trial_dir = trial_dir
+        self.slurm = slurm  # the step srun started: its tasks are not the launcher's descendants
         self.offsets: Dict[str, int] = {}
         self.ranks: Dict[int, dict] = {}  # rank -> its "started" event
         self.done: set = set()
@@ -108,7 +110,10 @@ class _JobWatch(Watch):
         if kind == "started":
             self.ranks[rank] = ev
             self.expected = max(self.expected or 0, int(ev.get("local_world_size") or 1))
-            self._sample_rank(rank, ev.get("pid"))
+            if self.slurm is not None:
+                self.slurm.task_started(ev.get("job") or "")
+            if ev.get("node") in (None, "", socket.gethostname()):  # a PID means something on this node only
+                self._sample_rank(rank, ev.get("pid"))
         elif kind == "first_batch":
             self.first_batch = True
         elif kind == "failed":
@@ -117,8 +122,10 @@ class _JobWatch(Watch):
                 self.window_done_at = self.clock.now_s() + RANK_FAILED_GRACE_S
         elif kind == "window_done":
             self.done.add(rank)
-            if self.expected is not None and len(self.done) >= self.expected:
+            if self.expected is not None and len(self.done) >= self.expected and self.window_done_at is None:
                 self.window_done_at = self.clock.now_s()
+                if self.opts.peers is not None:  # this node's ranks are done; other tasks' feedprofs run the rest
+                    self.opts.peers.window_done()
         if kind in ("loader", "first_batch"):
             for sampler in [self.sampler, self.rank_samplers.get(rank)]:
                 if sampler is not None:
@@ -127,12 +134,38 @@ class _JobWatch(Watch):
     def _sample_rank(self, rank: int, pid: Optional[int]) -> None:
         if pid is None or rank in self.rank_samplers:
             return
+        if self.sampler is not None and pid not in {p.pid for p in descendants(self.proc.pid)}:
+            self.sampler.adopt(pid)  # the job's curves are its ranks' too (a Slurm task is slurmstepd's)
         try:  # the job's sampler reads the GPUs; a rank's reads its own process tree
             self.rank_samplers[rank] = Sampler(pid=pid, interval_s=self.opts.interval_s, gpu=False,
                                                origin_s=self.origin, clock=self.clock,
                                                worker_probe=OBSERVED).start()
         except psutil.NoSuchProcess:
             pass
+
+    def paused_s(self) -> float:
+        return self.slurm.waited_now_s() if self.slurm is not None else 0.0
+
+    def _limit_reached(self, now: float) -> bool:
+        """While the Slurm step waits for resources, no limit of the trial's runs: only the queue's own."""
+        if self.slurm is None or self.ranks or not self.slurm.waiting():
+            return super()._limit_reached(now)
+        limit = self.opts.queue_timeout_s
+        if limit is not None and self.slurm.waited_now_s() > limit:
+            self.timed_out = QueueWaitTooLong(job=self.slurm.queued, waited_s=self.slurm.waited_now_s(), limit_s=limit)
+            return True
+        return False
+
+    def local_ranks(self) -> List[psutil.Process]:
+        """The ranks on this node that reported in (a Slurm task is no descendant of the launcher)."""
+        found = []
+        for ev in self.ranks.values():
+            if ev.get("pid") and ev.get("node") in (None, "", socket.gethostname()):
+                try:
+                    found.append(psutil.Process(int(ev["pid"])))
+                except psutil.Error:
+                    continue
+        return found
 
     def stop_samplers(self) -> Dict[int, Samples]:
         return {rank: s.stop() for rank, s in self.rank_samplers.items()}
@@ -151,12 +184,14 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     flight = InFlight.begin(launch.script, launch.command, paths, host, opts, clock, origin)
     flight = dataclasses.replace(flight, out=open(paths.log, "wb") if opts.capture_output else None)
     out = flight.out
+    slurm = launch.launcher == "slurm"
     try:
         proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
                                 stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env,
-                                pass_fds=lifeline_fds)
+                                pass_fds=lifeline_fds, preexec_fn=preexec_for_srun() if slurm else None)
         flight = dataclasses.replace(flight, proc=proc)
-        flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock))
+        step = SlurmStep(proc, own_allocation=not in_allocation(env), clock=clock) if slurm else None
+        flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step))
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
                           clock=clock).start()
         flight.watch.sampler = sampler
@@ -180,7 +215,10 @@ def _finish(flight: InFlight, interrupted: bool = False) -> Optional[Run]:
     # torchrun starts each rank in a session of its own, out of reach of the group's kill:
     # every descendant now, ranks that have not reported in yet included
     proc, watch = flight.proc, flight.watch
-    ranks = (watch.known if watch else []) + descendants(proc.pid)
+    if interrupted and watch is not None:
+        _ask_for_results(watch, flight.clock)
+    queued = watch.slurm.end() if watch is not None and watch.slurm is not None else []
+    ranks = (watch.known if watch else []) + descendants(proc.pid) + (watch.local_ranks() if watch else [])
     job = {proc.pid} | {p.pid for p in ranks}
     kill_group(proc, ranks, flight.clock)
     use_gpu = bool(flight.opts.gpu and watch is not None)  # no watch: interrupted at once, no Run to tell
@@ -192,7 +230,45 @@ def _finish(flight: InFlight, interrupted: bool = False) -> Optional[Run]:
     if watch is None:
         return None
     run = _assemble_job(flight, samples, rank_samples, interrupted)
-    return dataclasses.replace(run, other_processes=flight.others.stop(job), leftovers=left)
+    if watch.slurm is not None and watch.slurm.waited_now_s() > 0:
+        queued_job = watch.slurm.step.split(".")[0] or watch.slurm.queued
+        run = dataclasses.replace(run, notes=run.notes + (QueuedForResources(job=queued_job,
+                                                                             waited_s=watch.slurm.waited_now_s()),))
+        run = dataclasses.replace(run, summary=summarize(run))
+    return dataclasses.replace(run, other_processes=flight.others.stop(job),
+                               leftovers=dataclasses.replace(left, slurm=tuple(queued)))
+
+
+RESULT_GRACE_S = 3.0  # interrupted: how long the ranks get to write what they measured
+
+
+def _ask_for_results(watch: _JobWatch, clock: Clock) -> None:
+    """Interrupted: SIGTERM to every rank that has not written its result, which makes it write
+    what it measured before it dies (hosted.py); without it the job's loaders would be unknown."""
+    def written() -> set:
+        return {int(_RANK_FILE.search(p).group(1)) for p in glob.glob(os.path.join(watch.trial_dir, "result-*.json"))}
+
+    missing = set(watch.ranks) - written()
+    if not missing:
+        return
+    if watch.slurm is not None and watch.slurm.step:
+        scancel(watch.slurm.step, signal_name="TERM")
+    else:
+        for p in watch.local_ranks():
+            try:
+                p.terminate()
+            except psutil.Error:
+                continue
+    deadline = clock.now_s() + RESULT_GRACE_S
+    while clock.now_s() < deadline and not set(watch.ranks) <= written():
+        clock.sleep_s(0.05)
+
+
+def _reported_rank(rank: int, started: dict) -> RankInfo:
+    """What a rank said of itself when it started (its result, which says more, never came)."""
+    said = {k: started[k] for k in ("local_rank", "world_size", "local_world_size", "node", "job", "cpus", "pid")
+            if started.get(k) is not None}
+    return RankInfo(rank=rank, **said)
 
 
 def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _JobWatch, interrupted: bool) -> Run:
@@ -202,7 +278,7 @@ def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _Jo
             child = load(path)
         except StoreError:
             child = None
-    base = child or Run(kind="trial", rank=RankInfo(rank=rank, pid=(watch.ranks.get(rank) or {}).get("pid")))
+    base = child or Run(kind="trial", rank=_reported_rank(rank, watch.ranks.get(rank) or {}))
     if child is None or child.outcome.state != TrialState.OK:
         outcome = with_figures(classify_end(child.outcome if child else None, None, watch.timed_out, interrupted),
                                samples, host)
@@ -217,6 +293,8 @@ def _job_outcome(ranks: List[Run], flight: InFlight, interrupted: bool) -> Outco
     if interrupted:
         return Outcome(state=TrialState.INTERRUPTED, cause=Interrupted(), exit_code=proc.returncode)
     bad = [r for r in ranks if r.outcome.state != TrialState.OK]
+    if isinstance(watch.timed_out, QueueWaitTooLong):  # never ran: no evidence about the config
+        return Outcome(state=TrialState.INTERRUPTED, cause=watch.timed_out, exit_code=proc.returncode)
     if watch.timed_out is not None:
         return Outcome(state=TrialState.TIMEOUT, cause=watch.timed_out, exit_code=proc.returncode)
     if bad:  # the first rank to fail, with its own traceback: the others' errors follow from it

@@ -27,11 +27,13 @@ class TrialOptions:
     full: bool = False
     timeout_s: Optional[float] = None  # whole trial
     loader_timeout_s: Optional[float] = defaults.LOADER_TIMEOUT_S  # until the first loader yields a batch
+    queue_timeout_s: Optional[float] = None  # how long a Slurm step may wait for resources (None: for ever)
     interval_s: float = defaults.INTERVAL_S
     gpu: bool = True
     capture_output: bool = True  # False: the script's output goes to our terminal
     extra_env: Dict[str, str] = field(default_factory=dict)
     zygote: Any = None  # a trial.zygote.Zygote to fork the trial from (captured output only)
+    peers: Any = None  # a trial.peers.Peers: the other tasks' feedprofs, whose ranks end with this one's
 
     def script_env(self) -> Dict[str, str]:
         """What the script's processes get beside the environment they inherit:

@@ -109,11 +109,29 @@ class Watch:
                 self.first_batch = True
             elif kind == "window_done":
                 self.window_done_at = self.clock.now_s()
+                if self.opts.peers is not None:  # one rank of a job whose others other feedprofs run
+                    self.opts.peers.window_done()
             if kind in ("loader", "first_batch") and self.sampler is not None:
                 self.sampler.refresh_tree()  # workers start now: look for them at the next sample
 
+    def _peers_done(self, now: float) -> bool:
+        """Every rank of the job has its window (one feedprof per task: trial/peers.py), or the
+        others had long enough; always true for a trial that is the whole job."""
+        peers = self.opts.peers
+        if peers is None:
+            return True
+        from feedprof.trial.peers import PEER_GRACE_S
+
+        return peers.all_done() or now - self.window_done_at >= PEER_GRACE_S
+
+    def paused_s(self) -> float:
+        """Time that is no time of the trial's (a Slurm step waiting for resources: jobrunner.py)."""
+        return 0.0
+
     def _limit_reached(self, now: float) -> bool:
-        opts, elapsed = self.opts, now - self.origin
+        opts, elapsed = self.opts, now - self.origin - self.paused_s()
+        if self.window_done_at is not None and self.opts.peers is not None:
+            return self._peers_done(now)  # a rank trains on after its window: end it once every rank has one
         if self.window_done_at is not None and now - self.window_done_at >= self.exit_grace_s:
             return True  # measured; the script is ignoring StopTrial or slow to unwind
         if not self.first_batch and opts.loader_timeout_s is not None and elapsed > opts.loader_timeout_s:

@@ -68,6 +68,7 @@ class Decider:
     _broke_current: bool = False
     _taken_bytes: int = 0
     _offsets: Dict[str, int] = field(default_factory=dict)
+    rank_cpus: Dict[int, int] = field(default_factory=dict)  # rank -> CPUs it may use, as it reported
 
     def poll(self) -> None:
         changed = self._read_events()
@@ -114,6 +115,9 @@ class Decider:
 
     def _on_event(self, rank: int, ev: Dict[str, Any]) -> bool:
         kind = ev.get("event")
+        if kind == "started" and ev.get("cpus"):
+            self.rank_cpus[rank] = int(ev["cpus"])  # what that rank may use (its share of its node)
+            return False
         if kind == "online_window":
             w = OnlineWindow(rank=rank, config=ev["config"], batches=ev["batches"], samples=ev["samples"],
                              wait_s=ev["wait_s"], t_start_s=ev["t_start_s"], t_end_s=ev["t_end_s"],
@@ -194,8 +198,10 @@ class Decider:
         return max(1, len(self._offsets))
 
     def _decide(self) -> None:
-        # each local rank has its own loader and workers: the CPUs are shared among them
-        limits = Limits(cpu_cap=max(1, self.limits.cpu_cap // self.ranks()), max_workers=self.limits.max_workers)
+        # each local rank has its own loader and workers: the CPUs are shared among them (as each rank
+        # reported its share; else this machine's CPUs over every rank)
+        cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
+        limits = Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
         step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s())
         if step.final:
             self.final = True

@@ -127,13 +127,23 @@ def _target_loader(run: Optional[Run]) -> Any:
     return max(loaders, key=lambda r: r.batches_per_epoch or 0, default=None)
 
 
+def _spread(windows: Sequence[Any], run: Optional[Run]) -> tuple:
+    """Window by window, which rank holds the job back (analyse/stragglers.py), for a job of ranks."""
+    from feedprof.analyse.stragglers import rank_spread, waits_of_online
+
+    nodes = {r.rank.rank: r.rank.node for r in (run.ranks if run is not None else ()) if r.rank is not None}
+    spread = rank_spread(waits_of_online(windows, nodes))
+    return (spread,) if spread is not None else ()
+
+
 def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,
                   run: Optional[Run], decider: Any, launch: Any, complete: bool) -> TuneResult:
     from feedprof.record.host import usable_cpu_count
+    from feedprof.frameworks.paste import with_launch
     from feedprof.tune.space import make_space
 
     h = decider.history
-    cpu_cap = max(1, usable_cpu_count() // decider.ranks())
+    cpu_cap = max(1, min(decider.rank_cpus.values()) if decider.rank_cpus else usable_cpu_count() // decider.ranks())
     rec, trials, loader = None, [], _target_loader(run)
     if h.baseline is not None:
         space = make_space(Framework.TORCH, dict(h.baseline), cpu_cap, decider.limits.max_workers,
@@ -141,10 +151,13 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         trials = _trials(h, decider, space)
         rec = recommend(_settled(trials, decider), space, tol=PICK_TOLERANCE, cpu_cap=cpu_cap)
         if rec is not None:
-            paste = space.paste(rec.config, loader, script, list(argv))
-            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=paste.line,
+            rank_argv = next((r.argv for r in (run.ranks if run is not None else ()) if r.argv), ())
+            paste = space.paste(rec.config, loader, script, list(rank_argv or argv))
+            line = with_launch(paste.line, script, launch.command) if launch else paste.line
+            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=line,
                                       loader_site=loader.site if loader else "",
-                                      reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes()))
+                                      reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes())
+                                      + _spread(h.windows, run))
     exit_code = run.outcome.exit_code if run is not None else None
     modes = tuple(decider.loaders) + _untuned(run, decider)
     online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),

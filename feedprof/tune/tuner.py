@@ -27,10 +27,12 @@ from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
 from feedprof.analyse.recommend import epoch_gap_s, recommend, trial_from_run, tried_a_setting
-from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed, ForkServerFailed,
-                              NoLoaderAtSite, NoLoaderIterated, NothingTried, Reason, TuneInterruptedEarly)
+from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
+                                    ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
+                                    Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
+from feedprof.frameworks.paste import with_launch
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.machine import MachineFacts
@@ -70,6 +72,7 @@ class Tuner:
                  clock: Clock = MONOTONIC, trial_runner: Optional[Callable[..., Any]] = None):
         self.script = os.path.abspath(job.script) if job.script else ""
         self.argv = list(job.argv)
+        self.rank_argv: List[str] = []  # a launched job's: the script's arguments inside the launch command
         self.launch = job.launch
         self.out_dir = job.out_dir
         self.opts = options
@@ -129,8 +132,9 @@ class Tuner:
                             fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None,
                             nothing_tried=self._nothing_tried(complete, stop_reason))
             if rec is not None:
-                paste = sp.paste(rec.config, self.loader, self.script, self.argv)
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=paste.line,
+                paste = sp.paste(rec.config, self.loader, self.script, self.rank_argv or self.argv)
+                line = with_launch(paste.line, self.script, self.launch.command) if self.launch else paste.line
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=line,
                                           loader_site=self.loader.site if self.loader else "",
                                           reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
                                           + self._per_rank_reason(rec))
@@ -167,9 +171,13 @@ class Tuner:
         info = [r.rank for r in base.ranks if r.rank is not None]
         from feedprof.analyse.diagnose import workers_of
 
-        return (AppliesToEveryRank(local_ranks=self.memory.ranks, world_size=max([i.world_size for i in info] + [1]),
+        every = AppliesToEveryRank(local_ranks=self.memory.ranks, world_size=max([i.world_size for i in info] + [1]),
                                    workers_per_rank=workers_of(rec.config), cpus=self.machine.cpus_usable,
-                                   cpu_cap=self.cpu_cap),)
+                                   cpu_cap=self.cpu_cap)
+        picked = next((t.run for t in self.trials if t.index == rec.trial_index and t.run is not None), None)
+        spread = [n for n in (picked.summary.notes if picked is not None and picked.summary else ())
+                  if n.code == "rank_spread"]
+        return (every, *spread[:1])
 
     def _busy(self) -> List[Reason]:
         busy = noise.busy_machine(self.trials, self.machine.cpus_usable)
@@ -187,7 +195,8 @@ class Tuner:
         opts = TrialOptions(window_batches=o.window_batches, window_seconds=o.window_seconds,
                             min_window_batches=o.min_window_batches, warmup_batches=o.warmup_batches,
                             interval_s=o.interval_s, gpu=o.gpu, timeout_s=timeout_s,
-                            loader_timeout_s=o.loader_timeout_s, capture_output=True, zygote=self.zygote)
+                            loader_timeout_s=o.loader_timeout_s, capture_output=True, zygote=self.zygote,
+                            queue_timeout_s=max(1.0, self.remaining()))  # a Slurm step's wait: the budget's
         return dataclasses.replace(opts, **overrides)
 
     def _measure(self, proposal: Proposal, what: Injection, overrides: Dict[str, Any],
@@ -297,7 +306,11 @@ class Tuner:
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
                                              if proposal.role == Role.CEILING else dict(proposal.config))
                 break
-            self.strategy.tell(self._trial_of(proposal, baseline))
+            trial = self._trial_of(proposal, baseline)
+            if isinstance(trial.cause, QueueWaitTooLong):  # the budget went on waiting: no evidence about it
+                stop_reason = trial.cause
+                break
+            self.strategy.tell(trial)
             if self._charge_epoch_gap():
                 self._tell_strategy()
             self.save()
@@ -397,8 +410,12 @@ class Tuner:
         """A job's knobs are per rank: each rank's CPU budget is the machine's CPUs
         over the ranks on it, less the rank's own process; memory counts every rank."""
         self.script = run.script or self.script
+        self.rank_argv = list(next((r.argv for r in run.ranks if r.argv), ()))  # the script's own, in the launch
         local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [len(run.ranks), 1])
-        if local > 1:
+        shares = [r.rank.cpus for r in run.ranks if r.rank and r.rank.cpus]  # what each rank may use (Slurm's say)
+        if shares:
+            self.cpu_cap = max(1, min(shares) - (1 if local > 1 else 0))
+        elif local > 1:
             self.cpu_cap = max(1, self.machine.cpus_usable // local - 1)
         self.memory.ranks = local
 

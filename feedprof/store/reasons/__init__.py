@@ -16,7 +16,7 @@ from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
     NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
-    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, RankFailed, SamplingStopped, ScriptExited, ScriptFailed,
+    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, QueuedForResources, QueueWaitTooLong, RankFailed, RankSpread, SamplingStopped, ScriptExited, ScriptFailed,
     SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
     WindowNotReached, WorkerInfoNeverAsked)
 from feedprof.store.reasons.tune import (
@@ -36,7 +36,7 @@ __all__ = [
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
     "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
-    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "RankFailed", "SamplingStopped", "ScriptExited",
+    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "QueuedForResources", "QueueWaitTooLong", "RankFailed", "RankSpread", "SamplingStopped", "ScriptExited",
     "ScriptFailed", "SharedMemoryExhausted", "Straggler", "TooManyOpenFiles", "TrainerSuggestedWorkers",
     "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",
     "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",

@@ -124,6 +124,26 @@ class NoBatchWithin(Reason):
 
 
 @dataclass(frozen=True)
+class QueuedForResources(Reason):
+    """The job's Slurm step waited for resources before its tasks started: no time of the
+    trial's, and no evidence about the config."""
+
+    code: ClassVar[str] = "queued_for_resources"
+    job: str = ""  # the Slurm job id that waited
+    waited_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class QueueWaitTooLong(Reason):
+    """The step was still waiting for resources when the run had to end (its queue limit)."""
+
+    code: ClassVar[str] = "queue_wait_too_long"
+    job: str = ""
+    waited_s: float = 0.0
+    limit_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class SharedMemoryExhausted(Reason):
     """A worker died of SIGBUS, or /dev/shm filled: Docker's 64 MB default.
     The figures are what the trial measured (None: not measured);
@@ -225,6 +245,23 @@ class RankFailed(Reason):
     code: ClassVar[str] = "rank_failed"
     rank: int = 0
     cause: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class RankSpread(Reason):
+    """A job of several ranks, window by window: the median rank's data wait against the worst
+    rank's, and whether the worst is always the same rank (a slow node or disk holds the others
+    back: synchronous training runs at its pace) or changes from window to window (noise)."""
+
+    code: ClassVar[str] = "rank_spread"
+    windows: int = 0
+    ranks: int = 0
+    median_wait_fraction: float = 0.0  # over the windows, of each window's median rank
+    worst_wait_fraction: float = 0.0  # over the windows, of each window's worst rank
+    worst_rank: int = 0  # the rank that was the worst most often
+    worst_node: str = ""
+    worst_share: float = 0.0  # the share of windows in which it was the worst
+    holds_back: bool = False  # always the same rank, by a clear margin
 
 
 @dataclass(frozen=True)
