@@ -88,21 +88,25 @@ def torchrun_nodes(work: str, epochs: int) -> Dict[str, Any]:
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(k),
                 "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
 
-    def both(make) -> float:
+    def both(make, name: str) -> float:
         t0 = time.monotonic()
-        procs = [subprocess.Popen(make(k), cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        logs = [open(os.path.join(work, f"{name}-node{k}.log"), "wb") for k in (0, 1)]
+        procs = [subprocess.Popen(make(k), cwd=work, stdout=logs[k], stderr=subprocess.STDOUT,
                                   env={**os.environ, "PYTHONWARNINGS": "ignore"}) for k in (0, 1)]
         codes = [p.wait(timeout=900) for p in procs]
+        for log in logs:
+            log.close()
         if codes != [0, 0]:
-            raise RuntimeError(f"two-node run ended {codes}")
+            tails = [open(os.path.join(work, f"{name}-node{k}.log"), errors="replace").read()[-3000:] for k in (0, 1)]
+            raise RuntimeError(f"two-node run ({name}) ended {codes}:\n" + "\n---\n".join(tails))
         return round(time.monotonic() - t0, 2)
 
     args = ["--epochs", str(epochs)]
     port = free_port()
-    written_s = both(lambda k: [*launch(k, port), WORKLOAD, *args])
+    written_s = both(lambda k: [*launch(k, port), WORKLOAD, *args], "as-written")
     port = free_port()
     online_s = both(lambda k: [*FEEDPROF, "tune", "--online", "--out", f"node{k}", "--", *launch(k, port), WORKLOAD,
-                               *args])
+                               *args], "online")
     merged = timed([*FEEDPROF, "report", "node0/results.json", "node1/results.json", "-o", "nodes.html"], work)
     return {"as_written_s": written_s, "online_s": online_s, "merged_report_rc": merged["rc"],
             "picks": {f"node{k}": pick_of(os.path.join(work, f"node{k}", "results.json")) for k in (0, 1)}}
@@ -143,6 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--budget", type=float, default=120.0)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--no-nodes", action="store_true", help="leave out the two torchrun nodes")
+    ap.add_argument("--no-srun", action="store_true", help="leave out the srun job (keep the record's from --out)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "cluster-cpu-2core.json"))
     args = ap.parse_args(argv)
     cluster = None
@@ -157,18 +162,27 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         rec: Dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "epochs": args.epochs, "budget_s": args.budget,
                                "cpus": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0]}
-        rec["srun"] = srun_job(work, args.epochs, args.budget, args.reps)
+        if args.no_srun:
+            with open(args.out, encoding="utf-8") as fh:
+                rec["srun"] = json.load(fh)["srun"]
+        else:
+            rec["srun"] = srun_job(work, args.epochs, args.budget, args.reps)
+            _write(args.out, rec)  # kept, whatever the nodes part does
         if not args.no_nodes:
             rec["nodes"] = torchrun_nodes(work, args.epochs)
         rec["load_avg_1m_end"] = os.getloadavg()[0]
     finally:
         if cluster is not None:
             cluster.stop()
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as fh:
-        json.dump(rec, fh, indent=1)
+    _write(args.out, rec)
     print(tables(rec))
     return 0
+
+
+def _write(path: str, rec: Dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(rec, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+"""The rules both searches decide by, written once: offline (isolated trials, tune/strategy.py and
+analyse/recommend.py) and online (stretches of the real run, tune/online_strategy.py) read their
+evidence through these, so the two cannot disagree about what is CPU-bound, how far to jump, what
+counts as noise or which config to pick.
+
+NOTE [ One decision core ]
+
+    evidence of a config: its rate (median of its windows), its windows' rates (the noise),
+    the loop's data wait, the workers' CPU (and their wait for a CPU), its start-up, its failures
+      ─► cpu_bound ─► may the workers outnumber the CPUs?
+      ─► jump_target ─► the worker count predicted to reach the ceiling, within the CPU budget
+      ─► capping ─► a kill, a hang, memory: no config with as many workers after it
+      ─► pick ─► the cheapest config within tolerance of the fastest (tolerance >= the noise)
+    offline: LadderStrategy asks, a trial child measures, the tuner tells (tune/tuner.py)
+    online:  the explorer decides between batches of the real run (tune/online.py)
+
+What may differ between offline and online: the fields of ``Mode``, each with its reason
+(OFFLINE and ONLINE below). Everything else is one rule.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Dict, Hashable, Optional, Sequence, TypeVar
+
+BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running, or waiting for a CPU) computes
+SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
+CAPPING_FAILURES = ("killed", "hung", "memory")  # a config that ended so rules out every config with as many workers
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Where offline and online must decide differently, and why."""
+
+    name: str
+    # How close to the fastest a cheaper config may be and still be picked. Offline a trial costs
+    # only itself and its figure is measured again after it is chosen: 3 %. Online the rest of the
+    # real run pays any slowdown, and no config is measured again afterwards: the same 3 %, but
+    # never less than the run's own noise (an online window is 0.5 s, a trial's 2 s).
+    pick_tolerance: float
+    # The compute ceiling. Offline a trial replays one cached batch (the loader costs nothing).
+    # Online a replayed batch would train the model on repeated data: the step time when data is
+    # ready (a window's wall time less its data wait) stands in for it.
+    replays_a_batch: bool
+    # How far past the predicted count a jump reaches. Offline the ladder's next rung comes
+    # cheaply, so it aims at the count itself (less the tolerance). Online every window at too few
+    # workers is real training time lost, so it aims 10 % past it, and refines down afterwards.
+    jump_margin: float
+    # Windows per config before it is judged. Offline a trial's window is split into chunks;
+    # online a config is judged on whole windows of the run (0.5 s each, on every rank).
+    min_windows: int
+
+
+OFFLINE = Mode(name="offline", pick_tolerance=0.03, replays_a_batch=True, jump_margin=0.97, min_windows=1)
+ONLINE = Mode(name="online", pick_tolerance=0.03, replays_a_batch=False, jump_margin=1.10, min_windows=2)
+
+
+def cpu_bound(workers: int, workers_cores: Optional[float], runq_cores: Optional[float],
+              cpu_cap: int) -> Optional[bool]:
+    """Are the CPUs what limits these workers? By the workers' own demand (running, or runnable and
+    waiting for a CPU): each would use nearly a core, or together they would fill the usable CPUs.
+    Workers that mostly sleep (I/O, handing batches over) leave room: more of them than CPUs can
+    fill it, even while the training step keeps the CPUs busy. None: not measured (no workers)."""
+    if workers <= 0 or workers_cores is None:
+        return None
+    demand = workers_cores + (runq_cores or 0.0)
+    return demand / workers >= BUSY_WORKER_CORES or demand >= SATURATED_SHARE * max(1, cpu_cap)
+
+
+def loading_cpu_bound(load_cpu_fraction: Optional[float]) -> Optional[bool]:
+    """At 0 workers the loop loads each batch itself: is that loading computing (CPU-bound) rather
+    than waiting? The same threshold as for a worker: its share of a core while it loads."""
+    if load_cpu_fraction is None:
+        return None
+    return load_cpu_fraction >= BUSY_WORKER_CORES
+
+
+def jump_target(workers: int, rate: float, ceiling: float, mode: Mode, job_cores: Optional[float] = None,
+                cpu_cap: Optional[int] = None, worker_start_s: Optional[float] = None,
+                max_start_s: float = 10.0) -> int:
+    """The worker count predicted to reach the ceiling from a config that runs ``workers`` at
+    ``rate``: throughput grows with the workers while they are the limit. Capped by what the usable
+    CPUs can deliver where the job's own CPU per batch is known, and by how fast workers start
+    (spawn and forkserver start an interpreter each). At least twice the workers (a doubling)."""
+    lanes = max(workers, 1)
+    target = ceiling
+    if job_cores and cpu_cap:
+        target = min(target, rate * cpu_cap / job_cores)
+    needed = math.ceil(lanes * target * mode.jump_margin / max(rate, 1e-9) - 1e-9)  # (22.000000001 is 22)
+    if worker_start_s:
+        needed = min(needed, int(lanes * max_start_s / worker_start_s))
+    return max(2 * lanes, needed)
+
+
+def noise_floor(spreads: Sequence[float], least: float, most: float) -> float:
+    """How far apart two configs' rates must be to be told apart: the typical relative spread of
+    one config's measurements, never under ``least`` nor over ``most``."""
+    typical = sorted(spreads)[len(spreads) // 2] if spreads else 0.0
+    return min(most, max(least, typical))
+
+
+def pick(rates: Dict[Hashable, float], cost: Callable[[Hashable], tuple], tolerance: float) -> Optional[Hashable]:
+    """Among configs within ``tolerance`` of the fastest, the cheapest (then the faster)."""
+    if not rates:
+        return None
+    best = max(rates.values())
+    within = [k for k, r in rates.items() if r >= best * (1 - tolerance)]
+    return min(within, key=lambda k: (cost(k), -rates[k]))
+
+
+def caps_workers(kind: str) -> bool:
+    """Does a config that ended this way rule out every config with as many workers? A kill (RAM,
+    /dev/shm), a hang, memory over the budget: yes. An error raised in a worker: that config alone."""
+    return kind in CAPPING_FAILURES

@@ -1,0 +1,55 @@
+"""tune/rules.py: the rules both searches decide by, and the one list of where they differ."""
+import pytest
+
+from feedprof.tune import rules
+from feedprof.tune.rules import OFFLINE, ONLINE
+
+
+@pytest.mark.parametrize("workers,cores,runq,cap,bound", [
+    (4, 0.4, 0.0, 2, False),  # 0.1 core each: they wait on I/O, more than the CPUs can pay off
+    (4, 3.8, 0.0, 8, True),  # nearly a core each: computing
+    (2, 1.2, 0.8, 8, True),  # running plus waiting for a CPU: the demand is what counts
+    (8, 1.95, 0.0, 2, True),  # together they fill the two usable CPUs
+    (1, 0.6, 0.0, 4, False),  # 0.6 core: not CPU-bound, offline and online alike
+    (0, None, None, 2, None),
+])
+def test_one_cpu_rule(workers, cores, runq, cap, bound):
+    assert rules.cpu_bound(workers, cores, runq, cap) is bound
+
+
+def test_loading_in_the_loop_is_judged_by_the_same_threshold():
+    assert rules.loading_cpu_bound(0.95) is True and rules.loading_cpu_bound(0.6) is False
+    assert rules.loading_cpu_bound(None) is None
+
+
+def test_the_jump_aims_at_the_ceiling_within_the_cpu_budget_and_the_start_up():
+    assert rules.jump_target(2, 10.0, 100.0, OFFLINE) == 20  # 2 workers x 10, less the tolerance
+    assert rules.jump_target(2, 10.0, 100.0, ONLINE) == 22  # 10 % past it: refined down later
+    assert rules.jump_target(2, 10.0, 100.0, OFFLINE, job_cores=1.0, cpu_cap=2) == 4  # the CPUs' limit
+    assert rules.jump_target(4, 10.0, 100.0, OFFLINE, worker_start_s=2.0) == 20  # workers start slowly
+    assert rules.jump_target(0, 90.0, 100.0, OFFLINE) == 2  # never less than a doubling
+
+
+def test_the_pick_is_the_cheapest_within_tolerance_of_the_fastest():
+    rates = {0: 10.0, 2: 50.0, 4: 98.0, 8: 100.0}
+    assert rules.pick(rates, lambda k: (k,), 0.03) == 4
+    assert rules.pick(rates, lambda k: (k,), 0.01) == 8
+    assert rules.pick({}, lambda k: (k,), 0.03) is None
+
+
+def test_the_same_evidence_gives_the_same_pick_offline_and_online():
+    """Where no difference parameter applies, the two modes pick alike (the tolerance is one)."""
+    rates = {0: 11.0, 2: 25.0, 8: 90.0, 12: 93.0, 16: 94.0}
+    assert rules.pick(rates, lambda k: (k,), OFFLINE.pick_tolerance) == \
+        rules.pick(rates, lambda k: (k,), ONLINE.pick_tolerance) == 12
+
+
+def test_what_ends_a_config_caps_the_workers_or_not():
+    assert all(rules.caps_workers(k) for k in ("killed", "hung", "memory"))
+    assert not rules.caps_workers("error")
+
+
+def test_the_noise_floor():
+    assert rules.noise_floor([], 0.05, 0.15) == 0.05
+    assert rules.noise_floor([0.02, 0.08, 0.3], 0.05, 0.15) == 0.08
+    assert rules.noise_floor([0.4], 0.05, 0.15) == 0.15
