@@ -1,8 +1,8 @@
-"""tune/rules.py: the rules both searches decide by, and the one list of where they differ."""
+"""analyse/rules.py: the rules both searches decide by, and the one list of where they differ."""
 import pytest
 
-from feedprof.tune import rules
-from feedprof.tune.rules import OFFLINE, ONLINE
+from feedprof.analyse import rules
+from feedprof.analyse.rules import OFFLINE, ONLINE
 
 
 @pytest.mark.parametrize("workers,cores,runq,cap,bound", [

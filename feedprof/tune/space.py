@@ -11,11 +11,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.store import Framework, Trial
+from feedprof.analyse import rules
 from feedprof.tune.space_order import in_order_gain, in_order_variant
 
 Config = Dict[str, Any]
-BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core is computing, not waiting
-SATURATED_SHARE = 0.95  # a job using this share of the usable CPUs fills them: more workers only compete
 
 
 def job_cores(trial: Trial) -> Optional[float]:
@@ -27,7 +26,7 @@ def job_cores(trial: Trial) -> Optional[float]:
 
 def job_fills_cpus(trial: Trial, cpu_cap: int) -> Optional[bool]:
     cores = job_cores(trial)
-    return None if cores is None else cores >= SATURATED_SHARE * cpu_cap
+    return None if cores is None else cores >= rules.SATURATED_SHARE * cpu_cap
 
 
 def ladder_rungs(limit: int, extra: Tuple[int, ...] = ()) -> List[int]:
@@ -84,19 +83,14 @@ class Space:
         return self.legalize(dict(pick.config)), []
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        """Are the CPUs what limits this config's workers? Decided by the
-        workers' own demand (running, or runnable and waiting for a CPU): each
-        would use nearly a core, or together they would fill the usable CPUs.
-        Workers that mostly sleep (I/O, handing batches over) leave room: more
-        of them than CPUs can fill it, even while the training step keeps the
-        CPUs busy (a model computing on the CPU, a GPU job's host thread). CPU
-        that other processes take is never blamed on the workers; if it
+        """Are the CPUs what limits this config's workers? The one CPU rule (analyse/rules.py), on the
+        trial's workers: CPU that other processes take is never blamed on the workers; if it
         starves them, it shows as their wait for a CPU."""
         n = self.workers(trial.config)
-        if n <= 0 or trial.workers_cpu_pct is None:
+        if trial.workers_cpu_pct is None:
             return None
-        demand_cores = (trial.workers_cpu_pct + (trial.workers_runq_pct or 0.0)) / 100
-        return demand_cores / n >= BUSY_WORKER_CORES or demand_cores >= SATURATED_SHARE * self.cpu_cap
+        runq = trial.workers_runq_pct / 100 if trial.workers_runq_pct is not None else None
+        return rules.cpu_bound(n, trial.workers_cpu_pct / 100, runq, self.cpu_cap)
 
     def notes(self) -> List[Reason]:
         return []

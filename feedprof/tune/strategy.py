@@ -44,9 +44,10 @@ Strategies never run anything: the tuner asks, runs the trial, tells.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import List, Optional, Sequence, Set
 
+from feedprof.analyse import rules
 from feedprof.analyse.limits import usable, worker_cap
 from feedprof.analyse.recommend import Measured, measured_configs, pick, relative_spread, score, sound
 from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
@@ -290,13 +291,11 @@ class LadderStrategy(Confirming):
         n, s = sp.primary_of(last.config), score(last)
         if not s or last.data_wait_fraction is None or last.data_wait_fraction < JUMP_MIN_WAIT:
             return None
-        target = ceiling
-        cores = job_cores(last)
-        if cores:  # the job's own CPU per batch caps what the usable cores can deliver
-            target = min(target, s * sp.cpu_cap / cores)
-        needed = math.ceil(n * target * (1 - self.tol) / s)
-        if last.time_to_first_batch_s:  # workers start in turn (spawn, forkserver: an interpreter each)
-            needed = min(needed, int(n * JUMP_MAX_STARTUP_S / last.time_to_first_batch_s))
+        # the job's own CPU per batch caps what the usable cores can deliver; workers start in turn
+        # (spawn, forkserver: an interpreter each): analyse/rules.py, the online search's jump too
+        mode = dataclasses.replace(rules.OFFLINE, jump_margin=1 - self.tol)
+        needed = rules.jump_target(n, s, ceiling, mode, job_cores=job_cores(last), cpu_cap=sp.cpu_cap,
+                                   worker_start_s=last.time_to_first_batch_s, max_start_s=JUMP_MAX_STARTUP_S)
         return needed if needed > 2 * n else None
 
     # -- refine ---------------------------------------------------------------
