@@ -186,6 +186,21 @@ def test_long_command_lines_fit_the_terminal(orphan):
     assert all(len(line) <= 80 for line in table.splitlines())
 
 
+def test_a_terminal_shows_the_program_by_name_and_a_pipe_the_whole_command():
+    """A virtual environment's long path would fill a terminal's row and say nothing:
+    the program's name and its arguments there; ``feedprof gpus | cat`` keeps it whole."""
+    from feedprof.store.procs import GpuProcess, GpuState, GpusView, ProcessInfo
+
+    command = "/home/someone/projects/vision/.venv-py311-cuda12/bin/python3.11 train.py --workers 8 --epochs 90"
+    proc = ProcessInfo(pid=4242, command=command, user="someone", ppid=1, parent_command="bash")
+    view = GpusView(gpus=(GpuState(cuda_index=0, nvml_index=0, uuid="GPU-a", name="A100",
+                                   processes=(GpuProcess(proc, GIB),)),))
+    row = next(line for line in format_gpus(view, width=100).splitlines() if "4242" in line)
+    assert row.endswith("python3.11 train.py --workers 8 --epochs 90") and ".venv" not in row
+    piped = next(line for line in format_gpus(view).splitlines() if "4242" in line)
+    assert piped.endswith(command)
+
+
 def test_a_command_line_cannot_write_to_the_terminal():
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "\x1b[2J\x1b]0;owned\x07"])
     try:

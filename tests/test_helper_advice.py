@@ -244,7 +244,147 @@ def test_the_words_never_name_a_library_line(tmp_path, monkeypatch):
     assert "site-packages" not in words and "your call train.py:" in words
 
 
-def test_nothing_to_change_through_the_helper_is_the_users_call_as_it_is(tmp_path, monkeypatch):
+def test_nothing_to_change_through_the_helper_is_no_line_at_all(tmp_path, monkeypatch):
+    """The flag's default (4) is the pick: the script's call as it is would be no advice."""
     paste, lib = advise(tmp_path, monkeypatch, [], config={"num_workers": 4, "pin_memory": False})
-    assert paste.line.startswith("loader_train = create_loader(Slow(), batch_size=args.batch_size")
-    assert "fancylib" not in paste.line and "DataLoader(" not in paste.line
+    assert paste.line == "" and not any(isinstance(f, SetByFlag) for f in paste.findings)
+
+
+# timm's train.py: the loader's settings in dicts, splatted into a library's helper
+# that takes **kwargs (timm.data.create_loader), fed by the script's flags (-j)
+TIMM_LIBRARY = '''
+from torch.utils.data import DataLoader
+
+
+def create_loader(dataset, is_training=False, **kwargs):
+    return DataLoader(dataset, shuffle=is_training, **kwargs)
+'''
+
+TIMM_TRAIN = '''
+import argparse
+import time
+
+import torch
+from torch.utils.data import Dataset
+
+from timmlike.data import create_loader
+
+parser = argparse.ArgumentParser(description="timm-like training")
+parser.add_argument("-b", "--batch-size", type=int, default=4)
+parser.add_argument("-j", "--workers", type=int, default=4, metavar="N")
+parser.add_argument("--pin-mem", action="store_true", default=False)
+parser.add_argument("--epochs", type=int, default=3)
+
+
+class Slow(Dataset):
+    def __len__(self):
+        return 240
+
+    def __getitem__(self, i):
+        time.sleep(0.008)
+        return torch.zeros(4)
+
+
+def main():
+    args = parser.parse_args()
+    common_loader_kwargs = dict(
+        pin_memory=args.pin_mem,
+    )
+    train_loader_kwargs = dict(
+        batch_size=args.batch_size,
+        is_training=True,
+        num_workers=args.workers,
+    )
+    loader_train = create_loader(
+        Slow(),
+        **common_loader_kwargs,
+        **train_loader_kwargs,
+    )
+    for epoch in range(args.epochs):
+        for batch in loader_train:
+            time.sleep(0.001)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def timm_project(tmp_path):
+    """The helper installed in a virtual environment's site-packages, the script in its own directory."""
+    lib = tmp_path / "venv" / "lib" / "python3" / "site-packages" / "timmlike"
+    lib.mkdir(parents=True)
+    write_script(lib, "__init__.py", "")
+    helper = write_script(lib, "data.py", TIMM_LIBRARY)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    return helper, write_script(proj, "train.py", TIMM_TRAIN)
+
+
+def runs_as_pasted(line):
+    """Each line parses (a statement with ast, the command line as shell words) and no
+    call passes a keyword by name that the script's dicts pass it too."""
+    import ast
+    import shlex
+
+    for text in line.splitlines():
+        if text.startswith("python "):
+            assert shlex.split(text)
+            continue
+        for call in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)):
+            named = [k.arg for k in call.keywords if k.arg]
+            assert len(named) == len(set(named)), text
+            if any(k.arg is None for k in call.keywords):  # beside the dicts: nothing they hold
+                assert not set(named) & {"batch_size", "is_training", "num_workers", "pin_memory"}, text
+
+
+def timm_advise(tmp_path, monkeypatch, config, argv):
+    helper, script = timm_project(tmp_path)
+    monkeypatch.chdir(os.path.dirname(script))
+    loader = LoaderRecord(loader_id=0, framework="torch",
+                          call_chain=(f"train.py:{line_of(TIMM_TRAIN, 'create_loader(')}",),
+                          built_in=(f"{helper}:{line_of(TIMM_LIBRARY, 'return DataLoader(')}",),
+                          config={"num_workers": 2, "pin_memory": False})
+    return paste_for(config, loader, script, argv)
+
+
+def test_timms_dicts_of_loader_kwargs_are_followed_to_the_flag(tmp_path, monkeypatch):
+    """Before: ``create_loader(..., **common_loader_kwargs, **train_loader_kwargs,
+    num_workers=2)``, which Python refuses, and -j never named."""
+    config = {"num_workers": 8, "pin_memory": True, "prefetch_factor": 2, "persistent_workers": True}
+    paste = timm_advise(tmp_path, monkeypatch, config, ["-j", "2", "--epochs", "1"])
+    runs_as_pasted(paste.line)
+    call_site = f"train.py:{line_of(TIMM_TRAIN, 'create_loader(')}"
+    assert paste.line.splitlines() == [
+        f"loader_train = create_loader(Slow(), **common_loader_kwargs, **train_loader_kwargs, "
+        f"persistent_workers=True)  # {call_site}",  # what no dict holds: passed on by **kwargs
+        "python train.py --epochs 1 -j 8 --pin-mem"]
+    flags = {f.knob: f for f in paste.findings if isinstance(f, SetByFlag)}
+    assert (flags["num_workers"].flag, flags["num_workers"].value) == ("-j", "8")
+    assert "run with `-j 8`" in say(flags["num_workers"]) and "run with `--pin-mem`" in say(flags["pin_memory"])
+    assert "site-packages" not in paste.line
+
+
+def test_timms_shape_with_the_scripts_own_settings_has_nothing_to_paste(tmp_path, monkeypatch):
+    paste = timm_advise(tmp_path, monkeypatch, {"num_workers": 2, "pin_memory": False}, ["-j", "2"])
+    assert paste.line == "" and not any(isinstance(f, SetByFlag) for f in paste.findings)
+
+
+def test_tune_of_timms_shape_pastes_a_line_that_runs(tmp_path, no_leftovers, torch):
+    """The real tune of the timm shape: the paste parses, passes no keyword twice,
+    and names the script's flag -j."""
+    helper, script = timm_project(tmp_path)
+    out = tmp_path / "out"
+    site_packages = os.path.dirname(os.path.dirname(helper))
+    proc = run_feedprof(["tune", "train.py", "--out", str(out), "--budget", "40", "--window-seconds", "0.6",
+                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "--",
+                         "-j", "0"], timeout=300, cwd=os.path.dirname(script),
+                        env={"PYTHONPATH": os.pathsep.join([site_packages, os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((out / "results.json").read_text())["recommendation"]
+    n = rec["config"]["num_workers"]
+    assert n >= 2, rec
+    runs_as_pasted(rec["paste_line"])
+    assert f"python train.py -j {n}" in rec["paste_line"] and "num_workers=" not in rec["paste_line"]
+    assert f"run with `-j {n}`" in proc.stdout and "Paste this:" in proc.stdout
+    assert "already the best found" not in proc.stdout and "site-packages" not in rec["paste_line"]

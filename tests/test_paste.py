@@ -200,3 +200,175 @@ def test_the_scripts_start_method_is_kept_and_dropped_without_workers(tmp_path, 
     zero = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
     assert advise(tmp_path, "d = DataLoader", text=text, config=zero).line == \
         "d = DataLoader(range(10), num_workers=0)  # train.py:2"
+
+
+# ---------------------------------------------- through dicts, **kwargs and partial
+
+KWARGS_SCRIPT = textwrap.dedent('''
+    import argparse
+    from functools import partial
+
+    from torch.utils.data import DataLoader
+
+
+    def make_loader(ds, **kwargs):
+        return DataLoader(ds, batch_size=4, **kwargs)
+
+
+    def build(ds, loader_kwargs):
+        return DataLoader(ds, **loader_kwargs)
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("-j", "--workers", type=int, default=2)
+        parser.add_argument("--pin-mem", action="store_true")
+        args = parser.parse_args()
+        a = make_loader(range(10), num_workers=args.workers)
+        loader_kwargs = {"batch_size": 4, "num_workers": args.workers, "pin_memory": args.pin_mem}
+        b = DataLoader(range(10), shuffle=True, **loader_kwargs)
+        make = partial(DataLoader, batch_size=4, num_workers=args.workers)
+        c = make(range(10))
+        kw = dict(batch_size=4)
+        kw["num_workers"] = args.workers
+        kw.update(pin_memory=False)
+        d = DataLoader(range(10), **kw)
+        e_kwargs = dict(batch_size=4, num_workers=2)
+        e = DataLoader(range(10), **e_kwargs)
+        f = DataLoader(range(10), **get_kwargs())
+        base = {"num_workers": 1}
+        if args.workers:
+            base.update({"num_workers": args.workers})
+        else:
+            base["num_workers"] = 0
+        g = DataLoader(range(10), **base)
+        h = DataLoader(range(10), batch_size=4, **{"shuffle": True})
+        pinned = {"pin_memory": True, "num_workers": 2}
+        i = DataLoader(range(10), **pinned)
+        j = build(range(10), dict(batch_size=4, num_workers=args.workers))
+    ''').lstrip()
+
+PIN = {**EIGHT, "pin_memory": True}
+
+
+def runs_as_pasted(paste):
+    """Every line parses (statements with ast, the command line as shell words) and
+    no call in it passes a keyword twice by name."""
+    import ast
+    import shlex
+
+    for line in paste.line.splitlines():
+        if line.startswith("python "):
+            assert shlex.split(line)
+            continue
+        for call in (n for n in ast.walk(ast.parse(line)) if isinstance(n, ast.Call)):
+            named = [k.arg for k in call.keywords if k.arg]
+            assert len(named) == len(set(named)), line
+    return paste.line.splitlines()
+
+
+def kw_advise(tmp_path, *fragments, config=PIN, argv=("-j", "2")):
+    return advise(tmp_path, *fragments, text=KWARGS_SCRIPT, config=config, argv=argv)
+
+
+def at(fragment):
+    return f"train.py:{line_of(KWARGS_SCRIPT, fragment)}"
+
+
+def test_a_helper_that_takes_kwargs_passes_the_flag_through(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "a = make_loader", "return DataLoader(ds, batch_size=4, **kwargs)")
+    assert runs_as_pasted(paste) == [
+        f"a = make_loader(range(10), num_workers=args.workers, pin_memory=True, persistent_workers=True)  "
+        f"# {at('a = make_loader')}", "python train.py -j 8"]
+    flag = next(f for f in paste.findings if isinstance(f, SetByFlag))
+    assert (flag.knob, flag.flag, flag.value) == ("num_workers", "-j", "8")
+
+
+def test_a_dict_passed_into_a_function_is_looked_into_where_it_is_passed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "j = build", "return DataLoader(ds, **loader_kwargs)")
+    assert runs_as_pasted(paste) == [
+        f"return DataLoader(ds, **loader_kwargs, pin_memory=True, persistent_workers=True)  "
+        f"# {at('return DataLoader(ds, **loader_kwargs)')}", "python train.py -j 8"]
+
+
+def test_a_dict_of_loader_kwargs_is_followed_to_its_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "b = DataLoader")
+    lines = runs_as_pasted(paste)
+    # what the dict lacks is added beside it; what it holds comes from the flags
+    assert lines == [f"b = DataLoader(range(10), shuffle=True, **loader_kwargs, persistent_workers=True)  "
+                     f"# {at('b = DataLoader')}", "python train.py -j 8 --pin-mem"]
+    assert {f.flag for f in paste.findings if isinstance(f, SetByFlag)} == {"-j", "--pin-mem"}
+
+
+def test_a_partial_is_followed_and_changed_where_it_is_made(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "c = make(")
+    assert runs_as_pasted(paste) == [
+        f"make = partial(DataLoader, batch_size=4, num_workers=args.workers, pin_memory=True, "
+        f"persistent_workers=True)  # {at('make = partial')}", "python train.py -j 8"]
+
+
+def test_a_dict_updated_before_the_call_is_changed_where_it_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "d = DataLoader")
+    lines = runs_as_pasted(paste)
+    assert f"kw.update(pin_memory=True)  # {at('kw.update')}" in lines
+    assert f"d = DataLoader(range(10), **kw, persistent_workers=True)  # {at('d = DataLoader')}" in lines
+    assert lines[-1] == "python train.py -j 8"  # kw["num_workers"] = args.workers
+    # a literal in the dict is set in the dict, not beside it
+    paste = kw_advise(tmp_path, "e = DataLoader", config=EIGHT)
+    lines = runs_as_pasted(paste)
+    assert f"e_kwargs = dict(batch_size=4, num_workers=8)  # {at('e_kwargs = dict')}" in lines
+    assert not any("DataLoader" in line and "num_workers" in line for line in lines)
+    assert any(isinstance(f, SetElsewhere) and f.site == at("e_kwargs = dict") for f in paste.findings)
+    paste = kw_advise(tmp_path, "i = DataLoader")
+    assert runs_as_pasted(paste) == [f"i = DataLoader(range(10), **pinned, persistent_workers=True)  # {at('i = ')}",
+                                     f"pinned = {{'pin_memory': True, 'num_workers': 8}}  # {at('pinned = ')}"]
+
+
+def test_a_dict_that_cannot_be_read_is_said_never_appended_to(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "f = DataLoader", config=EIGHT)
+    assert paste.line == ""  # any keyword may be in what get_kwargs() returns
+    unknown = {f.knob: f for f in paste.findings if isinstance(f, SettingSourceUnknown)}
+    assert set(unknown) == {"num_workers", "prefetch_factor", "persistent_workers"}
+    assert unknown["num_workers"].left_out and unknown["num_workers"].expression == "**get_kwargs()"
+    words = say(unknown["num_workers"])
+    assert "set num_workers=8 where get_kwargs() is made" in words and "Python refuses a keyword passed twice" in words
+    # num_workers is written in two places (if/else): not followed; the dict is read for the rest
+    paste = kw_advise(tmp_path, "g = DataLoader", config=EIGHT)
+    assert runs_as_pasted(paste) == [f"g = DataLoader(range(10), **base, persistent_workers=True)  # {at('g = ')}"]
+    unknown = [f for f in paste.findings if isinstance(f, SettingSourceUnknown)]
+    assert [(f.knob, f.expression, f.left_out) for f in unknown] == [("num_workers", "**base", True)]
+
+
+def test_a_splat_that_lacks_the_keyword_gets_it_beside(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    paste = kw_advise(tmp_path, "h = DataLoader", config=EIGHT)
+    assert runs_as_pasted(paste) == [
+        f"h = DataLoader(range(10), batch_size=4, **{{'shuffle': True}}, num_workers=8, persistent_workers=True)  "
+        f"# {at('h = DataLoader')}"]
+
+
+def test_a_line_that_would_pass_a_keyword_twice_is_withheld_and_said(tmp_path, monkeypatch):
+    """The check behind the tracer: a plan that adds a keyword beside a splat that
+    passes it is not shown; the words say what to set, and where."""
+    from feedprof.frameworks import paste as module
+    from feedprof.store.reasons import PasteLineWithheld
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(KWARGS_SCRIPT)
+    site = at("b = DataLoader")
+    call = module.Call(chain=(site,), names=("DataLoader",),
+                       settings=(module.Setting("num_workers", "num_workers", 8),))
+    at_the_call = module.AtCall(str(tmp_path / "train.py"), line_of(KWARGS_SCRIPT, "b = DataLoader"), ("DataLoader",),
+                                "num_workers")  # a tracer that does not look into **loader_kwargs
+    monkeypatch.setattr(module.Tracer, "origin", lambda self, *args: at_the_call)
+    found = module.paste([call], str(tmp_path / "train.py"))
+    assert found.line == ""
+    withheld = next(f for f in found.findings if isinstance(f, PasteLineWithheld))
+    assert (withheld.site, withheld.detail, withheld.settings) == (site, "num_workers", {"num_workers": 8})
+    assert "would pass num_workers twice to DataLoader(...)" in say(withheld)

@@ -123,6 +123,25 @@ def test_the_recommendation_wraps_its_words_never_the_line_to_paste():
     assert any(line.startswith("    ") and line.strip() and code not in line for line in lines)  # hanging indent
 
 
+def test_the_scripts_own_settings_as_the_pick_show_no_line_to_paste():
+    """"Leave them as they are" and a changed line to paste would contradict each
+    other: the pick that is the script's own settings shows no paste (in the text
+    and the report), even from a record that holds one."""
+    from feedprof.render.html import tune_verdict
+    from feedprof.store.reasons import KeepScriptSettings
+
+    rec = Recommendation(framework="torch", config={"num_workers": 2}, verdict=Verdict(kind="no_better"),
+                         reasons=(KeepScriptSettings(),), loader_site="train.py:40",
+                         paste_line="loader = create_loader(ds, **kw, num_workers=2)  # train.py:40")
+    text = format_recommendation(rec, TuneResult(recommendation=rec, complete=True))
+    assert "already the best found" in text and "Paste this" not in text and "create_loader" not in text
+    assert "create_loader" not in tune_verdict(TuneResult(recommendation=rec, complete=True))
+    # a pick that differs, with nothing that could be pasted: said, not an empty "Paste this:"
+    other = Recommendation(framework="torch", config={"num_workers": 8}, verdict=Verdict(kind="faster"))
+    text = format_recommendation(other, TuneResult(recommendation=other, complete=True))
+    assert "Paste this" not in text and "No line to paste" in text
+
+
 def test_a_tune_piped_to_a_file_has_one_line_per_trial(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     out = tmp_path / "out"

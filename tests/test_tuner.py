@@ -251,6 +251,9 @@ def test_a_tune_whose_budget_ran_out_before_any_setting_says_nothing_was_tried(t
     assert said.startswith("The 30 s budget ran out before any loader setting was tried: the script's own "
                            "settings and the compute ceiling took 20.0 s, and a trial of one setting takes about "
                            "10.0 s. Give --budget 50 to try at least the worker ladder's first 2 rungs")
+    # no paste (it would be the script's own settings), and the budget said once, not again as a note
+    assert rec.paste_line == "" and "Paste this" not in words and "No line to paste" not in words
+    assert "cut the search short" not in words and words.count("budget") == 2  # "ran out", "Give --budget"
     saved = json.loads((tmp_path / "out" / "results.json").read_text())["recommendation"]
     assert saved["verdict"]["kind"] == "nothing_tried"
     assert {"code": "nothing_tried", "budget_s": 30.0, "spent_s": 20.0, "ceiling": True, "trial_s": 10.0,
@@ -264,7 +267,14 @@ def test_a_tune_whose_budget_ran_out_before_any_setting_says_nothing_was_tried(t
 
 
 def test_a_tune_that_tried_nothing_because_there_was_nothing_to_try_keeps_its_words(tmp_path, clock):
-    """The baseline at the ceiling: a complete tune with nothing to try is not 'nothing tried'."""
+    """The baseline at the ceiling: a complete tune with nothing to try is not 'nothing tried'.
+    Its pick is the script's own settings: said, and nothing to paste."""
+    from feedprof.render.progress import format_recommendation
+
     result = tuner(tmp_path, clock, FakeRunner(clock, rate=lambda config: 400.0)).run()
     assert result.complete and result.recommendation.verdict.kind != "nothing_tried"
     assert not any(isinstance(x, NothingTried) for x in result.recommendation.reasons)
+    assert any(isinstance(x, KeepScriptSettings) for x in result.recommendation.reasons)
+    assert result.recommendation.paste_line == ""
+    words = format_recommendation(result.recommendation, result)
+    assert "already the best found" in words and "Paste this" not in words

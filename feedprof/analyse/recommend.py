@@ -165,6 +165,14 @@ def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -
     return min(cheaper, key=lambda m: cost(m.config), default=None)
 
 
+def keeps_own_settings(rec: Recommendation) -> bool:
+    """The pick is the script's own settings (KeepScriptSettings), or nothing else
+    was tried (VerdictKind.NOTHING_TRIED): there is nothing to paste, and the
+    advice says which."""
+    kind = getattr(rec.verdict, "kind", None)
+    return kind == VerdictKind.NOTHING_TRIED or any(isinstance(r, KeepScriptSettings) for r in rec.reasons)
+
+
 def tried_a_setting(trials: Sequence[Trial]) -> bool:
     """Did any loader setting run beside the script's own (and the compute ceiling)?"""
     return any(t.role not in (Role.BASELINE, Role.CEILING) and t.state != TrialState.REJECTED for t in trials)

@@ -1,11 +1,14 @@
 """The paste-ready advice: each recommended setting where the script sets it.
 
 A setting is changed where its value comes from (origin.py): the loader's own
-call, an outer call that passes it in, an assignment, or the script's own
-command-line flag ("run with ``--workers 8``"). Statements are the user's own,
-rewritten with the knobs (source.py), each followed by ``# file:line``; flags
-become one command line. What cannot be followed is said plainly, and the
-loader's call gets the literal value instead.
+call, an outer call that passes it in, a dict of keyword arguments, an
+assignment, or the script's own command-line flag ("run with ``--workers 8``").
+Statements are the user's own, rewritten with the knobs (source.py), each
+followed by ``# file:line``; flags become one command line. What cannot be
+followed is said plainly, and the literal value goes where the keyword is
+written, never beside a ``**`` splat that may pass it already. Every line is
+checked before it is shown (paste_check.py): one that does not parse, passes a
+keyword twice or changes nothing is left out, and a finding says what to set.
 """
 from __future__ import annotations
 
@@ -17,10 +20,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.frameworks import configs
 from feedprof.frameworks.configs import FromConfig
-from feedprof.frameworks.origin import AtAssign, AtCall, FromFlag, NotFound, Tracer, argument, display
-from feedprof.frameworks.source import enclosing_def, find_call, parse_file, resolve_site, rewrite_statement
-from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, Reason, SetByFlag, SetByOverride,
-                                    SetElsewhere, SettingSourceUnknown)
+from feedprof.frameworks.kwargs import find_loader_call, through_splats
+from feedprof.frameworks.origin import AtAssign, AtCall, AtKey, FromFlag, NotFound, Tracer, display
+from feedprof.frameworks.paste_check import Check, check_command, check_statement
+from feedprof.frameworks.scope import argument, load
+from feedprof.frameworks.source import enclosing_def, resolve_site, rewrite_keys, rewrite_statement, statement_at
+from feedprof.store.codes import LineProblem
+from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, PasteLineWithheld, Reason, SetByFlag,
+                                    SetByOverride, SetElsewhere, SettingSourceUnknown)
 
 _ABSENT = object()
 
@@ -60,6 +67,7 @@ class _Plan:
     edits: Dict[tuple, Dict[str, Any]] = field(default_factory=dict)  # (path, line, names, positional) -> knobs
     drops: Dict[tuple, List[str]] = field(default_factory=dict)
     assigns: Dict[tuple, Any] = field(default_factory=dict)  # (path, line, name) -> value
+    keys: Dict[tuple, Dict[str, Any]] = field(default_factory=dict)  # (path, line) -> a {...} display's keys
     flags: List[Tuple[FromFlag, Optional[str]]] = field(default_factory=list)  # value None: a bare switch
     overrides: List[Tuple[str, str, Any]] = field(default_factory=list)  # (config system, key, value)
     yaml: Dict[tuple, Any] = field(default_factory=dict)  # (path, line, key) -> value: a config file's key
@@ -83,14 +91,15 @@ def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback
         if not frames or library or _call_at(frames[-1], call.names) is None:
             site = call.chain[-1] if call.chain else ""
             plan.findings.append(SettingSourceUnknown(knob="", site=site, call=call.names[0]))
-            return Paste(fallback, tuple(plan.findings))
+            return Paste(fallback if check_statement(fallback).ok else "", tuple(plan.findings))
         key = (*frames[-1], call.names, call.positional)
         plan.edits.setdefault(key, {})  # the loader's own call first
         for setting in call.settings:
             _place(setting, call, frames, tracer, plan, script, argv)
         if call.drop:
             plan.drops[key] = list(call.drop)
-    return Paste("\n".join(_lines(plan, script, argv)), tuple(plan.findings))
+    lines = _lines(plan, script, argv)  # (checked: a line left out adds its finding)
+    return Paste("\n".join(lines), tuple(plan.findings))
 
 
 def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: Sequence[str]) -> None:
@@ -108,8 +117,9 @@ def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: 
 
 
 def _call_at(frame: Tuple[str, int], names: Sequence[str]) -> Any:
-    tree = parse_file(frame[0])
-    return find_call(tree, frame[1], names) if tree is not None else None
+    """The call to one of ``names`` at ``frame`` (or through a functools.partial of one)."""
+    src = load(frame[0], {})
+    return find_loader_call(src, frame[1], names)[0] if src is not None else None
 
 
 # NOTE [ A loader built by a library's helper ]
@@ -140,47 +150,50 @@ def _through_helper(call: Call, frames: List[Tuple[str, int]], library: List[Tup
     built = _call_at(library[-1], call.names) is not None
     for s in call.settings:
         origin = tracer.origin(frames + library, call.names, s.keyword, call.positional) if built else None
-        keyword = s.keyword
         if origin is None or isinstance(origin, NotFound) or origin.path in inside:
-            names = (s.keyword, *s.aliases)
-            keyword = next((k for k in names if argument(node, k, positional) is not None), None) or \
-                next((k for k in names if k in params), "")
+            keyword = _helper_keyword(s, frames[-1], name, positional, params, tracer)
             if not keyword:
                 plan.findings.append(HelperTakesNoSetting(knob=s.knob, call=name, site=site))
                 continue
             origin = tracer.origin(frames, (name,), keyword, positional)
-        _apply(origin, s, keyword, here, site, name, plan, script, argv)
-    return True  # nothing to change, or nothing that can be: the script's call as it is
+        _apply(origin, s, here, site, name, plan, script, argv)
+    return True  # advised at the script's call: a line there only where something changes
+
+
+def _helper_keyword(s: Setting, frame: Tuple[str, int], name: str, positional: Sequence[str],
+                    params: Sequence[str], tracer: Tracer) -> str:
+    """The helper's argument for ``s``: the one the script's call passes (by name, or
+    in a ``**`` dict), else a parameter named like it, else the setting's own name
+    where the helper takes any keyword (``**kwargs``); "": none."""
+    names = (s.keyword, *s.aliases)
+    takes_any = any(p.startswith("**") for p in params)
+    return next((k for k in names if tracer.passes([frame], (name,), k, positional)), None) or \
+        next((k for k in names if k in params), "") or (s.keyword if takes_any else "")
 
 
 def _place(s: Setting, call: Call, frames: List[Tuple[str, int]], tracer: Tracer, plan: _Plan,
            script: str, argv: Sequence[str]) -> None:
-    """Where one setting goes: nowhere (already so), a call, an assignment or a flag."""
-    node = _call_at(frames[-1], call.names)
-    expr = argument(node, s.keyword, call.positional)
-    if expr is None and s.default is not _ABSENT and s.default == s.value:
+    """Where one setting goes: nowhere (already so), a call, a dict, an assignment or a flag."""
+    if s.default is not _ABSENT and s.default == s.value \
+            and not tracer.passes(frames, call.names, s.keyword, call.positional):
         return  # absent, and the default is what is wanted
     origin = tracer.origin(frames, call.names, s.keyword, call.positional)
     if isinstance(origin, FromFlag) and _flag_value(origin, s.value) is _ABSENT:  # a switch for the other value
-        origin = NotFound(ast.unparse(expr) if expr is not None else "", origin.path, origin.line)
-    _apply(origin, s, s.keyword, (*frames[-1], call.names, call.positional), call.chain[-1], call.names[0],
+        expression, where = tracer.written(frames[-1], call.names, s.keyword, call.positional)
+        origin = NotFound(expression, origin.path, origin.line, where)
+    _apply(origin, s, (*frames[-1], call.names, call.positional), call.chain[-1], call.names[0],
            plan, script, argv)
 
 
-def _apply(origin: Any, s: Setting, keyword: str, here: tuple, site: str, call_name: str, plan: _Plan,
+def _apply(origin: Any, s: Setting, here: tuple, site: str, call_name: str, plan: _Plan,
            script: str, argv: Sequence[str]) -> None:
-    """Set ``s`` where ``origin`` says (``here``: the call that gets the literal
-    value, as its keyword ``keyword``, where the origin cannot be followed)."""
-    if isinstance(origin, AtCall):
-        key = (origin.path, origin.line, origin.names, origin.positional)
-        plan.edits.setdefault(key, {})[origin.keyword] = s.value
-        if key[:2] != here[:2]:
-            plan.findings.append(SetElsewhere(knob=s.knob, keyword=origin.keyword, call=origin.names[0],
+    """Set ``s`` where ``origin`` says (``here``: the loader's call, or the
+    script's call into a helper, that the advice is about)."""
+    if isinstance(origin, (AtCall, AtKey, AtAssign)):
+        _write(origin, s.value, plan)
+        if not isinstance(origin, AtCall) or (origin.path, origin.line) != here[:2]:
+            plan.findings.append(SetElsewhere(knob=s.knob, keyword=_written_name(origin), call=_written_in(origin),
                                               site=display(origin.path, origin.line, script), loader_site=site))
-    elif isinstance(origin, AtAssign):
-        plan.assigns[(origin.path, origin.line, origin.name)] = s.value
-        plan.findings.append(SetElsewhere(knob=s.knob, keyword=origin.name, call=f"{origin.name} = ...",
-                                          site=display(origin.path, origin.line, script), loader_site=site))
     elif isinstance(origin, FromFlag) and _flag_value(origin, s.value) is not _ABSENT:
         origin = as_given(origin, argv)
         value = _flag_value(origin, s.value)
@@ -193,10 +206,34 @@ def _apply(origin: Any, s: Setting, keyword: str, here: tuple, site: str, call_n
                                        also_used_at=also))
     elif isinstance(origin, FromConfig):
         _config(origin, s, site, plan, script)
-    else:  # not followed: the literal value at the call, and say so
-        plan.edits.setdefault(here, {})[keyword] = s.value
+    else:  # not followed: the literal where the keyword is written, if it is written where it can be changed
+        where = origin.where if isinstance(origin, NotFound) else None
+        if where is not None:
+            _write(where, s.value, plan)
         expression = origin.expression if isinstance(origin, NotFound) else ""
-        plan.findings.append(SettingSourceUnknown(knob=s.knob, expression=expression, site=site, call=call_name))
+        plan.findings.append(SettingSourceUnknown(knob=s.knob, expression=expression, site=site, call=call_name,
+                                                  left_out=where is None, value=repr(s.value)))
+
+
+def _write(where: Any, value: Any, plan: _Plan) -> None:
+    """A literal ``value`` at ``where`` (AtCall, AtKey or AtAssign)."""
+    if isinstance(where, AtCall):
+        plan.edits.setdefault((where.path, where.line, where.names, where.positional), {})[where.keyword] = value
+    elif isinstance(where, AtKey):
+        plan.keys.setdefault((where.path, where.line), {})[where.key] = value
+    else:
+        plan.assigns[(where.path, where.line, where.name)] = value
+
+
+def _written_name(where: Any) -> str:
+    return where.keyword if isinstance(where, AtCall) else where.key if isinstance(where, AtKey) else where.name
+
+
+def _written_in(where: Any) -> str:
+    """What SetElsewhere calls the place: the call's name, ``{...}``, or ``name = ...``."""
+    if isinstance(where, AtCall):
+        return where.names[0]
+    return "{...}" if isinstance(where, AtKey) else f"{where.name} = ..."
 
 
 def _config(origin: FromConfig, s: Setting, site: str, plan: _Plan, script: str) -> None:
@@ -259,23 +296,60 @@ def _flag_value(flag: FromFlag, value: Any) -> Any:
 
 
 def _lines(plan: _Plan, script: str, argv: Sequence[str]) -> List[str]:
+    """The plan's lines, each checked (paste_check.py) before it is kept."""
     lines = []
     for (path, line, names, positional), knobs in plan.edits.items():
-        drop = plan.drops.get((path, line, names, positional), [])
-        present = _present(path, line, names, drop)
-        if not knobs and not present and (plan.flags or plan.overrides or plan.assigns or plan.yaml
-                                          or len(plan.edits) > 1):
-            continue  # nothing to change here
+        present = _present(path, line, names, plan.drops.get((path, line, names, positional), []))
         found = rewrite_statement(path, line, names, knobs, drop=present, positional=positional)
         if found:
-            lines.append(f"{found[0]}  # {display(path, line, script)}")
+            before = rewrite_statement(path, line, names, {}, positional=positional)
+            check = check_statement(found[0], before[0] if before else "", _splats(path, line, names, knobs))
+            lines += _shown(f"{found[0]}  # {display(path, line, script)}", check, display(path, line, script),
+                            names[0], knobs, plan)
     for (path, line, name), value in plan.assigns.items():
-        lines.append(f"{name} = {value!r}  # {display(path, line, script)}")
+        check = check_statement(f"{name} = {value!r}", statement_at(path, line) or "")
+        lines += _shown(f"{name} = {value!r}  # {display(path, line, script)}", check, display(path, line, script),
+                        "", {name: value}, plan)
+    for (path, line), keys in plan.keys.items():
+        rewritten = rewrite_keys(path, line, keys)
+        if rewritten:
+            lines += _shown(f"{rewritten[0]}  # {display(path, line, script)}", check_statement(*rewritten),
+                            display(path, line, script), "", keys, plan)
     for (path, line, key), value in plan.yaml.items():
         lines.append(f"{key}: {configs.tokens('hydra', key, value)[0].split('=', 1)[1]}  # {display(path, line, script)}")
     if plan.flags or plan.overrides:
-        lines.append(command_line(script, argv, plan.flags, plan.overrides))
+        text = command_line(script, argv, plan.flags, plan.overrides)
+        check = check_command(text, command_line(script, argv, []), [_options(flag) for flag, _ in plan.flags])
+        lines += _shown(text, check, "", "", {flag.flag: value for flag, value in plan.flags}, plan)
     return lines
+
+
+def _splats(path: str, line: int, names: Sequence[str], knobs: Dict[str, Any]) -> Dict[str, bool]:
+    """The knobs not on the call's line that its ``**`` splats pass (True) or may pass
+    (False: a splat that cannot be read): a rewrite that adds one there passes it
+    twice (paste_check.py). A dict its caller passes in was looked into by the tracer."""
+    src = load(path, {})
+    node = find_loader_call(src, line, names)[0] if src is not None else None
+    out: Dict[str, bool] = {}
+    for keyword in knobs if node is not None else ():
+        passed = through_splats(node, keyword, src) if argument(node, keyword, ()) is None else None
+        if passed is not None and (passed.expr is not None or passed.hidden):
+            out[keyword] = passed.expr is not None
+    return out
+
+
+def _shown(text: str, check: Check, site: str, call: str, settings: Dict[str, Any], plan: _Plan) -> List[str]:
+    """``[text]`` where it passed the check; otherwise nothing, and a finding that
+    says what to set where (a line that changes nothing goes without one, and so do
+    the words that would send the user to it)."""
+    if check.ok:
+        return [text]
+    if check.problem == LineProblem.UNCHANGED:
+        plan.findings = [f for f in plan.findings if not (isinstance(f, SetElsewhere) and f.site == site)]
+        return []
+    plan.findings.append(PasteLineWithheld(site=site, call=call, problem=check.problem, detail=check.detail,
+                                           settings=dict(settings)))
+    return []
 
 
 def _present(path: str, line: int, names: Sequence[str], keywords: Sequence[str]) -> List[str]:

@@ -89,17 +89,20 @@ def rewrite_statement(path: str, line: int, names: Sequence[str], knobs: Dict[st
     call = find_call(tree, line, names) if tree is not None else None
     if call is None:
         return None
-    new_call = _with_knobs(call, knobs, drop, positional)
+    return _swapped(tree, call, _with_knobs(call, knobs, drop, positional))
+
+
+def _swapped(tree: ast.AST, old: ast.AST, new: ast.AST) -> Tuple[str, Optional[str]]:
+    """The simple statement around ``old`` with ``new`` in its place, and the name it
+    assigns to; inside a compound statement, ``new`` alone."""
     statement = next((node for node in ast.walk(tree)
-                      if isinstance(node, SIMPLE_STATEMENTS) and _spans(node, call.lineno)), None)
+                      if isinstance(node, SIMPLE_STATEMENTS) and _spans(node, old.lineno)), None)
     if statement is None:
-        return ast.unparse(new_call), None
+        return ast.unparse(new), None
 
     class Swap(ast.NodeTransformer):
-        def visit_Call(self, node: ast.Call) -> Any:
-            if node is call:
-                return new_call
-            return self.generic_visit(node)
+        def visit(self, node: ast.AST) -> Any:
+            return new if node is old else self.generic_visit(node)
 
     swapped = Swap().visit(statement)
     name = None
@@ -108,10 +111,34 @@ def rewrite_statement(path: str, line: int, names: Sequence[str], knobs: Dict[st
     return ast.unparse(swapped), name
 
 
+def rewrite_keys(path: str, line: int, keys: Dict[str, Any]) -> Optional[Tuple[str, str]]:
+    """The statement holding the ``{...}`` dict display whose keys are on ``line``,
+    with those keys' values set: (the new statement, the statement as it is)."""
+    tree = parse_file(path)
+    displays = [node for node in ast.walk(tree) if isinstance(node, ast.Dict) and _spans(node, line)
+                and any(isinstance(k, ast.Constant) and k.value in keys for k in node.keys)] if tree else []
+    if not displays:
+        return None
+    old = max(displays, key=lambda node: (node.lineno, node.col_offset))  # the innermost
+    values = [ast.Constant(keys[k.value]) if isinstance(k, ast.Constant) and k.value in keys else v
+              for k, v in zip(old.keys, old.values)]
+    before = statement_at(path, old.lineno) or ""
+    return _swapped(tree, old, ast.Dict(keys=old.keys, values=values))[0], before
+
+
+def statement_at(path: str, line: int) -> Optional[str]:
+    """The innermost simple statement spanning ``path:line``, as source text."""
+    tree = parse_file(path)
+    found = [node for node in ast.walk(tree) if isinstance(node, SIMPLE_STATEMENTS) and _spans(node, line)] \
+        if tree is not None else []
+    return ast.unparse(max(found, key=lambda node: node.lineno)) if found else None
+
+
 def enclosing_def(path: str, line: int) -> Optional[Tuple[str, Tuple[str, ...], Tuple[str, ...]]]:
     """The function whose body holds ``path:line``: (the name its callers use, its
-    parameters that can be passed by position, all its named parameters); a
-    class's ``__init__`` is called by the class's name. None: not in a function."""
+    parameters that can be passed by position, all its named parameters, then
+    ``**kwargs`` where it takes any keyword); a class's ``__init__`` is called by
+    the class's name. None: not in a function."""
     tree = parse_file(path)
     if tree is None:
         return None
@@ -132,4 +159,5 @@ def enclosing_def(path: str, line: int) -> Optional[Tuple[str, Tuple[str, ...], 
     if positional and positional[0] in ("self", "cls"):
         positional = positional[1:]
     name = owner.name if owner is not None and best.name == "__init__" else best.name
-    return name, tuple(positional), tuple(positional) + tuple(p.arg for p in a.kwonlyargs)
+    anything = (f"**{a.kwarg.arg}",) if a.kwarg is not None else ()
+    return name, tuple(positional), tuple(positional) + tuple(p.arg for p in a.kwonlyargs) + anything

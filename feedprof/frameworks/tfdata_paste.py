@@ -21,9 +21,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from feedprof.frameworks.origin import display
 from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.paste_check import check_statement
 from feedprof.frameworks.source import SIMPLE_STATEMENTS, parse_file, resolve_site
 from feedprof.frameworks.tfdata import legalize
-from feedprof.store.reasons import Reason, SetInPipeline
+from feedprof.store.codes import LineProblem
+from feedprof.store.reasons import PasteLineWithheld, Reason, SetInPipeline
 
 # Positional parameters of each transformation, after the function (tf.data.Dataset's signatures).
 POSITIONAL = {"map": ("map_func", "num_parallel_calls", "deterministic"),
@@ -41,13 +43,21 @@ def paste(config: Dict[str, Any], loader: Any, script: str) -> Paste:
     if not statements:
         return Paste(_generic(cfg))
     where: Dict[str, List[str]] = {}
-    lines = []
+    lines: List[str] = []
+    findings: List[Reason] = []
     for i, (path, statement) in enumerate(statements):
         last = i == len(statements) - 1
+        before = ast.unparse(statement)
         text = _rewrite(statement, cfg, where, path, script, add=_missing(statements, cfg) if last else {})
-        lines.append(f"{text}  # {display(path, statement.lineno, script)}".replace("'AUTOTUNE'", "tf.data.AUTOTUNE"))
+        site = display(path, statement.lineno, script)
+        shown = f"{text}  # {site}".replace("'AUTOTUNE'", "tf.data.AUTOTUNE")
+        check = check_statement(shown, before)
+        if check.ok:
+            lines.append(shown)
+        elif check.problem != LineProblem.UNCHANGED:  # said, not shown (paste_check.py)
+            findings.append(PasteLineWithheld(site=site, problem=check.problem, detail=check.detail,
+                                              settings={k: v for k, v in cfg.items() if v is not None}))
     last_site = display(statements[-1][0], statements[-1][1].lineno, script)
-    findings: List[Reason] = []
     for knob in ("num_parallel_calls", "prefetch", "private_threadpool_size"):
         if cfg[knob] is None or cfg[knob] == 0:
             continue

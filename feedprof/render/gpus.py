@@ -48,7 +48,11 @@ def process_row(p: ProcessInfo, mem: Optional[int], kind: str, width: Optional[i
     parent = "" if p.ppid is None else f"{p.ppid} {p.parent_command}".strip()
     if not p.visible:
         command = "(not in this PID namespace: run feedprof gpus on the host to see it)"
-    else:
+    elif width is not None:  # a terminal: the program's name, not a virtual environment's long path
+        from feedprof.render.leftovers import short_command  # (leftovers.py uses this module's cut)
+
+        command = short_command(p.command, None)
+    else:  # a pipe or a file: the command line whole
         command = p.command
     row = _ROW.format(mark="!" if flagged else " ", pid=p.pid, user=p.user or "?",
                       mem=fmt_bytes(mem) if mem is not None else "n/a", kind=kind, parent=parent or "?",
@@ -57,7 +61,8 @@ def process_row(p: ProcessInfo, mem: Optional[int], kind: str, width: Optional[i
 
 
 def format_gpus(view: GpusView, width: Optional[int] = None) -> str:
-    """The view as text; ``width`` (a terminal's columns) cuts long command lines."""
+    """The view as text; ``width`` (a terminal's columns) cuts long command lines
+    and shows each program by its name (None: every command line whole)."""
     if view.status != "ok":
         from feedprof.render.words import gpu_status
 

@@ -13,14 +13,14 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, wait_fraction
 from feedprof.analyse.limits import repeats_records
-from feedprof.analyse.recommend import score
+from feedprof.analyse.recommend import keeps_own_settings, score
 from feedprof.render import plots
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
-from feedprof.render.progress import config_cell
+from feedprof.render.progress import NO_PASTE_TEXT, config_cell, paste_shown
 from feedprof.render.ranks import ranks_html
 from feedprof.render.text import verdict_words
 from feedprof.render.words import config_words, gpu_status, headline, paste_intro, say
-from feedprof.store import GpuStatus, HostInfo, Run, StoreError, Summary, Trial, TrialState, TuneResult
+from feedprof.store import GpuStatus, HostInfo, Recommendation, Run, StoreError, Summary, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 
@@ -206,10 +206,18 @@ def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
              _card("input-bound (script's settings)", f"{verdict_words(rec.input_bound)} "
                    f"({fmt_pct(rec.input_bound_fraction)})")]
     reasons = "".join(f"<li>{esc(say(r, fw))}</li>" for r in rec.reasons)
-    code = _code_block(rec.paste_line) if copy_button else f"<pre>{esc(rec.paste_line)}</pre>"
     return (f"<div class=\"verdict {esc(rec.input_bound)}\"><p class=\"headline\">{esc(headline(rec.verdict, fw))}</p>"
             f"<div class=\"cards\">{''.join(cards)}</div><ul class=\"reasons\">{reasons}</ul>"
-            f"<p class=\"note\">{paste_intro(rec.paste_line, rec.loader_site, _code_words)}</p>{code}</div>")
+            f"{_paste_block(rec, copy_button)}</div>")
+
+
+def _paste_block(rec: Recommendation, copy_button: bool) -> str:
+    """The paste line and what it replaces; none where the pick is the script's own settings."""
+    line = paste_shown(rec)
+    if not line:
+        return "" if keeps_own_settings(rec) else f"<p class=\"note\">{esc(NO_PASTE_TEXT)}</p>"
+    code = _code_block(line) if copy_button else f"<pre>{esc(line)}</pre>"
+    return f"<p class=\"note\">{paste_intro(line, rec.loader_site, _code_words)}</p>{code}"
 
 
 def _code_words(text: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict
 
 from feedprof.store import reasons as r
+from feedprof.store.codes import LineProblem
 
 SYSTEMS = {"lightning_cli": "LightningCLI", "hydra": "Hydra", "yacs": "the yacs config"}
 
@@ -34,10 +35,33 @@ def _config_unknown(x: r.ConfigOriginUnknown) -> str:
             f"set {x.expression} where your config is made instead, if you prefer.")
 
 
+_PROBLEMS = {
+    LineProblem.DOES_NOT_PARSE: "is not valid {kind} ({detail})",
+    LineProblem.KEYWORD_TWICE: "would pass {detail} twice to {call}(...), which Python refuses",
+    LineProblem.KEYWORD_MAYBE_TWICE: ("would add {detail} to {call}(...) beside a ** dict feedprof cannot read, "
+                                      "which may pass it already (Python refuses a keyword passed twice)"),
+    LineProblem.FLAG_TWICE: "would give {detail} twice",
+}
+
+
+def _withheld(x: r.PasteLineWithheld) -> str:
+    """A paste line that failed the check: why, and what to set where, by hand."""
+    command = not x.site
+    why = _PROBLEMS.get(x.problem, "failed feedprof's check ({detail})").format(
+        kind="shell words" if command else "Python", detail=x.detail, call=x.call or "the call")
+    if command:
+        flags = " ".join(f"{flag} {value}" if value is not None else flag for flag, value in x.settings.items())
+        return f"feedprof's command line is left out: it {why}. Run the script with `{flags}` instead."
+    settings = ", ".join(f"{k}={v!r}" for k, v in x.settings.items())
+    return (f"feedprof's line for the statement at {x.site} is left out: it {why}. Set {settings} there by hand, "
+            f"where that statement gets {'it' if len(x.settings) == 1 else 'them'}.")
+
+
 def words() -> Dict[type, Callable[[Any, Callable], str]]:
     return {
         r.BuiltByHelper: lambda x, d: _helper(x),
         r.HelperTakesNoSetting: lambda x, d: _no_setting(x),
         r.SetByOverride: lambda x, d: _override(x),
         r.ConfigOriginUnknown: lambda x, d: _config_unknown(x),
+        r.PasteLineWithheld: lambda x, d: _withheld(x),
     }

@@ -25,10 +25,11 @@ import time
 from typing import IO, Any, List, Optional
 
 from feedprof.analyse.limits import repeats_records
-from feedprof.analyse.recommend import score
+from feedprof.analyse.recommend import keeps_own_settings, score
 from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.render.words import config_words, gpu_status, headline, say
 from feedprof.store import GpuStatus, LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult, TuneStart
+from feedprof.store.reasons import BudgetCutShort, NothingTried
 from feedprof.units import fmt_num, fmt_path, fmt_pct, fmt_seconds
 
 CEILING_TEXT = "one cached batch replayed"
@@ -195,13 +196,32 @@ def format_recommendation(rec: Optional[Recommendation], result: TuneResult, wid
     fw = rec.framework
     lines = [f"Recommendation for {rec.loader_site or 'the training loader'} ({fw}):", f"  {headline(rec.verdict, fw)}"]
     lines += [f"  - {say(reason, fw)}" for reason in rec.reasons]
-    lines += ["  Paste this:"]
+    shown = paste_shown(rec)
+    if shown:
+        lines += ["  Paste this:"]
+    elif not keeps_own_settings(rec):
+        lines += [f"  {NO_PASTE_TEXT}"]
     tail = _ranks_of_pick(rec, result)
     if result.notes:
         tail.append("  How the search went:")
         tail += [f"  - {say(note, fw)}" for note in result.notes]
-    if not result.complete and result.stop_reason:
+    if not result.complete and result.stop_reason and not _stop_said(rec, result):
         tail.append(f"  Note: {say(result.stop_reason, fw)}")
     tail += left
-    paste = [f"    {line}" for line in rec.paste_line.splitlines() or [""]]
+    paste = [f"    {line}" for line in shown.splitlines()]
     return "\n".join(wrap(lines) + paste + wrap(tail))
+
+
+NO_PASTE_TEXT = "No line to paste: set the recommended settings where the findings above say."
+
+
+def paste_shown(rec: Recommendation) -> str:
+    """The paste line as shown: none where the pick is the script's own settings."""
+    return "" if keeps_own_settings(rec) else rec.paste_line.strip("\n")
+
+
+def _stop_said(rec: Recommendation, result: TuneResult) -> bool:
+    """The recommendation's reasons already say why the tune stopped: a tune that
+    tried nothing says its budget ran out (NothingTried), once."""
+    return isinstance(result.stop_reason, BudgetCutShort) and any(
+        isinstance(r, NothingTried) and r.budget_ran_out for r in rec.reasons)

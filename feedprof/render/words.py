@@ -178,8 +178,13 @@ def _unknown_source(x: r.SettingSourceUnknown, describe: Callable) -> str:
     if not x.expression:
         return (f"feedprof could not find the {x.call}(...) call at {x.site} (the loader is built inside a "
                 f"library): set these keywords where its settings are made.")
+    if x.left_out:
+        made = x.expression.lstrip("*")
+        return (f"feedprof cannot tell whether {x.call}(...) at {x.site} already gets {x.knob} through "
+                f"{x.expression}, so it is left out of the advice (Python refuses a keyword passed twice): set "
+                f"{x.knob}={x.value} where {made} is made.")
     return (f"feedprof cannot tell where {x.knob} gets its value ({x.expression} at {x.site}): the line below "
-            f"sets it in the {x.call}(...) call itself; change it where {x.expression} is set instead, if you prefer.")
+            f"sets it in the statement it names; change it where {x.expression} is set instead, if you prefer.")
 
 
 def _advice(x: r.TrainerAdviceChecked, describe: Callable) -> str:

@@ -113,3 +113,14 @@ class VerdictKind(Code):
     NOTHING_TRIED = "nothing_tried"  # the tune stopped before any loader setting was tried (reasons.NothingTried)
     DUPLICATES = "duplicates"  # more workers repeat the data: at most one
     SURVIVES = "survives"  # the script's own settings were killed or failed: the best config that ran
+
+
+class LineProblem(Code):
+    """Why a paste line failed the check before it was shown (frameworks/paste_check.py)."""
+
+    NONE = ""
+    DOES_NOT_PARSE = "does_not_parse"  # not Python (a statement), or not shell words (a command line)
+    KEYWORD_TWICE = "keyword_twice"  # a call would get a keyword twice (by name and in a ** splat)
+    KEYWORD_MAYBE_TWICE = "keyword_maybe_twice"  # a keyword added beside a ** splat feedprof cannot read
+    FLAG_TWICE = "flag_twice"  # a command line gives one of the script's flags twice
+    UNCHANGED = "unchanged"  # the line is the script's own: nothing to paste

@@ -26,13 +26,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.recommend import epoch_gap_s, recommend, trial_from_run, tried_a_setting
+from feedprof.analyse.recommend import epoch_gap_s, keeps_own_settings, recommend, trial_from_run, tried_a_setting
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
                                     Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
-from feedprof.frameworks.paste import with_launch
+from feedprof.frameworks.paste import Paste, with_launch
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.machine import MachineFacts
@@ -131,8 +131,9 @@ class Tuner:
                             ram_budget_bytes=self.memory.ram_bytes,
                             fits=lambda c: self.memory.check(sp.workers(c), sp.in_flight(c)) is None,
                             nothing_tried=self._nothing_tried(complete, stop_reason))
-            if rec is not None:
-                paste = sp.paste(rec.config, self.loader, self.script, self.rank_argv or self.argv)
+            if rec is not None:  # the script's own settings: nothing to paste (the reasons say so)
+                paste = Paste("") if keeps_own_settings(rec) else \
+                    sp.paste(rec.config, self.loader, self.script, self.rank_argv or self.argv)
                 line = with_launch(paste.line, self.script, self.launch.command) if self.launch else paste.line
                 rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=line,
                                           loader_site=self.loader.site if self.loader else "",

@@ -11,7 +11,8 @@ its figures in the JSON schema (``python -m feedprof.store.schema --write``).
 """
 from feedprof.store.reasons.base import (
     Config, Reason, Unknown, said_once)
-from feedprof.store.reasons.origin import BuiltByHelper, ConfigOriginUnknown, HelperTakesNoSetting, SetByOverride
+from feedprof.store.reasons.origin import (BuiltByHelper, ConfigOriginUnknown, HelperTakesNoSetting, PasteLineWithheld,
+                                          SetByOverride)
 from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
@@ -32,7 +33,7 @@ from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SetInPipeli
 
 __all__ = [
     "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
-    "HelperTakesNoSetting", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
+    "HelperTakesNoSetting", "PasteLineWithheld", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
     "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",

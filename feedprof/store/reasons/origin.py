@@ -4,10 +4,11 @@ loader's own line: a library helper builds the loader, or a config system
 (frameworks/paste.py finds them; render/origin_words.py words them)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from feedprof.store.reasons.base import Reason
+from feedprof.store.codes import LineProblem
+from feedprof.store.reasons.base import Config, Reason
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,19 @@ class ConfigOriginUnknown(Reason):
     knob: str = ""
     expression: str = ""
     site: str = ""
+
+
+@dataclass(frozen=True)
+class PasteLineWithheld(Reason):
+    """The line feedprof wrote for the statement at ``site`` failed the check every
+    paste line passes before it is shown (``problem``; ``detail``: the keyword or
+    flag given twice, or the parser's message), so it is not shown: ``settings``
+    are to be set there by hand (``call``: the call the line changed, "" for a
+    command line)."""
+
+    code: ClassVar[str] = "paste_line_withheld"
+    site: str = ""
+    call: str = ""
+    problem: LineProblem = LineProblem.NONE
+    detail: str = ""
+    settings: Config = field(default_factory=dict)

@@ -331,13 +331,18 @@ class SetElsewhere(Reason):
 @dataclass(frozen=True)
 class SettingSourceUnknown(Reason):
     """feedprof could not follow ``expression`` (at ``site``) to where ``knob``
-    is set; ``expression`` "": the call itself was not found there."""
+    is set; ``expression`` "": the call itself was not found there. ``left_out``:
+    the paste does not set it (``expression`` is a ``**`` splat feedprof cannot
+    read, which may pass it already: adding it could pass it twice); set it to
+    ``value`` (as Python writes it) where ``expression`` is made."""
 
     code: ClassVar[str] = "setting_source_unknown"
     knob: str = ""
     expression: str = ""
     site: str = ""
     call: str = ""
+    left_out: bool = False
+    value: str = ""
 
 
 # ------------------------------------------------ trainers and torchdata
