@@ -309,7 +309,7 @@ class BusyLoad:
     def measured(self) -> float:
         """The load's mean CPU so far, in cores."""
         if not self.procs:
-            return 0.0
+            return getattr(self, "final", 0.0)
         import psutil
 
         used = 0.0
@@ -322,9 +322,11 @@ class BusyLoad:
         return used / max(1e-9, time.monotonic() - self.t0)
 
     def __exit__(self, *exc) -> None:
+        self.final = self.measured()  # (read while the load still runs)
         for p in self.procs:
             p.kill()
             p.wait()
+        self.procs = []
 
 
 def print_tables(rows):
