@@ -208,6 +208,10 @@ def _add_tune(sub: Any) -> None:
     t.add_argument("--explore", type=explore_budget, default=None, metavar="S|N%",
                    help="--online: explore for at most S seconds (default 60) or N%% of the run so far, "
                         "then keep the pick for the rest of the run")
+    t.add_argument("--allow-rng-change", action="store_true",
+                   help="--online: switch a loader even where that moves draws from the script's random streams "
+                        "(a dataset or collate_fn drawing at 0 workers, a sampler drawing lazily while the loop "
+                        "draws): without it such a loader keeps its settings and the summary says what would change")
     t.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP + "; one run per trial")
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "

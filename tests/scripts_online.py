@@ -1,12 +1,22 @@
 """The seeded training scripts the online-tuning tests run, as users write them:
 a map-style dataset that waits on "storage", a model, SGD, shuffling from
 torch's global RNG (or the loader's own generator). Each writes what it saw
-(per-epoch digests of the sample indices, the final weights, the global RNG's
-next draw) to the JSON file named by --report, so a run under feedprof can be
-compared with the run as written."""
+(per-epoch digests of the sample indices and of the batches' bytes, the final
+weights, the next draw of torch's, numpy's and Python's global streams) to the
+JSON file named by --report, so a run under feedprof can be compared with the
+run as written.
+
+SEEDED's flags are the shapes of real loops: two iterators of one loader
+(--zip), a probe batch inside the loop (--probe K), random draws in the main
+process (--augment, --collate-mask at 0 workers), an episodic sampler drawing
+each batch lazily (--lazy-sampler) with the loop drawing too (--loop-draws), a
+dataset changed between epochs (--curriculum, with --persistent), a loop that
+breaks out of each epoch (--steps N), and a stand-in for a torch whose iterator
+changed (--torch-changed)."""
 
 SEEDED = '''
-import argparse, hashlib, json, os, signal, sys, time
+import argparse, hashlib, json, os, random, signal, sys, time
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
@@ -25,13 +35,39 @@ p.add_argument("--fail-at", type=int, default=None)  # the dataset raises at thi
 p.add_argument("--exit", type=int, default=0)
 p.add_argument("--bad-record", type=int, default=None)  # raises every epoch; the loop skips it
 p.add_argument("--augment", action="store_true")  # random noise drawn where the sample is loaded
+p.add_argument("--augment-from", type=int, default=0)  # ... from this epoch on (a schedule)
 p.add_argument("--batch-sampler", action="store_true")  # its own, drawing its order eagerly in __iter__
 p.add_argument("--rebuild", action="store_true")  # a new DataLoader every epoch, at the same line
+p.add_argument("--zip", action="store_true")  # paired views: for a, b in zip(loader, loader)
+p.add_argument("--probe", type=int, default=0)  # every K steps a probe batch: next(iter(loader))
+p.add_argument("--collate-mask", action="store_true")  # collate_fn masks at random (numpy.random)
+p.add_argument("--lazy-sampler", action="store_true")  # episodic: each batch's samples drawn when it is taken
+p.add_argument("--loop-draws", action="store_true")  # mixup in the loop: torch.rand and randperm every step
+p.add_argument("--curriculum", action="store_true")  # dataset.level = epoch before each epoch
+p.add_argument("--steps", type=int, default=0)  # break out of each epoch after this many steps
+p.add_argument("--torch-changed", action="store_true")  # a stand-in for a torch whose iterator changed
 args = p.parse_args()
+
+if args.torch_changed:  # this torch reads its sampler once more when its workers stop (harmless as written)
+    from torch.utils.data import dataloader as dl
+
+    _shutdown = dl._MultiProcessingDataLoaderIter._shutdown_workers
+
+    def _shutdown_workers(self):
+        if not getattr(self, "_shutdown", True):
+            try:
+                self._next_index()
+            except StopIteration:
+                pass
+        _shutdown(self)
+
+    dl._MultiProcessingDataLoaderIter._shutdown_workers = _shutdown_workers
 EPOCH = {"n": 0}
 
 
 class Storage(Dataset):
+    level = 0  # --curriculum: set by the loop before each epoch
+
     def __len__(self):
         return args.samples
 
@@ -44,8 +80,8 @@ class Storage(Dataset):
         if args.bad_record is not None and i == args.bad_record:
             raise KeyError(f"bad record {i}")
         time.sleep(args.fetch_ms / 1000)
-        x = torch.full((8,), float(i) / args.samples)
-        if args.augment:
+        x = torch.full((8,), float(i) / args.samples + self.level)
+        if args.augment and EPOCH["n"] >= args.augment_from:
             x = x + 0.01 * torch.rand(8)
         return x, i
 
@@ -61,17 +97,39 @@ class Shuffled:
         return iter([order[k:k + args.batch_size] for k in range(0, len(self) * args.batch_size, args.batch_size)])
 
 
+class Episodes:
+    """A batch sampler drawing each batch's samples when the batch is taken (episodic sampling)."""
+
+    def __len__(self):
+        return args.samples // args.batch_size
+
+    def __iter__(self):
+        for _ in range(len(self)):
+            yield torch.randint(0, args.samples, (args.batch_size,)).tolist()
+
+
+def masked(samples):
+    """A collate_fn that masks features at random, from numpy's global stream."""
+    x, idx = torch.utils.data.default_collate(samples)
+    return x * torch.from_numpy((np.random.rand(*x.shape) > 0.2).astype("float32")), idx
+
+
 torch.manual_seed(0)
+np.random.seed(0)
+random.seed(0)
+DS = Storage()
 model = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 gen = torch.Generator().manual_seed(7) if args.generator else None
 
 
 def make_loader():
-    if args.batch_sampler:
-        return DataLoader(Storage(), batch_sampler=Shuffled(), num_workers=args.workers)
-    return DataLoader(Storage(), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                      persistent_workers=args.persistent, generator=gen)
+    if args.batch_sampler or args.lazy_sampler:
+        return DataLoader(DS, batch_sampler=Episodes() if args.lazy_sampler else Shuffled(), num_workers=args.workers,
+                          persistent_workers=args.persistent)
+    return DataLoader(DS, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                      persistent_workers=args.persistent, generator=gen,
+                      collate_fn=masked if args.collate_mask else None)
 
 
 def batches(loader):
@@ -86,26 +144,47 @@ def batches(loader):
             continue
 
 
+def steps(loader):
+    """(x, idx) per step: one iterator, or two side by side (paired views of one dataset)."""
+    if not args.zip:
+        yield from batches(loader)
+        return
+    for (a, ia), (b, ib) in zip(loader, loader):
+        yield torch.cat([a, b]), torch.cat([ia, ib])
+
+
 loader = make_loader()
-digests = []
+digests, contents = [], []
 t0 = time.time()
 for epoch in range(args.epochs):
     EPOCH["n"] = epoch
-    h = hashlib.sha256()
+    DS.level = epoch if args.curriculum else 0
+    h, hb = hashlib.sha256(), hashlib.sha256()
     if args.rebuild:
         loader = make_loader()
-    for x, idx in batches(loader):
+    for step, (x, idx) in enumerate(steps(loader)):
         h.update(idx.numpy().tobytes())
+        hb.update(x.numpy().tobytes())
+        if args.probe and step % args.probe == 0:  # a look at one batch, as a logging hook takes it
+            px, pidx = next(iter(loader))
+            h.update(b"probe" + pidx.numpy().tobytes())
+            hb.update(px.numpy().tobytes())
+        if args.loop_draws:  # mixup
+            lam = torch.rand(1)
+            x = lam * x + (1 - lam) * x[torch.randperm(len(x))]
         loss = (model(x) - 1).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         time.sleep(args.step_ms / 1000)
+        if args.steps and step + 1 == args.steps:
+            break
     digests.append(h.hexdigest()[:16])
+    contents.append(hb.hexdigest()[:16])
 w = hashlib.sha256(model.weight.detach().numpy().tobytes() + model.bias.detach().numpy().tobytes()).hexdigest()
 with open(args.report, "w") as fh:
-    json.dump({"epochs": digests, "weights": w[:16], "next_rand": torch.rand(1).item(),
-               "train_s": time.time() - t0}, fh)
+    json.dump({"epochs": digests, "batches": contents, "weights": w[:16], "next_rand": torch.rand(1).item(),
+               "next_np": float(np.random.rand()), "next_py": random.random(), "train_s": time.time() - t0}, fh)
 sys.exit(args.exit)
 '''
 

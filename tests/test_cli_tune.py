@@ -74,8 +74,13 @@ def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers, torch)
     assert wall_s <= max(12.0, res["trials"][0]["duration_s"] + 4.0) + 1.0
     assert res["complete"] is False
     assert res["stop_reason"]["code"] == "budget_cut_short" and res["stop_reason"]["budget_s"] == 12
-    assert "budget cut the search short" in proc.stdout
     assert res["recommendation"] is not None  # it still recommends from what it measured
+    # on a loaded machine the budget may end before any setting is tried: that is said instead
+    # (once, with the budget that would let it try), never "the script's own are the best"
+    if res["recommendation"]["verdict"]["kind"] == "nothing_tried":
+        assert "no loader setting was tried" in proc.stdout and "already the best" not in proc.stdout
+    else:
+        assert "budget cut the search short" in proc.stdout
     assert "budget" in proc.stdout
 
 

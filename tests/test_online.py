@@ -4,7 +4,6 @@ The run under feedprof must see what the run as written sees: the same samples
 in the same order every epoch, the same final weights, the same draw from
 torch's global RNG afterwards. Timing targets live in benchmarks/online_vs_offline.py."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,26 +12,13 @@ import time
 import pytest
 
 from conftest import run_feedprof, write_script
+from online_runs import as_written as _as_written, online as _online, saw
 from scripts_online import DDP, IN_LOOP, SEEDED
 
 pytest.importorskip("torch")
 
 
-def _as_written(script, report, *args):
-    proc = subprocess.run([sys.executable, script, "--report", str(report), *args], capture_output=True, text=True,
-                          timeout=120)
-    return proc, (json.loads(report.read_text()) if report.exists() else None)
-
-
-def _online(tmp_path, script, report, *args, extra=()):
-    out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--online", script, "--out", str(out), *extra, "--", "--report", str(report), *args],
-                        timeout=180)
-    seen = json.loads(report.read_text()) if report.exists() else None
-    results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
-    return proc, seen, results
-
-
+@pytest.mark.seeded_online
 @pytest.mark.parametrize("variant", [[], ["--generator"], ["--workers", "2", "--persistent"]],
                          ids=["global_rng", "loader_generator", "persistent_workers"])
 def test_the_run_sees_what_it_would_see_without_feedprof(tmp_path, no_leftovers, variant):
@@ -41,12 +27,15 @@ def test_the_run_sees_what_it_would_see_without_feedprof(tmp_path, no_leftovers,
     assert plain.returncode == 0, plain.stderr
     proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
     assert proc.returncode == 0, proc.stderr
-    assert got["epochs"] == want["epochs"]  # the same samples, in the same order, every epoch
-    assert got["weights"] == want["weights"]
-    assert got["next_rand"] == want["next_rand"]  # the script's random stream was not drawn from
+    # the same samples, in the same order, every epoch; the same batches, weights and next random numbers
+    assert saw(got) == saw(want)
     online = results["online"]
     explored = {s["config"]["num_workers"] for s in online["switches"]}
     assert len(explored) >= 2, online["switches"]  # it did switch, mid-run
+    checks = online["order_checks"]  # and checked it: every epoch, batch by batch
+    assert [c["epoch"] for c in checks] == [1, 2, 3] and all(c["same"] and not c["rng_moved"] for c in checks)
+    assert "the same samples in the same order as the run as written in epoch(s) 1–3" in proc.stderr
+    assert not online["randomness"] and "randomness" not in proc.stderr
     assert results["schema"].startswith("feedprof.tune/")
 
 
@@ -134,6 +123,7 @@ def test_a_torchrun_job_is_tuned_on_every_rank(tmp_path, no_leftovers):
                                      ["--workers", "2", "--fetch-ms", "0", "--augment"]],
                          ids=["loop_skips_a_bad_record", "eager_batch_sampler", "loader_rebuilt_each_epoch",
                               "workers_augment_not_input_bound"])
+@pytest.mark.seeded_online
 def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, variant):
     """A loop that catches the dataset's error and goes on, a batch sampler that draws its order
     in __iter__, a DataLoader built anew every epoch, and workers that draw random augmentation
@@ -143,8 +133,8 @@ def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, va
     assert plain.returncode == 0, plain.stderr
     proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
     assert proc.returncode == 0, proc.stderr
-    assert got["epochs"] == want["epochs"] and got["weights"] == want["weights"]
-    assert got["next_rand"] == want["next_rand"]
+    assert saw(got) == saw(want)
+    assert "randomness" not in proc.stderr  # nothing random moved: not a word of it
     if "--rebuild" in variant:  # tuning goes on in the loaders built after the first
         assert max(w["epoch"] for w in results["online"]["windows"]) >= 1 or \
             len({s["config"]["num_workers"] for s in results["online"]["switches"]}) >= 2
@@ -165,7 +155,8 @@ def test_a_loader_built_anew_every_short_epoch_is_still_tuned(tmp_path, no_lefto
     assert len(measured) >= 2 and max(measured) >= 4, results["online"]["windows"]
     rec = results["recommendation"]
     assert rec["config"]["num_workers"] >= 4 and not rec["config"]["persistent_workers"], rec["config"]
-    line = next(i for i, text in enumerate(SEEDED.lstrip().splitlines(), 1) if "return DataLoader(Storage(), batch_size" in text)
+    line = next(i for i, text in enumerate(SEEDED.lstrip().splitlines(), 1)
+                if "return DataLoader(DS, batch_size" in text)
     assert rec["loader_site"].endswith(f"train.py:{line}")
     assert rec["paste_line"].splitlines()[-1].endswith(f"--workers {rec['config']['num_workers']}")  # its own flag
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from feedprof.analyse import noise, stats
+from feedprof.analyse import noise, rules, stats
 from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, between_epochs, classify, training_loader, workers_of
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
@@ -136,13 +136,10 @@ def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
 
 
 def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Optional[Measured]:
-    """Among configs within ``tol`` of the fastest, the cheapest."""
-    configs = measured_configs(trials)
-    if not configs:
-        return None
-    best = max(m.score for m in configs)
-    within = [m for m in configs if m.score >= best * (1 - tol)]
-    return min(within, key=lambda m: (cost(m.config), -m.score))
+    """Among configs within ``tol`` of the fastest, the cheapest (analyse/rules.py: the online pick's rule too)."""
+    by_key = {config_key(m.config): m for m in measured_configs(trials)}
+    chosen = rules.pick({k: m.score for k, m in by_key.items()}, lambda k: cost(by_key[k].config), tol)
+    return by_key[chosen] if chosen is not None else None
 
 
 def run_noise(trials: Sequence[Trial]) -> Optional[float]:
@@ -321,6 +318,9 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
                                confirm_windows=f.confirm_windows, chosen_at_batches_per_s=f.chosen.score,
                                spread=_figure_spread(f.chosen)))
     out.extend(f.judged)
+    if verdict.kind == VerdictKind.SURVIVES and f.baseline.cause is not None \
+            and (f.cap is None or f.cap.because != f.baseline.cause):
+        out.append(f.baseline.cause)  # why the script's own settings failed, in the user's own words
     if f.cap is not None:
         out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.latest, space, cpu_cap))

@@ -14,29 +14,47 @@ NOTE [ Switching a DataLoader's workers mid-epoch ]
               is the Feed and whose generator is private (the script's random streams
               are never drawn); started anew each epoch unless the script's own loader
               keeps its workers (persistent_workers), as the script's own loader does
-      switch, at a batch boundary: what the old pool took but did not deliver
-              (taken[delivered:], in order) goes back to the front of the Feed, the
-              old workers are shut down, the new pool starts on the Feed
+      switch, at a batch boundary: the old workers are shut down, what the old pool took
+              but the loop did not have (taken[had:], in order) goes back to the front of
+              the Feed, the new pool starts on the Feed
+      another iter() while an epoch is live (zip(loader, loader), a probe batch): torch's
+              own iterator with the script's settings, untouched (a persistent loader's
+              iterators are one, as torch's are: each iter() restarts the shared stream)
+      checks (torch_ledger.py, torch_rng.py): every batch the loop has is the sampler's
+              next, torch's counters agree with feedprof's; a loader whose loading or
+              lazily drawing sampler moves the script's random draws is not switched
+              (unless allowed); a failed check keeps the script's settings from then on
 
 The loop therefore sees exactly the batches, in the order, that the script's
-own loader would have given it: none lost, none repeated. A worker pool that
-breaks (a worker killed, a hang) hands its batches back the same way and the
-epoch goes on with a safe config; an error raised by the user's dataset is
-raised again from the script's own config, as it would be without feedprof.
+own loader would have given it: none lost, none repeated, and checked so. A
+worker pool that breaks (a worker killed, a hang) hands its batches back the
+same way and the epoch goes on with a safe config; an error raised by the
+user's dataset is raised again from the script's own config, as it would be
+without feedprof.
 """
 from __future__ import annotations
 
-import collections
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+import weakref
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from feedprof.frameworks.torch_feed import Feed
+from feedprof.frameworks.torch_ledger import EXHAUSTED, LEFT, RUN_END, EpochLedger
 from feedprof.frameworks.torch_pool import Pool, failure_kind
+from feedprof.frameworks.torch_rng import DrawWatch
+from feedprof.store.online import CHECK_FAILED, PERSISTENT_FIRST_EPOCH
+
 
 
 def online_capable(loader: Any) -> Optional[str]:
     """None if the loader can switch mid-epoch, else why not (a reason code)."""
     import torch.utils.data as tud
 
+    from feedprof.frameworks.torch_support import why_unsupported
+
+    unsupported = why_unsupported()
+    if unsupported is not None:
+        return unsupported
     if isinstance(loader.dataset, tud.IterableDataset):
         return "iterable_dataset"  # the worker count decides its sharding
     if not getattr(loader, "in_order", True):
@@ -44,59 +62,6 @@ def online_capable(loader: Any) -> Optional[str]:
     if type(loader)._get_iterator is not tud.DataLoader._get_iterator:
         return "own_iterator"  # a subclass with its own iterator (StatefulDataLoader)
     return None
-
-
-class Segment:
-    """What one pool pulled from the feed in one epoch, in order."""
-
-    def __init__(self, feed: "Feed"):
-        self.feed = feed
-        self.taken: List[Any] = []
-
-    def __iter__(self) -> "Segment":
-        return self
-
-    def __next__(self) -> Any:
-        feed = self.feed
-        if feed.handed_back:
-            batch = feed.handed_back.popleft()
-        else:
-            try:
-                batch = next(feed.order)  # StopIteration ends the epoch, as always
-            except StopIteration:
-                raise
-            except Exception as exc:  # the script's sampler failed: its error, raised as the script's
-                feed.failed = exc
-                raise
-        self.taken.append(batch)
-        return batch
-
-
-class Feed:
-    """The epoch's batch indices, shared by the pools that serve it: what a
-    pool's DataLoader iterator sees as its batch sampler."""
-
-    def __init__(self, length: int):
-        self.length = length
-        self.order: Any = iter(())
-        self.handed_back: Deque[Any] = collections.deque()
-        self.segment: Optional[Segment] = None
-        self.failed: Optional[BaseException] = None  # the script's own sampler raised this
-
-    def new_epoch(self, order: Any) -> None:
-        self.order = order
-        self.handed_back.clear()
-        self.failed = None
-
-    def hand_back(self, batches: List[Any]) -> None:
-        self.handed_back.extendleft(reversed(batches))
-
-    def __iter__(self) -> Segment:
-        self.segment = Segment(self)
-        return self.segment
-
-    def __len__(self) -> int:
-        return self.length
 
 
 def draw_base_seed(loader: Any) -> int:
@@ -127,7 +92,8 @@ class OnlineLoader:
             self.length = len(loader._index_sampler)
         except (TypeError, NotImplementedError):  # a sampler without __len__
             self.length = 0
-        self.feed = Feed(self.length)
+        self.draws = DrawWatch()
+        self.feed = Feed(self.length, self.draws)
         self.pool: Optional[Pool] = None
         self.starting: Dict[str, Any] = self.script_config
         self.served: Optional[Dict[str, Any]] = None  # the config of the last pool started
@@ -135,22 +101,197 @@ class OnlineLoader:
         self.epochs = 0
         self.base_seed = 0
         self.pools_this_epoch = 0
+        self.ledger: Optional[EpochLedger] = None
+        self.iterators = 0  # iter() calls on the loader
+        self.counts = tuning.counts(loader_id)  # [epochs, iterators] numbered on across loaders built again there
+        self.own_iterators = 0  # of which the script's own (torch's, while an epoch was live)
+        self.epoch_batches: Optional[int] = None  # what the loop had of its last epoch that ended
+        self.hold_why = ""  # why it is no longer switched ("" while it may be)
+        self.switched_away = False  # a pool other than the script's own arrangement served it
+        self.rng_said = ""  # the randomness verdict told so far
+        self.rng_moved = False
+        self.worker_draws: Tuple[str, ...] = ()  # streams the script's own workers draw from as they load
+        self.worker_draws_moved = False
+        self._live: Optional[weakref.ref] = None  # the epoch the script iterates
+        self._done = True  # it ended (exhausted, or left by the loop)
+        tuning.register(self)
+
+    # -- epochs and iterators ------------------------------------------------
+
+    def busy(self) -> bool:
+        """An epoch of this loader is live and unfinished: another iter() is the script's own
+        iterator (torch gives each iterator of a loader without persistent workers a stream of
+        its own; a persistent loader's iter() restarts its one shared stream, as here)."""
+        return not (self.own_persistent or self._done or self._complete()) and self._live is not None \
+            and self._live() is not None
+
+    def _complete(self) -> bool:
+        """The loop had every batch of the epoch (a trainer that counts its steps, Lightning, never
+        asks for the StopIteration): a new iter() is the next epoch, not a second stream."""
+        return bool(self.length) and self.ledger is not None and self.ledger.received >= self.length
+
+    def serving(self, ep: "OnlineEpoch") -> bool:
+        """Is ``ep`` the epoch this loader serves? (A persistent loader's iterators share one stream.)"""
+        return self.own_persistent or (not self._done and self._live is not None and self._live() is ep)
+
+    def own_iterator(self) -> None:
+        self.iterators += 1
+        self.counts[1] += 1
+        self.own_iterators += 1
 
     def epoch(self) -> "OnlineEpoch":
         """What the script's ``iter(loader)`` returns."""
+        self.iterators += 1
+        if not self._done:  # the loop left the last epoch (or, persistent, restarted it)
+            self._left()
         order = iter(self.loader._index_sampler)  # (before the seed, as torch's iterator does)
         if not (self.own_persistent and self.epochs):
             self.base_seed = draw_base_seed(self.loader)
         self.epochs += 1
         self.pools_this_epoch = 0
-        self.feed.new_epoch(order)
-        if self.script_config.get("num_workers"):
-            # the script's own workers would start fetching now: the sampler draws here
+        self.counts[0] += 1
+        self.counts[1] += 1
+        self.ledger = EpochLedger(*self.counts)
+        self.feed.new_epoch(order, self.ledger)
+        self.draws.new_epoch()
+        if self.own_persistent and self.epochs == 2:
+            self.hold(PERSISTENT_FIRST_EPOCH)
+        self._prefetch_as_written()
+        ep = OnlineEpoch(self)
+        self._live, self._done = weakref.ref(ep, self._gone), False
+        return ep
+
+    def _prefetch_as_written(self) -> None:
+        """The script's own workers would start fetching now: prefetch_factor x workers batches
+        are taken from the sampler here, as torch's iterator takes them (a sampler drawing
+        lazily draws at the same moment as in the run as written)."""
+        n = int(self.script_config.get("num_workers") or 0)
+        for _ in range(n * int(self.script_config.get("prefetch_factor") or 2)):
             try:
-                self.feed.handed_back.append(next(self.feed.order))
+                self.feed.handed_back.append(self.feed.pull())
             except StopIteration:
-                pass
-        return OnlineEpoch(self)
+                break
+
+    def _gone(self, ref: "weakref.ref") -> None:
+        """The script dropped the epoch's iterator before its end (``break``): the epoch is
+        over, and its workers end now, as the script's own iterator's would."""
+        if ref is self._live and not self._done:
+            self._left()
+
+    def _left(self) -> None:
+        if self._complete():  # (every batch delivered: the epoch ended, only its StopIteration was not asked for)
+            self.epoch_ended()
+            return
+        self._done = True
+        self._close_ledger(LEFT)
+        self.tuning.epoch_ended(self, left=True)
+        if not self.own_persistent:
+            self._drop_pool()
+
+    def epoch_ended(self) -> None:
+        """The epoch's last batch was delivered: a loader without persistent workers shuts its
+        workers down now, as the script's own does (the next epoch starts fresh ones)."""
+        if self._done:
+            return
+        self._done = True
+        self._close_ledger(EXHAUSTED)
+        self.tuning.epoch_ended(self)
+        if not self.own_persistent:
+            self._drop_pool()
+
+    def _close_ledger(self, ended: str) -> None:
+        ledger = self.ledger
+        if ledger is None or ledger.closed:
+            return
+        self.epoch_batches = ledger.received if ended != RUN_END else self.epoch_batches
+        self.tuning.order_checked(self, ledger.close(ended))
+
+    def close(self) -> None:
+        """The run is over: no worker outlives it; an epoch still going is checked as far as it went."""
+        if not self._done:
+            self._done = True
+            self._close_ledger(EXHAUSTED if self._complete() else RUN_END)
+        self._drop_pool()
+
+    def release(self) -> None:
+        """Another loader is tuned now: this one's workers end (an epoch still going goes on with new
+        ones, from what they held)."""
+        self._drop_pool()
+
+    def inherit(self, old: "OnlineLoader") -> None:
+        """The script built this loader again where ``old`` was built (every epoch, as some scripts
+        do): what was seen of its random streams, and a hold for them or a failed check, go on.
+        A persistent loader's new workers start with it, as the script's own do."""
+        self.draws = self.feed.draws = old.draws
+        self.rng_said, self.rng_moved, self.switched_away = old.rng_said, old.rng_moved, old.switched_away
+        if old.hold_why and old.hold_why != PERSISTENT_FIRST_EPOCH:
+            self.hold_why = old.hold_why
+
+    # -- holds and checks ------------------------------------------------------
+
+    def hold(self, why: str, detail: str = "") -> None:
+        """No more switching: from now on the loader keeps ``kept()``."""
+        if self.hold_why:
+            return
+        self.hold_why = why
+        self.tuning.held(self, why, detail)
+
+    def kept(self) -> Dict[str, Any]:
+        """What a held loader serves: the workers in force where a new pool would see the dataset
+        otherwise than the script's own workers (persistent), else the script's own settings."""
+        if self.hold_why == PERSISTENT_FIRST_EPOCH and self.pool is not None:
+            return self.pool.config
+        return self.script_config
+
+    def check_failed(self, problem: str) -> None:
+        if self.ledger is not None:
+            self.ledger.fail(problem)
+        self.hold(CHECK_FAILED, problem)
+
+    def had_batch(self, pool: Pool) -> None:
+        """The loop had the pool's next batch (or its error): checked, then told."""
+        if self.ledger is not None and not self._done:
+            self.ledger.receive(pool.last_had())
+        problem = pool.accounting()
+        if problem:
+            self.check_failed(problem)
+        self.draws.end(in_main=not pool.workers, own=pool.config == self.script_config and not self.switched_away)
+        if pool.draws is not None:
+            self._workers_drew(pool.draws.streams())
+        self._randomness()
+
+    def _workers_drew(self, streams: Tuple[str, ...]) -> None:
+        """Draws a pool's workers made as they loaded: the script's own workers' augmentation; or,
+        for a script written with 0 workers, its loading's draws, moved out of its process (begun
+        after the checks before the first switch): seen late, and said."""
+        if not streams:
+            return
+        if self.script_config.get("num_workers"):
+            self.worker_draws = self.worker_draws or streams
+        else:
+            self.draws.loading |= set(streams)
+
+    def _randomness(self) -> None:
+        """Draws seen that a switch moves: said once; not switched unless allowed; said again
+        when a switch moved them. Draws in the script's own workers (augmentation) follow the
+        worker count, as in any run with other settings: said once a switch moved them."""
+        if self.worker_draws and self.switched_away and not self.worker_draws_moved:
+            self.worker_draws_moved = True
+            self.tuning.randomness(self, "rng_workers", self.worker_draws, moved=True)
+        verdict = self.draws.verdict()
+        if not verdict:
+            return
+        if verdict != self.rng_said:
+            self.rng_said = verdict
+            self.tuning.randomness(self, verdict, self.draws.streams(), moved=self.switched_away)
+            self.rng_moved = self.switched_away
+            if not self.tuning.allow_rng_change:
+                self.hold(verdict)
+        elif self.switched_away and not self.rng_moved:
+            self.rng_moved = True
+            self.tuning.randomness(self, verdict, self.draws.streams(), moved=True)
+
+    # -- pools -----------------------------------------------------------------
 
     def serve(self, config: Dict[str, Any]) -> Pool:
         """The pool for this epoch, built or switched to ``config``."""
@@ -165,10 +306,15 @@ class OnlineLoader:
         # own loader does: they see the dataset as the main process left it (set_epoch() and the like).
         restart = self.served == config
         self._drop_pool()
+        if self.hold_why:  # (a check failed at that hand-back)
+            config = self.kept()
         self.starting = config  # (a pool that fails to start is that config's failure)
         before = self.feed.segment
+        seed = self._pool_seed()
+        if config != self.script_config or self.pools_this_epoch > 1:
+            self.switched_away = True  # the script's own workers would not be these
         try:
-            self.pool = Pool(self.loader, self.feed, config, self._pool_seed(), self.own_timeout_s)
+            self.pool = Pool(self.loader, self.feed, config, seed, self.own_timeout_s)
         except BaseException:
             started = self.feed.segment  # what its workers took before it failed: served by the next pool
             if started is not None and started is not before:
@@ -185,27 +331,22 @@ class OnlineLoader:
         k, self.pools_this_epoch = self.pools_this_epoch, self.pools_this_epoch + 1
         return (self.base_seed + k * 0x9E3779B97F4A7C15) & 0x7FFF_FFFF_FFFF_FFFF if k else self.base_seed
 
-    def close(self) -> None:
-        """The run is over: no worker outlives it."""
-        self._drop_pool()
-
-    def epoch_ended(self) -> None:
-        """The epoch's last batch was delivered: a loader without persistent workers shuts its
-        workers down now, as the script's own does (the next epoch starts fresh ones)."""
-        self.tuning.epoch_ended(self)
-        if not self.own_persistent:
-            self._drop_pool()
-
-    def _drop_pool(self, again: int = 0) -> None:
+    def _drop_pool(self, again: int = 0, check: bool = True) -> None:
+        """The pool's workers are shut down first, then what it took this epoch and the loop never
+        had goes back to the feed: taken == had + handed back, with torch's counters agreeing."""
         pool, self.pool = self.pool, None
         if pool is None:
             return
-        if self.pool_epoch == self.epochs:  # taken this epoch, not delivered: the next pool serves them
-            self.feed.hand_back(pool.undelivered(again))
         try:
             pool.close()
         except (OSError, RuntimeError, AssertionError):  # a broken pool: its group is reaped at the end
             pass
+        if self.pool_epoch != self.epochs or self._done:
+            return
+        self.feed.hand_back(pool.undelivered(again))
+        problem = pool.accounting() if check else ""
+        if problem:
+            self.check_failed(f"at a hand-back, {problem}")
 
     def recover(self, exc: BaseException, now: Callable[[], float]) -> Any:
         """A pool failed mid-epoch: a kill or a hang goes back to a safe config;
@@ -216,13 +357,22 @@ class OnlineLoader:
         kind = failure_kind(exc)
         failed = self.pool.config if self.pool is not None else self.starting
         if kind is None and failed == self.script_config:
+            if self.pool is not None:
+                self.had_batch(self.pool)
             raise exc
         signals = self.pool.worker_signals() if self.pool is not None else []
         self.tuning.failed(self, failed, kind or "error", exc, signals)
         fallback = self.script_config if kind is None else self.tuning.safe_config(self, failed)
         # an error raised in a worker is the batch the loop had: fetched again with the script's settings
-        self._drop_pool(again=1 if kind is None else 0)
-        return self.serve(fallback).next_batch(None, now)
+        self._drop_pool(again=1 if kind is None else 0, check=False)
+        pool = self.serve(fallback)
+        try:
+            return pool.next_batch(None, now)
+        except StopIteration:
+            raise
+        except Exception:  # the dataset's error, from the script's own settings: the loop has it
+            self.had_batch(pool)
+            raise
 
 
 class OnlineEpoch:
@@ -239,22 +389,28 @@ class OnlineEpoch:
 
     def __next__(self) -> Any:
         ol, tuning = self.ol, self.ol.tuning
+        if not ol.serving(self):
+            raise StopIteration  # an epoch that ended ends again, as torch's iterator does
         now = tuning.now
         t_req, cpu0_s = now(), time.thread_time()
+        ol.draws.begin()
         failure: Optional[Exception] = None
         try:
             pool = ol.serve(tuning.config_for(ol))  # a switch's cost is this batch's wait
             batch = pool.next_batch(tuning.hang_limit_s(ol, pool.config), now)
         except StopIteration:
+            ol.draws.abandon()
             ol.epoch_ended()
             raise
         except Exception as exc:  # noqa: BLE001 - classified by recover(); the user's own is raised again
             failure = exc
         if failure is not None:  # (outside the handler: a re-raised error carries no feedprof context)
+            ol.draws.abandon()
             try:
                 batch = ol.recover(failure, now)
             except StopIteration:
                 ol.epoch_ended()
                 raise
+        ol.had_batch(ol.pool)
         tuning.delivered(ol, t_req, now(), batch, time.thread_time() - cpu0_s)
         return batch

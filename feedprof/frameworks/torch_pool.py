@@ -8,14 +8,18 @@ import copy
 import re
 from typing import Any, Callable, Dict, List, Optional
 
+from feedprof.frameworks.torch_worker_draws import WorkerDraws
+
 KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
 TIMED_OUT = "DataLoader timed out after"
 POLL_S = 1.0  # how often a waiting pool checks its workers are alive (torch's own check is every 5 s)
 
 
-def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, timeout_s: float) -> Any:
-    """A shallow copy of the loader that reads its batches from ``feed`` and
-    draws its workers' seed from a private generator seeded with ``base_seed``."""
+def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, timeout_s: float,
+               draws: Optional[WorkerDraws] = None) -> Any:
+    """A shallow copy of the loader that reads its batches from ``feed``, draws its workers'
+    seed from a private generator seeded with ``base_seed``, and (``draws``) tells whether
+    its workers draw from their random streams as they load."""
     import torch
 
     proxy = copy.copy(loader)
@@ -28,6 +32,8 @@ def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, t
     put(proxy, "persistent_workers", True)  # the pool outlives the epoch: switching decides its end
     put(proxy, "timeout", timeout_s if n else 0)
     put(proxy, "_iterator", None)
+    if draws is not None:
+        put(proxy, "collate_fn", draws.wrap(loader.collate_fn))
     gen = torch.Generator()
     gen.manual_seed(base_seed & 0x7FFF_FFFF_FFFF_FFFF)
     put(proxy, "generator", gen)
@@ -44,12 +50,14 @@ class Pool:
         self.workers = int(config.get("num_workers") or 0)
         # the script's own timeout where it set one; else a short poll (see next_batch)
         self.own_timeout_s = own_timeout_s
-        self.proxy = _copy_with(loader, feed, config, base_seed, own_timeout_s or POLL_S)
+        self.draws = _worker_draws() if self.workers else None
+        self.proxy = _copy_with(loader, feed, config, base_seed, own_timeout_s or POLL_S, self.draws)
         if self.workers:
             self.it = _start_workers(self.proxy, base_seed)
         else:
             self.it = dl._SingleProcessDataLoaderIter(self.proxy)
         self.segment = feed.segment
+        self.had = 0  # batches of this epoch's segment the loop had (delivered, or raised: the dataset's error)
 
     def new_epoch(self, feed: Any) -> None:
         try:
@@ -64,7 +72,7 @@ class Pool:
 
                 self.it = dl._SingleProcessDataLoaderIter(self.proxy)
         finally:
-            self.segment = feed.segment
+            self.segment, self.had = feed.segment, 0
 
     def worker_pids(self) -> List[int]:
         return [w.pid for w in getattr(self.it, "_workers", ())] if self.workers else []
@@ -79,29 +87,63 @@ class Pool:
         t0 = now()
         while True:
             try:
-                return next(self.it)
+                batch = next(self.it)
+            except StopIteration:
+                raise
             except RuntimeError as exc:
-                if self.own_timeout_s or TIMED_OUT not in str(exc):
-                    raise
-                if hang_after_s is not None and now() - t0 > hang_after_s:
-                    raise PoolHung(now() - t0) from None
+                if not self.own_timeout_s and TIMED_OUT in str(exc):
+                    if hang_after_s is not None and now() - t0 > hang_after_s:
+                        raise PoolHung(now() - t0) from None
+                    continue
+                self._had_error(exc)
+                raise
+            except Exception as exc:
+                self._had_error(exc)
+                raise
+            self.had += 1
+            return batch
 
-    def consumed(self) -> int:
-        """Batches of this epoch's segment the loop has had, delivered or raised."""
-        if self.segment is None:
-            return 0
-        return self.it._rcvd_idx if self.workers else len(self.segment.taken)
+    def _had_error(self, exc: BaseException) -> None:
+        """The dataset's own error reaches the loop in place of a batch (torch counts it as
+        received); a killed worker or a timeout does not."""
+        if failure_kind(exc) is None and TIMED_OUT not in str(exc) and self.segment is not None \
+                and self.segment.feed.failed is None:
+            self.had += 1
+
+    def last_had(self) -> Any:
+        """The indices of the batch the loop had last (torch delivers in the order it sent)."""
+        return self.segment.taken[self.had - 1] if self.segment is not None and self.had else None
+
+    def accounting(self) -> str:
+        """"" where torch's own counters agree with what feedprof counted, else what differs:
+        the hand-back and the order check both rest on them."""
+        taken = len(self.segment.taken) if self.segment is not None else 0
+        if not self.workers:
+            return "" if taken == self.had else f"the pool took {taken} batch(es) and the loop had {self.had}"
+        received, sent = getattr(self.it, "_rcvd_idx", None), getattr(self.it, "_send_idx", None)
+        if received != self.had:
+            return f"torch counted {received} batch(es) received where the loop had {self.had}"
+        if sent != taken:
+            return f"torch sent {sent} batch(es) to its workers and took {taken} from the sampler"
+        return ""
 
     def undelivered(self, again: int = 0) -> List[Any]:
         """What the pool took and the loop never had (and the last ``again`` it had: a batch whose
         error is to be raised again from the script's own settings)."""
         if self.segment is None:
             return []
-        return list(self.segment.taken[max(0, self.consumed() - again):])
+        return list(self.segment.taken[max(0, self.had - again):])
 
     def close(self) -> None:
         if self.workers:
             self.it._shutdown_workers()
+
+
+def _worker_draws() -> Optional[WorkerDraws]:
+    try:
+        return WorkerDraws()
+    except OSError:  # no shared memory for one byte: the workers' draws go unseen
+        return None
 
 
 _SEEDED: Dict[type, type] = {}

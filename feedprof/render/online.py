@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from feedprof.render.online_checks import hold_lines, order_lines, randomness_lines
 from feedprof.store import TuneResult
 from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
 
@@ -20,6 +21,20 @@ WHY_NOT = {"iterable_dataset": "an IterableDataset: the worker count decides wha
            "framework:torchdata.nodes": "a torchdata.nodes pipeline: tuned offline only (`feedprof tune`)"}
 
 
+def why_not_words(code: str) -> str:
+    """Why a loader was observed rather than switched, from its reason code."""
+    from feedprof.frameworks.torch_support import supported_words
+
+    kind, _, detail = code.partition(":")
+    if kind == "torch_version":
+        return (f"torch {detail}: online switching supports torch {supported_words()}, whose DataLoader internals it "
+                "was tested against; `feedprof tune` (offline) tunes it")
+    if kind == "torch_private":
+        return (f"this torch's DataLoader iterator is not as online switching expects ({detail}); "
+                "`feedprof tune` (offline) tunes it")
+    return WHY_NOT.get(code, code)
+
+
 def describe_config(config: Dict[str, Any]) -> str:
     from feedprof.frameworks.torch import describe_config as torch_words
 
@@ -35,8 +50,9 @@ def online_lines(result: TuneResult) -> List[str]:
     ended = "to its own end" if not o.exit_code else f"and ended with its own status {o.exit_code}"
     if not result.complete:
         ended = "until it was interrupted"
-    if not o.switches:
-        return [f"The job ran once, {ended}; its loader's settings were not changed"] + _untuned_lines(result)
+    if len(configs) <= 1 and not o.failures:  # (no switch, or only to the script's own: a held loader)
+        return [f"The job ran once, {ended}; its loader's settings were not changed"] \
+            + _untuned_lines(result, unchanged=True) + _check_lines(result)
     lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
              f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows)"]
     if o.settled_at_s is not None:
@@ -48,16 +64,19 @@ def online_lines(result: TuneResult) -> List[str]:
         lines.append(f"{describe_config(f.config)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
                      f"the batches in flight were fetched again with the script's own settings and the run "
                      f"went on; no config with as many workers was tried after")
-    lines += _untuned_lines(result)
-    if o.workers_changed:
-        lines.append("the samples and their order were the script's own; randomness inside the workers "
-                     "(augmentation drawn in a worker) follows the worker count, so it differed from a run as written")
-    return lines
+    return lines + _untuned_lines(result, unchanged=False) + _check_lines(result)
 
 
-def _untuned_lines(result: TuneResult) -> List[str]:
+def _check_lines(result: TuneResult) -> List[str]:
+    """What was checked of the run as written: randomness only where it was seen, the order only
+    where its check passed."""
     o = result.online
-    lines = [f"the training loader was not tuned online: {WHY_NOT.get(m.why_not, m.why_not)}"
+    return randomness_lines(o) + hold_lines(o, describe_config) + order_lines(o)
+
+
+def _untuned_lines(result: TuneResult, unchanged: bool) -> List[str]:
+    o = result.online
+    lines = [f"the training loader was not tuned online: {why_not_words(m.why_not)}"
              for m in o.loaders if m.mode == "none"]
     lines += [f"another loader (#{m.loader_id}, a validation pass?) waited {fmt_pct(float(m.why_not or 0))} "
               f"of its time with its own settings: it took the tuned loader's config from then on"
@@ -65,7 +84,7 @@ def _untuned_lines(result: TuneResult) -> List[str]:
     if not o.switches and not o.loaders:
         lines.append("no torch DataLoader was iterated: there was nothing to tune online")
     s = result.run.summary if result.run is not None else None
-    if not o.switches and s is not None and s.batches_per_s:
+    if unchanged and s is not None and s.batches_per_s:
         wait = f", waiting for data {fmt_pct(s.data_wait_fraction)} of the time" \
             if s.data_wait_fraction is not None else ""
         lines.append(f"the run measured {fmt_rate(s.batches_per_s)} with its own settings{wait}")
@@ -76,7 +95,8 @@ STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, a
               "confirm": "measuring again, interleaved with its rival", "measuring": "measuring",
               "retreat": "leaving a config whose memory passed the budget",
               "settled": "settled: kept for the rest of the run", "budget": "explore budget spent: kept for the rest",
-              "not_input_bound": "not input-bound: the script's own settings are kept", "baseline": "measuring"}
+              "not_input_bound": "not input-bound: the script's own settings are kept", "baseline": "measuring",
+              "held": "no more switching (the summary says why): kept for the rest of the run"}
 
 
 def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float) -> str:

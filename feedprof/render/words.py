@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from feedprof.store import reasons as r
-from feedprof.render import advice_words, hazard_words, origin_words
+from feedprof.render import advice_words, hazard_words, online_checks, origin_words
 from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
@@ -71,7 +71,8 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
                 "until its __iter__ shards by worker (more workers duplicate the data, they are not faster)")
     if v.kind == VerdictKind.SURVIVES:
         near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""
-        return (f"The script's own settings ({describe(v.baseline_config)}) were {v.baseline_state}: "
+        fate = "failed" if v.baseline_state == "failed" else f"were {v.baseline_state}"
+        return (f"The script's own settings ({describe(v.baseline_config)}) {fate}: "
                 f"{describe(v.config)} is the best config that ran{near}")
     if v.kind == VerdictKind.FEWER_WORKERS:
         freed = (v.workers_before or 0) - (v.workers_after or 0)
@@ -389,6 +390,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
 _WORDS.update(hazard_words.words(lambda reason: say(reason)))
 _WORDS.update(origin_words.words())
 _WORDS.update(advice_words.words())
+_WORDS.update(online_checks.words())
 
 
 def say(reason: Optional[r.Reason], framework: str = "") -> str:

@@ -12,7 +12,8 @@ here is worded: findings are ``reasons.Reason`` records with their figures.
     procs.py    processes: on a GPU (feedprof gpus), left behind by a run
     run.py      one run (run.json): loaders, window, outcome, summary
     tune.py     a tune (results.json): trials, the recommendation
-    online.py   an online tune's record of the real run: windows, switches, warm-ups, failures
+    online.py   an online tune's record of the real run: windows, switches, warm-ups, failures,
+                each epoch's order check, random draws a switch moves, loaders no longer switched
     codec.py    dataclasses to JSON and back, by their type hints
     files.py    save / load (the one version of each record this feedprof writes)
     schema.py   the JSON Schemas generated from these records; the version rule

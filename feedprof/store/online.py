@@ -104,6 +104,74 @@ class OnlineLoaderMode:
 
 
 @dataclass(frozen=True)
+class OnlineOrderCheck:
+    """One epoch of one loader as the loop had it, checked batch by batch against what the
+    script's sampler gave (frameworks/torch_ledger.py). Digests: 8 bytes of BLAKE2b over the
+    indices delivered, and over as many as given."""
+
+    rank: int
+    loader_id: int
+    epoch: int
+    iterator: int = 1  # which iter() of the loader this epoch was (the script's own iterators counted too)
+    given_batches: int = 0  # taken from the sampler (prefetched ones included)
+    delivered_batches: int = 0
+    given_digest: str = ""
+    delivered_digest: str = ""
+    same: bool = False  # every batch the loop had was the sampler's next, and torch's counts agreed
+    ended: str = ""  # exhausted | left (the loop broke out, or iterated the loader anew) | run_end
+    problem: str = ""  # the first thing that did not match
+    rng_moved: bool = False  # by its end, a switch had moved draws of the script's random streams
+    own_iterators: int = 0  # the script's own iterators of this loader (torch's, untouched) so far
+
+    @property
+    def as_written(self) -> bool:
+        """The same samples in the same order as the run as written: checked, and nothing moved
+        the random draws the sampler's order comes from."""
+        return self.same and not self.rng_moved
+
+
+@dataclass(frozen=True)
+class OnlineRandomness:
+    """Draws from the script's random streams that switching this loader moves
+    (frameworks/torch_rng.py). ``where``: rng_loading (its fetch or collate draws in the
+    script's own process, at 0 workers), rng_sampler (its sampler draws lazily while the loop
+    draws too), or rng_workers (the script's own workers draw as they load, augmentation: with
+    other workers the draws fall otherwise; said only once a switch moved them)."""
+
+    rank: int
+    loader_id: int
+    where: str
+    streams: Tuple[str, ...] = ()  # torch, numpy, random
+    t_s: float = 0.0  # when they were seen
+    epoch: int = 0
+    allowed: bool = False  # --allow-rng-change: the loader was switched anyway
+    moved_at_s: Optional[float] = None  # when a switch moved them (None: never)
+    target: bool = True  # the tuned loader (else one that followed it)
+
+
+CHECK_FAILED = "check_failed"  # OnlineHold.why: a count or a batch did not match
+PERSISTENT_FIRST_EPOCH = "persistent_first_epoch"  # OnlineHold.why: new workers would fork with today's dataset
+
+
+@dataclass(frozen=True)
+class OnlineHold:
+    """From ``t_s`` on the loader was not switched, and kept ``config``. ``why``: rng_loading |
+    rng_sampler (OnlineRandomness), check_failed (``detail`` says what did not match; the
+    script's own settings from then on), persistent_first_epoch (new workers would see the
+    dataset as the main process has it then, the script's own workers as it was when they
+    started: the workers in force are kept)."""
+
+    rank: int
+    loader_id: int
+    why: str
+    config: Dict[str, Any]
+    t_s: float
+    detail: str = ""
+    target: bool = True  # the tuned loader (else one that followed it)
+    epoch: int = 0
+
+
+@dataclass(frozen=True)
 class OnlineRecord:
     explore_budget_s: float = 0.0
     explored_s: float = 0.0  # from the first window to the settling decision (or the end)
@@ -114,5 +182,9 @@ class OnlineRecord:
     failures: Tuple[OnlineFailure, ...] = ()
     warmups: Tuple[OnlineWarmup, ...] = ()
     loaders: Tuple[OnlineLoaderMode, ...] = ()
-    workers_changed: bool = False  # the run's own workers' randomness (augmentation) was not the script's
+    workers_changed: bool = False  # a config other than the script's own served the tuned loader
     exit_code: Optional[int] = None  # the job's own
+    target_loader_id: Optional[int] = None  # the loader tuned (rank 0's)
+    order_checks: Tuple[OnlineOrderCheck, ...] = ()  # per loader, per epoch (and iterator), per rank
+    randomness: Tuple[OnlineRandomness, ...] = ()
+    holds: Tuple[OnlineHold, ...] = ()

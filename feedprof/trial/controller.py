@@ -72,7 +72,8 @@ class Controller:
         self.online: Optional[OnlineTuning] = None
         if spec.mode == Mode.ONLINE:
             self.online = OnlineTuning(spec.decision_path, self.emit, self.now, spec.origin_s,
-                                       spec.window_seconds, spec.min_window_batches)
+                                       spec.window_seconds, spec.min_window_batches,
+                                       allow_rng_change=spec.allow_rng_change)
 
     # -- events -----------------------------------------------------------
 
@@ -181,6 +182,9 @@ class Controller:
                 replay: Optional[bool] = None) -> Iterator:
         """``replay=False``: the framework replays its batch itself (Keras replays
         at __getitem__, so its worker pool is left idle, not bypassed)."""
+        if handle.online and handle.online.busy():  # a second live iterator: the script's own, as torch gives it
+            handle.online.own_iterator()
+            return make_iter()
         if handle.rec is None:
             handle.rec = self._bind(handle)
         rec = handle.rec
@@ -318,6 +322,8 @@ class Controller:
 
     def write_result(self, state: TrialState, cause: Optional[Reason] = None, tb: str = "",
                      exit_code: Optional[int] = None) -> None:
+        if self.online is not None:
+            self.online.finish()
         if self.window is None:
             rec = self.training_recorder()
             if rec is not None:

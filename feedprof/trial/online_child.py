@@ -10,6 +10,9 @@ NOTE [ Online tuning, the script's side ]  (tune/online.py is the parent's)
           {config, batches, samples, wait_s, load_cpu_s, workers_cpu_s, t_start_s, t_end_s}
     a pool that failed ──► event "online_failure"; the config is not served again
         until the parent decides anew (a later decision)
+    each epoch's order check ──► event "online_order" (frameworks/torch_ledger.py)
+    draws a switch would move ──► event "online_randomness"; a loader no longer switched
+        (those draws, a failed check, a persistent loader past its first epoch) ──► "online_hold"
 
 Only one loader is tuned: the one with the most batches per epoch seen so far
 (a sanity-check validation pass may be iterated first). Every rank of a job
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
@@ -83,8 +87,9 @@ def _batch_len(batch: Any) -> int:
 
 class OnlineTuning:
     def __init__(self, decision_path: str, emit: Callable[..., None], now: Callable[[], float],
-                 origin_s: float, window_s: float, min_window_batches: int):
+                 origin_s: float, window_s: float, min_window_batches: int, allow_rng_change: bool = False):
         self.decision_path = decision_path
+        self.allow_rng_change = allow_rng_change  # --allow-rng-change: switch loaders whose draws would move
         self.origin_s = origin_s
         self.emit = emit
         self.now = now
@@ -101,6 +106,23 @@ class OnlineTuning:
         self._state: Dict[int, _LoaderState] = {}
         self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, batches]
         self._followers: set = set()  # other loaders that take the settled config (they waited too)
+        self.loaders: List[Any] = []  # weak references to the run's online loaders
+        self._counts: Dict[int, List[int]] = {}
+
+    def register(self, ol: Any) -> None:
+        self.loaders = [ref for ref in self.loaders if ref() is not None] + [weakref.ref(ol)]
+
+    def counts(self, loader_id: int) -> List[int]:
+        """[epochs, iterators] of a loader: one the script builds again where an earlier one was
+        (the same loader_id) numbers its epochs on from it."""
+        return self._counts.setdefault(loader_id, [0, 0])
+
+    def finish(self) -> None:
+        """The script ended: every loader's pools end, and an epoch still going is checked as far as it went."""
+        for ref in self.loaders:
+            ol = ref()
+            if ol is not None:
+                ol.close()
 
     # -- which loader, which config ---------------------------------------
 
@@ -116,7 +138,7 @@ class OnlineTuning:
             return
         self.target = ol
         if old is not None:
-            old.close()  # (a loader rebuilt every epoch: its predecessor's workers end here)
+            old.release()  # (a loader rebuilt every epoch: its predecessor's workers end here)
             if ol.chain and ol.chain == old.chain:
                 self._rebuilt(old, ol)
         self._say("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
@@ -132,6 +154,7 @@ class OnlineTuning:
             self._state[ol.loader_id] = st
         if old.served is not None:
             ol.served = dict(old.served)
+        ol.inherit(old)
 
     def _say(self, event: str, **fields: Any) -> None:
         """An event for the parent; a failure of feedprof's own (a full disk) never reaches the
@@ -170,15 +193,22 @@ class OnlineTuning:
             self.seq, self.config, self.final = decision["seq"], decision.get("config"), bool(decision.get("final"))
 
     def config_for(self, ol: Any) -> Dict[str, Any]:
+        if ol.hold_why:
+            return ol.kept()
+        if not ol.draws.ready():  # the script's random streams are watched under its own settings first
+            return ol.script_config
         if ol is not self.target:
             follows = ol.loader_id in self._followers and self.config is not None and not self.broken
-            return self.config if follows else ol.script_config
-        if self.broken:
+            config = self.config if follows else ol.script_config
+        elif self.broken:
             return ol.pool.config if ol.pool is not None else ol.script_config
-        self._poll()
-        config = self.config if self.config is not None else ol.script_config
-        if self._banned_until_seq.get(config_key(config), -1) >= self.seq:
-            return ol.pool.config if ol.pool is not None else ol.script_config
+        else:
+            self._poll()
+            config = self.config if self.config is not None else ol.script_config
+            if self._banned_until_seq.get(config_key(config), -1) >= self.seq:
+                return ol.pool.config if ol.pool is not None else ol.script_config
+        if not config.get("num_workers") and ol.script_config.get("num_workers"):
+            return ol.script_config  # loading written for workers never moves into the script's process
         return config
 
     def hang_limit_s(self, ol: Any, config: Dict[str, Any]) -> Optional[float]:
@@ -219,14 +249,32 @@ class OnlineTuning:
         self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
                   error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq)
 
-    def epoch_ended(self, ol: Any) -> None:
+    def epoch_ended(self, ol: Any, left: bool = False) -> None:
+        """An epoch ended: exhausted, or ``left`` by the loop (a break). Either way the time until
+        the next epoch's batches (its workers' start, counted as start-up) is in no window."""
         if ol is not self.target:
             self._others.pop(ol.loader_id, None)
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
             st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
         if ol is self.target:
-            self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
+            self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs, left=left,
+                      batches=ol.epoch_batches)
+
+    def order_checked(self, ol: Any, check: Dict[str, Any]) -> None:
+        """One epoch's order check (frameworks/torch_ledger.py), every loader's."""
+        self._say("online_order", loader_id=ol.loader_id, rng_moved=ol.rng_moved, own_iterators=ol.own_iterators,
+                  **check)
+
+    def randomness(self, ol: Any, where: str, streams: tuple, moved: bool) -> None:
+        """Draws from the script's random streams that a switch moves (frameworks/torch_rng.py)."""
+        self._say("online_randomness", loader_id=ol.loader_id, where=where, streams=list(streams), moved=moved,
+                  allowed=self.allow_rng_change, epoch=ol.epochs, target=ol is self.target)
+
+    def held(self, ol: Any, why: str, detail: str) -> None:
+        """The loader is no longer switched; the tuned one's search settles on what it keeps."""
+        self._say("online_hold", loader_id=ol.loader_id, why=why, detail=detail[:300], config=ol.kept(),
+                  target=ol is self.target, epoch=ol.epochs)
 
     def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
@@ -278,7 +326,7 @@ class OnlineTuning:
         if st.warmup_left == 0:
             self._say("online_warmup", loader_id=ol.loader_id, config=ol.pool.config, warm_batches=st.warm_batches,
                       warm_s=t_got_s - st.warm_t0_s, restart=st.restart, per_epoch=not ol.own_persistent,
-                      batches_per_epoch=ol.length)
+                      batches_per_epoch=ol.epoch_batches or ol.length)
 
     def _close(self, ol: Any, st: _LoaderState) -> None:
         w, st.window = st.window, None

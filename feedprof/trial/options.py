@@ -50,6 +50,7 @@ class Injection:
     framework: Optional[str] = None  # the target loader's framework
     chain: Optional[Tuple[str, ...]] = None  # the target loader's call chain
     site: Optional[str] = None  # or its FILE:LINE (--loader)
+    allow_rng_change: bool = False  # online: switch a loader whose switch moves the script's random draws
 
 
 OBSERVE = Injection()

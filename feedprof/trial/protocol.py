@@ -41,6 +41,7 @@ class TrialSpec:
     inject: Dict[str, Any] = field(default_factory=dict)
     full: bool = False  # run the script to completion
     decision_path: str = ""  # online mode: the parent's decisions (trial/online_child.py)
+    allow_rng_change: bool = False  # online mode: --allow-rng-change
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

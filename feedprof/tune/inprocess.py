@@ -27,7 +27,7 @@ class InProcessTuner:
         self.decider = Decider(trial_dir="", limits=limits_for(opts, usable_cpu_count()), opts=opts, clock=clock,
                                origin_s=origin_s, publish=self._publish)
         self.tuning = OnlineTuning("", self._emit, clock.now_s, origin_s, opts.window_seconds,
-                                   opts.min_window_batches)
+                                   opts.min_window_batches, allow_rng_change=opts.allow_rng_change)
         self.loaders: List[Any] = []
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -56,8 +56,7 @@ class InProcessTuner:
         return _Epochs(ol)
 
     def close(self) -> None:
-        for ol in self.loaders:
-            ol.close()
+        self.tuning.finish()
 
     def result(self, run: Any) -> Any:
         from feedprof.tune.online_result import online_result
@@ -74,6 +73,9 @@ class _Epochs:
         self.ol = ol
 
     def __iter__(self) -> Any:
+        if self.ol.busy():  # a second live iterator: the loader's own, as torch gives it
+            self.ol.own_iterator()
+            return iter(self.ol.loader)
         self.ol.tuning.consider(self.ol)
         return self.ol.epoch()
 

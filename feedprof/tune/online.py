@@ -12,6 +12,7 @@ NOTE [ Online tuning, the parent's side ]  (trial/online_child.py is the script'
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
@@ -21,7 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
+from feedprof.store.online import (OnlineFailure, OnlineHold, OnlineLoaderMode, OnlineOrderCheck, OnlineRandomness,
+                                   OnlineSwitch, OnlineWarmup, OnlineWindow)
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.recommend import config_key
 from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat
@@ -41,6 +43,7 @@ class OnlineOptions:
     loader_site: Optional[str] = None
     interval_s: float = 0.2
     gpu: bool = True
+    allow_rng_change: bool = False  # switch a loader even where that moves the script's random draws
 
 
 @dataclass
@@ -69,6 +72,11 @@ class Decider:
     _taken_bytes: int = 0
     _offsets: Dict[str, int] = field(default_factory=dict)
     rank_cpus: Dict[int, int] = field(default_factory=dict)  # rank -> CPUs it may use, as it reported
+    order_checks: List[OnlineOrderCheck] = field(default_factory=list)
+    randomness: Dict[Tuple[int, int, str], OnlineRandomness] = field(default_factory=dict)  # (rank, loader, where)
+    holds: List[OnlineHold] = field(default_factory=list)
+    held_why: str = ""  # the tuned loader stopped switching for this (the search settled on what it kept)
+    target_loader_id: Optional[int] = None  # rank 0's tuned loader
 
     def poll(self) -> None:
         changed = self._read_events()
@@ -115,6 +123,8 @@ class Decider:
 
     def _on_event(self, rank: int, ev: Dict[str, Any]) -> bool:
         kind = ev.get("event")
+        if kind in ("online_order", "online_randomness", "online_hold", "online_epoch_end"):
+            return self._on_check(rank, kind, ev)
         if kind == "started" and ev.get("cpus"):
             self.rank_cpus[rank] = int(ev["cpus"])  # what that rank may use (its share of its node)
             return False
@@ -144,6 +154,8 @@ class Decider:
             self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
             return True
         if kind == "online_target":
+            if rank == 0:
+                self.target_loader_id = ev.get("loader_id")
             self._new_target(ev)
             return True
         if kind == "online_follow" and rank == 0:
@@ -153,6 +165,41 @@ class Decider:
         if kind == "online_loader" and rank == 0:
             self.loaders.append(OnlineLoaderMode(loader_id=ev["loader_id"], mode=ev["mode"], why_not=ev["why_not"]))
         return False
+
+    def _on_check(self, rank: int, kind: str, ev: Dict[str, Any]) -> bool:
+        """What the loop's checks said (trial/online_child.py): an epoch's order, draws a switch
+        moves, a loader no longer switched; and how many batches the loop had of an epoch."""
+        if kind == "online_order":
+            self.order_checks.append(OnlineOrderCheck(
+                rank=rank, loader_id=ev["loader_id"], epoch=ev["epoch"], iterator=ev.get("iterator", 1),
+                given_batches=ev.get("given_batches", 0), delivered_batches=ev.get("delivered_batches", 0),
+                given_digest=ev.get("given_digest", ""), delivered_digest=ev.get("delivered_digest", ""),
+                same=bool(ev.get("same")), ended=ev.get("ended", ""), problem=ev.get("problem", ""),
+                rng_moved=bool(ev.get("rng_moved")), own_iterators=ev.get("own_iterators", 0)))
+            return False
+        if kind == "online_randomness":
+            key = (rank, ev["loader_id"], ev["where"])
+            seen = self.randomness.get(key) or OnlineRandomness(
+                rank=rank, loader_id=ev["loader_id"], where=ev["where"], streams=tuple(ev.get("streams") or ()),
+                t_s=ev["t_s"], epoch=ev.get("epoch", 0), allowed=bool(ev.get("allowed")),
+                target=bool(ev.get("target", True)))
+            if ev.get("moved") and seen.moved_at_s is None:
+                seen = dataclasses.replace(seen, moved_at_s=ev["t_s"])
+            self.randomness[key] = seen
+            return False
+        if kind == "online_epoch_end":
+            if ev.get("batches"):  # what the loop had of it (less than its length where it breaks out)
+                self.history.batches_per_epoch = int(ev["batches"])
+            return False
+        hold = OnlineHold(rank=rank, loader_id=ev["loader_id"], why=ev["why"], config=ev.get("config") or {},
+                          t_s=ev["t_s"], detail=ev.get("detail", ""), target=bool(ev.get("target")),
+                          epoch=ev.get("epoch", 0))
+        self.holds.append(hold)
+        if hold.target and not self.final and self.history.baseline is not None:
+            self.held_why = hold.why  # the search cannot go on: it settles on what the loader keeps
+            self.final, self.settled_at_s = True, hold.t_s
+            self._write(Step(hold.config, final=True, why="held"))
+        return True
 
     def _new_target(self, ev: Dict[str, Any]) -> None:
         """The loader tuned from now on (the first, or a longer one, or one rebuilt): its own
@@ -265,7 +312,7 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
                          loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)
-    what = Injection(mode=Mode.ONLINE, site=opts.loader_site)
+    what = Injection(mode=Mode.ONLINE, site=opts.loader_site, allow_rng_change=opts.allow_rng_change)
     started_at, interrupted = now_iso(), False
     decider.origin_s = clock.now_s()
     try:

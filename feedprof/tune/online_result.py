@@ -10,12 +10,13 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import config_key, recommend, trial_from_run
-from feedprof.store.reasons import (KilledBySignal, OutOfMemoryKilled, OverMemoryBudget, Reason, ScriptFailed,
-                                    SharedMemoryExhausted, TrialTimedOut)
+from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
+                                    RandomDrawsMove, Reason, ScriptFailed, SharedMemoryExhausted, SwitchingStopped,
+                                    TrialTimedOut)
 from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState,
                             TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
-from feedprof.tune.online_strategy import PICK_TOLERANCE, History, workers
+from feedprof.tune.online_strategy import PICK_TOLERANCE, History, Limits, predicted_workers, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
 
@@ -101,11 +102,41 @@ def _settled(trials: List[Trial], decider: Any) -> List[Trial]:
     """What the recommendation is made from: once the search settled, the config the run kept
     (measured over the rest of the run) against the baseline and the ceiling, and whatever broke
     (its hazards); before that, every config measured, by the online pick's own rule."""
-    if not decider.final or decider.current is None:
+    if not decider.final or decider.current is None or decider.held_why:  # (held: what it kept was not chosen)
         return trials
     kept = config_key(decider.current)
     return [t for t in trials if config_key(t.config) == kept or t.role in (Role.BASELINE, Role.CEILING)
             or t.state != TrialState.OK]
+
+
+def _caveats(decider: Any, limits: Limits) -> List[Reason]:
+    """Why the advice is not simply the search's: the tuned loader's switch moves draws from the
+    script's random streams in its own process (not switched: the advice is what the windows of its
+    own settings predict; or switched with --allow-rng-change), its workers' augmentation moved
+    with the worker count, or its switching stopped (a failed check, persistent workers past their
+    first epoch) before the search settled."""
+    out: List[Reason] = []
+    seen = sorted((r for r in decider.randomness.values() if r.target), key=lambda r: r.t_s)
+    main = [r for r in seen if r.where != "rng_workers"]
+    if main:
+        held = not main[0].allowed
+        out.append(RandomDrawsMove(where=main[0].where, streams=main[0].streams, held=held,
+                                   moved=any(r.moved_at_s is not None for r in main),
+                                   predicted_workers=predicted_workers(decider.history, limits) if held else None))
+    out += [RandomDrawsMove(where=r.where, streams=r.streams, held=False, moved=True)
+            for r in seen if r.where == "rng_workers"][:1]
+    held = next((h for h in decider.holds if h.target and h.why == decider.held_why), None)
+    if held is not None and not main:  # (a hold after the search settled changed nothing it chose)
+        out.append(SwitchingStopped(why=held.why, detail=held.detail,
+                                    predicted_workers=predicted_workers(decider.history, limits)))
+    return out
+
+
+def _with_caveats(reasons: Tuple[Reason, ...], caveats: List[Reason]) -> Tuple[Reason, ...]:
+    """The caveats in place of "nothing was tried" (they say why), else after the baseline's figures."""
+    rest = [r for r in reasons if not isinstance(r, NothingTried)]
+    at = next((i + 1 for i, r in enumerate(rest) if isinstance(r, BaselineFigures)), 0)
+    return tuple(rest[:at] + caveats + rest[at:])
 
 
 def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
@@ -149,7 +180,11 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         space = make_space(Framework.TORCH, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
-        rec = recommend(_settled(trials, decider), space, tol=PICK_TOLERANCE, cpu_cap=cpu_cap)
+        caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers))
+        rec = recommend(_settled(trials, decider), space, tol=PICK_TOLERANCE, cpu_cap=cpu_cap,
+                        nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
+        if rec is not None and caveats:
+            rec = dataclasses.replace(rec, reasons=_with_caveats(rec.reasons, caveats))
         if rec is not None:
             rank_argv = next((r.argv for r in (run.ranks if run is not None else ()) if r.argv), ())
             paste = space.paste(rec.config, loader, script, list(rank_argv or argv))
@@ -167,7 +202,9 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
                           loaders=modes,
                           workers_changed=any(config_key(s.config) != config_key(h.baseline or {})
                                               for s in decider.switches),
-                          exit_code=exit_code)
+                          exit_code=exit_code, target_loader_id=decider.target_loader_id,
+                          order_checks=tuple(decider.order_checks),
+                          randomness=tuple(decider.randomness.values()), holds=tuple(decider.holds))
     framework = Framework.TORCH if h.baseline is not None else Framework.NONE
     return TuneResult(script=script, argv=tuple(argv), framework=framework,
                       loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,

@@ -23,6 +23,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from feedprof.analyse import rules
 from feedprof.analyse.recommend import config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 
@@ -47,7 +48,7 @@ class History:
     windows: List[OnlineWindow] = field(default_factory=list)
     failures: List[OnlineFailure] = field(default_factory=list)
     warmups: List[OnlineWarmup] = field(default_factory=list)
-    batches_per_epoch: int = 0  # of the tuned loader (0: unknown)
+    batches_per_epoch: int = 0  # of the tuned loader, as the loop had its last epoch (0: unknown)
     restarts_per_epoch: bool = False  # its workers start anew every epoch (no persistent_workers)
 
     def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
@@ -78,7 +79,7 @@ class History:
         per_epoch = next((w for w in self.warmups if config_key(w.config) == k and w.per_epoch), None)
         if steady is None or not cost or per_epoch is None or not per_epoch.batches_per_epoch:
             return steady
-        bpe = per_epoch.batches_per_epoch
+        bpe = self.batches_per_epoch or per_epoch.batches_per_epoch  # (what the loop has of one, where it breaks out)
         return bpe / (bpe / steady + cost)
 
     def n_windows(self, config: Dict[str, Any]) -> int:
@@ -232,6 +233,17 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
     if n <= n_best or _tried(h, n, base):
         return None
     return Step(with_workers(base, n), why="climb")
+
+
+def predicted_workers(h: History, limits: Limits) -> Optional[int]:
+    """Where the script's own settings were all that ran: the count the climb would have tried
+    first (the one their wait predicts reaches the ceiling), or None where they do not wait."""
+    base, ceiling = h.baseline, h.ceiling()
+    rate = h.steady_rate(base) if base is not None else None
+    if base is None or not rate or not ceiling or (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
+        return None
+    return max(workers(base) + 1, min(rules.jump_target(workers(base), rate, ceiling, rules.ONLINE),
+                                      worker_cap(h, limits)))
 
 
 def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:

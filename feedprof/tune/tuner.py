@@ -399,8 +399,11 @@ class Tuner:
         max_w = o.max_workers or default_max_workers(self.cpu_cap)
         self.space = make_space(rec.framework, rec.config, self.cpu_cap, max_w, baseline.run.cuda_used)
         self.space.allow_reorder = o.allow_reorder  # (tune/space_order.py)
+        cause = baseline.cause
+        if baseline.state in (TrialState.KILLED, TrialState.FAILED):  # the script's worker count, not the sampled
+            cause = self.memory.explain(cause, self.space.workers(rec.config), self.space.in_flight(rec.config))
         baseline = dataclasses.replace(baseline, config=self.space.legalize(dict(rec.config)),
-                                       config_text=self.space.describe(rec.config))
+                                       config_text=self.space.describe(rec.config), cause=cause)
         self.trials[baseline.index] = baseline
         for t in self.trials:
             if t.state == TrialState.OK and t.role != Role.CEILING:

@@ -30,6 +30,7 @@ from feedprof.store.reasons.tune import (
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
 from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SetInPipeline
+from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
 
 __all__ = [
     "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
@@ -48,5 +49,5 @@ __all__ = [
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
-    "InOrderGain", "OrderChanges", "SetInPipeline",
+    "InOrderGain", "OrderChanges", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",
 ]

@@ -1,0 +1,162 @@
+"""The script's random streams in the main process, seen around one online loader.
+
+NOTE [ Draws a switch would move ]
+
+    torch's default CPU generator, numpy's legacy global RandomState (once numpy is
+    imported) and Python's random are compared, in the main process:
+
+      around a fetch + collate at 0 workers   loading draws there; a worker pool draws them
+                                              in its workers instead: the batches' random
+                                              values, and every later draw of the script
+                                              (the next epoch's shuffle), change
+      around a sampler step past the first    the sampler draws lazily: a pool of N workers
+                                              pulls prefetch_factor x N batches ahead ...
+      between two batches of one epoch        ... and when the loop draws too, the two
+                                              streams interleave otherwise
+
+    Every batch is checked until CHECK_BATCHES were seen under the script's own settings
+    (no switch happens before), then one in SAMPLE_EVERY, or every one once the sampler is
+    seen drawing lazily. Draws that numpy serves from its cached second normal deviate
+    leave its generator as it was: the next draw shows.
+"""
+from __future__ import annotations
+
+import ctypes
+import random
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Set, Tuple
+
+STREAMS = ("torch", "numpy", "random")
+CHECK_BATCHES = 8
+SAMPLE_EVERY = 32
+
+Snapshot = Tuple[Any, Any, Any]
+
+
+class _NumpyState:
+    """numpy's global generator state, cheaply: its MT19937 key and position read in place
+    (50 µs for get_state() against 1 µs), else get_state()."""
+
+    def __init__(self) -> None:
+        self._np: Any = None
+        self._read: Callable[[], Any] = lambda: None
+
+    def __call__(self) -> Any:
+        np = sys.modules.get("numpy")
+        if np is None:
+            return None
+        if np is not self._np:
+            self._np, self._read = np, self._reader(np)
+        return self._read()
+
+    @staticmethod
+    def _reader(np: Any) -> Callable[[], Any]:
+        try:
+            bitgen = np.random.mtrand._rand._bit_generator
+            view = (ctypes.c_uint32 * 625).from_address(bitgen.ctypes.state_address)  # key[624], pos
+        except (AttributeError, TypeError, ValueError):
+            return lambda: np.random.get_state()
+        return lambda: (bitgen, bytes(view))[1]  # (keeps the generator alive while read)
+
+
+_numpy_state = _NumpyState()
+
+
+def snapshot() -> Snapshot:
+    import torch
+
+    return torch.get_rng_state(), _numpy_state(), random.getstate()
+
+
+def moved(a: Snapshot, b: Snapshot) -> Set[str]:
+    """The streams that differ between two snapshots."""
+    import torch
+
+    out = set()
+    if not torch.equal(a[0], b[0]):
+        out.add("torch")
+    if a[1] is not None and b[1] is not None and not _same(a[1], b[1]):
+        out.add("numpy")
+    if a[2] != b[2]:
+        out.add("random")
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bytes):
+        return a == b
+    return a[0] == b[0] and a[2:] == b[2:] and bytes(a[1].data) == bytes(b[1].data)  # get_state()'s tuple
+
+
+@dataclass
+class DrawWatch:
+    """What one loader's batches showed of the main process's random streams."""
+
+    loading: Set[str] = field(default_factory=set)  # fetch + collate drew (0 workers: in the main process)
+    sampler: Set[str] = field(default_factory=set)  # a sampler step past the epoch's first drew
+    loop: Set[str] = field(default_factory=set)  # something drew between two batches of one epoch
+    checked_own: int = 0  # batches checked under the script's own settings
+    _batches: int = 0
+    _on: bool = False  # this batch is checked
+    _start: Optional[Snapshot] = None  # at this batch's request
+    _stepped: Optional[Snapshot] = None  # after its last sampler step
+    _end: Optional[Snapshot] = None  # at the end of the last checked batch of this epoch
+
+    def ready(self) -> bool:
+        """Checked enough under the script's own settings to say whether a switch moves draws."""
+        return self.checked_own >= CHECK_BATCHES
+
+    def verdict(self) -> str:
+        """"" where a switch moves no draw that was seen, else what would move:
+        rng_loading | rng_sampler."""
+        if self.loading:
+            return "rng_loading"
+        if self.sampler and self.loop:
+            return "rng_sampler"
+        return ""
+
+    def streams(self) -> Tuple[str, ...]:
+        seen = self.loading | (self.sampler | self.loop if self.sampler and self.loop else set())
+        return tuple(s for s in STREAMS if s in seen)
+
+    def new_epoch(self) -> None:
+        self._end = None  # what draws between epochs (a new iterator's seed) moves with nothing
+
+    def begin(self) -> None:
+        """A batch is asked for."""
+        self._batches += 1
+        self._on = not self.ready() or bool(self.sampler) or self._batches % SAMPLE_EVERY == 0
+        if not self._on:
+            self._end = None
+            return
+        self._start, self._stepped = snapshot(), None
+        if self._end is not None:
+            self.loop |= moved(self._end, self._start)
+
+    def step(self, pull: Callable[[], Any], first: bool) -> Any:
+        """One step of the script's sampler (``first``: the epoch's first)."""
+        if not self._on:
+            return pull()
+        before = snapshot()
+        try:
+            return pull()
+        finally:
+            self._stepped = snapshot()
+            if not first:
+                self.sampler |= moved(before, self._stepped)
+
+    def end(self, in_main: bool, own: bool) -> None:
+        """The batch was delivered; ``in_main``: loaded in this process (0 workers);
+        ``own``: under the script's own settings."""
+        if not self._on:
+            return
+        self._end = snapshot()
+        if in_main:
+            self.loading |= moved(self._stepped or self._start, self._end)
+        if own:
+            self.checked_own += 1
+
+    def abandon(self) -> None:
+        """The batch did not come (an error, the epoch's end): nothing to compare."""
+        self._on, self._end = False, None
