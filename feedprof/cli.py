@@ -124,6 +124,8 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         return _tune_online(args, script_args)
     if args.explore is not None:
         raise UsageError("--explore goes with --online")
+    if args.allow_resharding:
+        raise UsageError("--allow-resharding goes with --online")
     task = task_of(os.environ)
     if task is not None:  # every trial starts the job anew: all tasks' trials would have to run as one
         raise UsageError(f"feedprof tune is task {task.rank} of {task.world_size} here ({task.launcher}): an offline "
@@ -186,7 +188,7 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     opts = OnlineOptions(explore_s=seconds or OnlineOptions.explore_s, explore_share=share,
                          max_workers=args.max_workers, max_memory_bytes=args.max_memory,
                          loader_site=args.loader, interval_s=args.interval,
-                         gpu=not args.no_gpu)
+                         gpu=not args.no_gpu, allow_resharding=args.allow_resharding)
     result, interrupted = run_online_tune(script, script_args, out_dir, opts, launch=launch,
                                           quiet=args.quiet)
     if interrupted:

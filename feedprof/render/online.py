@@ -3,27 +3,33 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from feedprof.render.words import config_words
 from feedprof.store import TuneResult
 from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
 
 FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker",
           "memory": "the job's memory passed the budget"}
-WHY_NOT = {"iterable_dataset": "an IterableDataset: the worker count decides what each worker yields",
+WHY_NOT = {"iterable_dataset": "an IterableDataset: its worker count decides what each worker yields, so another "
+                               "count would change the samples of an epoch (their batches and their order) unless "
+                               "the dataset shards by a fixed key; it ran with its own settings. With "
+                               "--allow-resharding feedprof switches such a loader between epochs, and each epoch's "
+                               "samples are then those of the worker count in force",
            "out_of_order": "in_order=False: batches may arrive out of order, so a switch could lose some",
            "own_iterator": "a DataLoader subclass with its own iterator",
            "framework:tf.data": "a tf.data pipeline: AUTOTUNE already tunes its parallelism inside the run, and "
                                 "feedprof does not rebuild a pipeline mid-run; `feedprof tune` (offline) explores "
-                                "the private thread pool AUTOTUNE leaves alone",
-           "framework:keras": "a Keras PyDataset: fit builds its workers inside its own loop, where feedprof does "
-                              "not switch them; `feedprof tune` (offline) tunes workers and use_multiprocessing",
+                                "the private thread pool and the settings AUTOTUNE leaves alone",
+           "pydataset_unbounded": "a Keras PyDataset without a length: there is no epoch's order to keep across a "
+                                  "switch; `feedprof tune` (offline) tunes workers and use_multiprocessing",
+           "steps_per_epoch": "a Keras PyDataset read with fit(steps_per_epoch=...) other than its length: Keras "
+                              "carries its iterator across epochs in a way a switch cannot keep; `feedprof tune` "
+                              "(offline) tunes it",
            "framework:tf.keras": "legacy tf.keras fit(workers=...): tuned offline only (`feedprof tune`)",
            "framework:torchdata.nodes": "a torchdata.nodes pipeline: tuned offline only (`feedprof tune`)"}
+SWITCHED_AT = {"mid_epoch": "at batch boundaries, the epoch's order kept",
+               "epoch": "between epochs only (an IterableDataset, --allow-resharding)"}
 
 
-def describe_config(config: Dict[str, Any]) -> str:
-    from feedprof.frameworks.torch import describe_config as torch_words
-
-    return torch_words(config) if config else "the script's own settings"
 
 
 def online_lines(result: TuneResult) -> List[str]:
@@ -38,18 +44,23 @@ def online_lines(result: TuneResult) -> List[str]:
     if not o.switches:
         return [f"The job ran once, {ended}; its loader's settings were not changed"] + _untuned_lines(result)
     lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
-             f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows)"]
+             f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows), switching "
+             f"{SWITCHED_AT.get(o.switch_at, o.switch_at)}"]
     if o.settled_at_s is not None:
-        lines.append(f"settled on {describe_config(o.settled_config)} at {fmt_seconds(o.settled_at_s)} "
+        lines.append(f"settled on {config_words(o.settled_config, result.framework)} at {fmt_seconds(o.settled_at_s)} "
                      f"and kept it for the rest of the run")
     else:
         lines.append("the run ended before the search settled; the pick is from what was measured")
     for f in o.failures:
-        lines.append(f"{describe_config(f.config)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
+        lines.append(f"{config_words(f.config, result.framework)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
                      f"the batches in flight were fetched again with the script's own settings and the run "
                      f"went on; no config with as many workers was tried after")
     lines += _untuned_lines(result)
-    if o.workers_changed:
+    if o.workers_changed and o.switch_at == "epoch":
+        lines.append("the loader's settings changed between epochs only: an IterableDataset decides what each "
+                     "worker yields, so each epoch's samples (their batches and their order) were those of the "
+                     "worker count in force, as --allow-resharding allowed")
+    elif o.workers_changed:
         lines.append("the samples and their order were the script's own; randomness inside the workers "
                      "(augmentation drawn in a worker) follows the worker count, so it differed from a run as written")
     return lines
@@ -63,7 +74,7 @@ def _untuned_lines(result: TuneResult) -> List[str]:
               f"of its time with its own settings: it took the tuned loader's config from then on"
               for m in o.loaders if m.mode == "follows"]
     if not o.switches and not o.loaders:
-        lines.append("no torch DataLoader was iterated: there was nothing to tune online")
+        lines.append("no loader that feedprof switches online (a torch DataLoader, a Keras PyDataset) was iterated")
     s = result.run.summary if result.run is not None else None
     if not o.switches and s is not None and s.batches_per_s:
         wait = f", waiting for data {fmt_pct(s.data_wait_fraction)} of the time" \
@@ -79,9 +90,10 @@ STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, a
               "not_input_bound": "not input-bound: the script's own settings are kept", "baseline": "measuring"}
 
 
-def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float) -> str:
+def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float, framework: str = "torch") -> str:
     """One progress line per decision, on stderr while the job's own output goes on."""
-    return f"feedprof --online: {fmt_seconds(t_s)} into the run: {describe_config(config)} ({STEP_WORDS.get(why, why)})"
+    return (f"feedprof --online: {fmt_seconds(t_s)} into the run: {config_words(config, framework)} "
+            f"({STEP_WORDS.get(why, why)})")
 
 
 def format_online(result: TuneResult) -> str:
@@ -98,5 +110,5 @@ def timeline_svg(result: TuneResult) -> str:
     if not ws:
         return ""
     return plots.draw_timeline([(w.t_start_s, w.t_end_s) for w in ws], [w.batches_per_s for w in ws],
-                               [100 * w.wait_fraction for w in ws], [describe_config(w.config) for w in ws],
+                               [100 * w.wait_fraction for w in ws], [config_words(w.config, result.framework) for w in ws],
                                o.settled_at_s, [f.t_s for f in o.failures])

@@ -28,8 +28,8 @@ from importlib import import_module
 from typing import Any, Dict, List
 
 _MODULES: Dict[str, tuple] = {
-    "codes": ("Code", "Framework", "GpuStatus", "InputBound", "LineProblem", "Phase", "Role", "RunKind", "TrialState",
-              "VerdictKind", "WindowEnd"),
+    "codes": ("Code", "Framework", "GpuStatus", "InputBound", "LineProblem", "Phase", "Role", "RunKind", "SwitchAt",
+              "TrialState", "VerdictKind", "WindowEnd"),
     "host": ("GpuInfo", "HostInfo"),
     "samples": ("GpuSeries", "Peaks", "Samples"),
     "procs": ("Leftovers",),

@@ -115,4 +115,5 @@ class OnlineRecord:
     warmups: Tuple[OnlineWarmup, ...] = ()
     loaders: Tuple[OnlineLoaderMode, ...] = ()
     workers_changed: bool = False  # the run's own workers' randomness (augmentation) was not the script's
+    switch_at: str = "mid_epoch"  # where the tuned loader switched (codes.SwitchAt: "epoch" for an IterableDataset)
     exit_code: Optional[int] = None  # the job's own

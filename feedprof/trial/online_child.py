@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.recommend import config_key
 
 POLL_S = 0.05  # how often the decision file is looked at
@@ -57,6 +58,19 @@ class _LoaderState:
     window: Optional[_Window] = None
     slowest_s: float = 0.0
     pids: List[int] = field(default_factory=list)
+    pool: Any = None  # the pool whose workers' CPU the window reads
+
+
+def _workers_cpu_s(st: _LoaderState) -> Optional[float]:
+    """CPU time of the serving pool's workers so far: a pool that measures its own (threads in
+    the loop's process) says it; else its worker processes by pid; 0 with none, None if unknown."""
+    own = getattr(st.pool, "workers_cpu_s", None)
+    value = own() if own is not None else None
+    if value is not None:
+        return value
+    if st.pids:
+        return _cpu_s(st.pids)
+    return None if own is not None else 0.0
 
 
 def _cpu_s(pids: List[int]) -> Optional[float]:
@@ -120,7 +134,8 @@ class OnlineTuning:
             if ol.chain and ol.chain == old.chain:
                 self._rebuilt(old, ol)
         self._say("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
-                  per_epoch=not ol.own_persistent, script_config=ol.script_config)
+                  per_epoch=not ol.own_persistent, script_config=ol.script_config, framework=ol.framework,
+                  switch_at=ol.switch_at)
 
     def _rebuilt(self, old: Any, ol: Any) -> None:
         """The script built the tuned loader again (every epoch, as some scripts do): its window
@@ -200,11 +215,12 @@ class OnlineTuning:
         epoch, which is its cost and stays inside its window."""
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.pids = ol.pool.worker_pids() if ol.pool is not None else []
+        st.pool = ol.pool
         if st.window is not None:
             st.window.workers_cpu0_s = None  # other workers now: their CPU is not comparable
         if not restart:
             st.window = None
-        st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate ...
+        st.warmup_left = (workers_of(config) or 0) + 1  # the pool filling is not its rate ...
         st.warm_t0_s, st.warm_batches, st.restart = None, 0, restart  # ... but its cost (online_warmup)
         if ol is self.target and not restart:
             self._say("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
@@ -241,8 +257,7 @@ class OnlineTuning:
         if w is not None and w.config != ol.pool.config:
             w = st.window = None
         if w is None:
-            w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s,
-                                    workers_cpu0_s=_cpu_s(st.pids) if st.pids else 0.0)
+            w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s, workers_cpu0_s=_workers_cpu_s(st))
         w.span_s += t_got_s - (t_req_s if w.t_last_s is None else w.t_last_s)
         w.t_last_s = t_got_s
         w.batches += 1
@@ -261,8 +276,9 @@ class OnlineTuning:
         seen[1] += t_got_s - t_req_s
         seen[2] += 1
         span_s = t_got_s - seen[0]
-        if ol.loader_id in self._followers or self.broken or not (self.config or {}).get("num_workers") \
-                or ol.pool is None or ol.pool.config != ol.script_config:
+        if ol.loader_id in self._followers or self.broken or not workers_of(self.config or {}) \
+                or ol.pool is None or ol.pool.config != ol.script_config \
+                or self.target is None or ol.framework != self.target.framework:  # (its settings' keywords)
             return
         if seen[2] >= FOLLOW_BATCHES and span_s >= FOLLOW_SPAN_S and seen[1] / span_s >= FOLLOW_WAIT:
             self._followers.add(ol.loader_id)
@@ -282,7 +298,7 @@ class OnlineTuning:
 
     def _close(self, ol: Any, st: _LoaderState) -> None:
         w, st.window = st.window, None
-        cpu1 = _cpu_s(st.pids) if st.pids else 0.0
+        cpu1 = _workers_cpu_s(st)
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
         self._say("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
                   wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s,

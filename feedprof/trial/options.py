@@ -50,6 +50,7 @@ class Injection:
     framework: Optional[str] = None  # the target loader's framework
     chain: Optional[Tuple[str, ...]] = None  # the target loader's call chain
     site: Optional[str] = None  # or its FILE:LINE (--loader)
+    allow_resharding: bool = False  # online: switch an IterableDataset between epochs (its samples follow the workers)
 
 
 OBSERVE = Injection()

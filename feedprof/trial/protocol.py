@@ -41,6 +41,7 @@ class TrialSpec:
     inject: Dict[str, Any] = field(default_factory=dict)
     full: bool = False  # run the script to completion
     decision_path: str = ""  # online mode: the parent's decisions (trial/online_child.py)
+    allow_resharding: bool = False  # online mode: --allow-resharding (an IterableDataset switched between epochs)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -24,7 +24,9 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineSwitch, OnlineWarmup, OnlineWindow
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.recommend import config_key
-from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat
+from feedprof.store.codes import Framework, SwitchAt
+from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat, workers
+from feedprof.tune.space import Space, make_space
 
 DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
@@ -41,6 +43,7 @@ class OnlineOptions:
     loader_site: Optional[str] = None
     interval_s: float = 0.2
     gpu: bool = True
+    allow_resharding: bool = False  # --allow-resharding: an IterableDataset is switched between epochs
 
 
 @dataclass
@@ -62,13 +65,16 @@ class Decider:
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
-    on_decision: Optional[Callable[[Step, float], None]] = None  # told each decision (the progress lines)
+    on_decision: Optional[Callable[[Step, float, str], None]] = None  # told each decision, its time, the framework
     memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
     _available0_bytes: int = 0
     _broke_current: bool = False
     _taken_bytes: int = 0
     _offsets: Dict[str, int] = field(default_factory=dict)
     rank_cpus: Dict[int, int] = field(default_factory=dict)  # rank -> CPUs it may use, as it reported
+    framework: str = Framework.TORCH  # the tuned loader's (its Space makes the configs tried)
+    switch_at: str = SwitchAt.BATCH  # where the tuned loader switches (between epochs: an IterableDataset)
+    space: Optional[Space] = None
 
     def poll(self) -> None:
         changed = self._read_events()
@@ -78,14 +84,14 @@ class Decider:
             self._leave_for_memory()
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
-            self._write(Step(retreat(self.history, self.current or {}), final=True, why="retreat"))
+            self._write(Step(retreat(self.history, self.current or {}, self.space), final=True, why="retreat"))
         elif not self.final and (changed or self.explore_left_s() <= 0):  # (a silent config cannot hold it)
             self._decide()
 
     def _memory_over_budget(self) -> bool:
         """Has the job taken more of the machine's memory than the budget since it started
         (cheap: one system reading per poll)? Only a config with workers is left for it."""
-        if self.memory_budget_bytes is None or self.current is None or not self.current.get("num_workers") \
+        if self.memory_budget_bytes is None or self.current is None or not workers(self.current) \
                 or self.history.failed(self.current):  # (left once already: the child is on its way)
             return False
         import psutil
@@ -101,7 +107,7 @@ class Decider:
                                                    t_s=self.clock.now_s() - self.origin_s,
                                                    taken_bytes=self._taken_bytes,
                                                    budget_bytes=self.memory_budget_bytes))
-        self._write(Step(retreat(self.history, failed), final=self.final, why="retreat"))
+        self._write(Step(retreat(self.history, failed, self.space), final=self.final, why="retreat"))
 
     def _read_events(self) -> bool:
         changed = False
@@ -158,6 +164,8 @@ class Decider:
         """The loader tuned from now on (the first, or a longer one, or one rebuilt): its own
         settings are the baseline; a different baseline starts the measurements over."""
         h = self.history
+        self.framework = ev.get("framework") or Framework.TORCH
+        self.switch_at = ev.get("switch_at") or SwitchAt.BATCH
         h.batches_per_epoch = ev.get("batches_per_epoch") or 0
         h.restarts_per_epoch = bool(ev.get("per_epoch"))
         own = ev.get("script_config")
@@ -167,6 +175,7 @@ class Decider:
             h.windows.clear()
             h.warmups.clear()
         h.baseline = own
+        self.space = make_space(self.framework, own, self.limits.cpu_cap, self.limits.max_workers, None)
         if self.current is None:
             self.current = own
 
@@ -202,7 +211,7 @@ class Decider:
         # reported its share; else this machine's CPUs over every rank)
         cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
         limits = Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
-        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s())
+        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s(), self.space)
         if step.final:
             self.final = True
             self.settled_at_s = self.clock.now_s() - self.origin_s
@@ -218,7 +227,7 @@ class Decider:
         else:
             write_text_atomic(os.path.join(self.trial_dir, DECISION_FILE), json.dumps(payload))
         if self.on_decision is not None:
-            self.on_decision(step, self.clock.now_s() - self.origin_s)
+            self.on_decision(step, self.clock.now_s() - self.origin_s, self.framework)
 
     def tell(self, ev: Dict[str, Any]) -> None:
         """An event from the loop in this very process (no files): decide at once."""
@@ -245,7 +254,7 @@ def trial_paths(out_dir: str) -> Tuple[str, str]:
 
 
 def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
-               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float], None]] = None
+               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float, str], None]] = None
                ) -> Tuple[Any, bool]:
     """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
     from feedprof.record.clock import now_iso
@@ -265,7 +274,7 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
                          loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)
-    what = Injection(mode=Mode.ONLINE, site=opts.loader_site)
+    what = Injection(mode=Mode.ONLINE, site=opts.loader_site, allow_resharding=opts.allow_resharding)
     started_at, interrupted = now_iso(), False
     decider.origin_s = clock.now_s()
     try:

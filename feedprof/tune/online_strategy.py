@@ -23,8 +23,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.recommend import config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
+from feedprof.tune.space import Space
 
 NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
@@ -140,15 +142,18 @@ class Step:
 
 
 def workers(config: Dict[str, Any]) -> int:
-    return int(config.get("num_workers") or 0)
+    """The worker count of a config, whatever its framework calls it (num_workers, workers)."""
+    return workers_of(config) or 0
 
 
-def with_workers(base: Dict[str, Any], n: int) -> Dict[str, Any]:
-    out = dict(base)
-    out["num_workers"] = n
-    out["prefetch_factor"] = (base.get("prefetch_factor") or 2) if n else None
-    out["persistent_workers"] = bool(base.get("persistent_workers")) and n > 0
-    return out
+def with_workers(base: Dict[str, Any], n: int, space: Optional[Space] = None) -> Dict[str, Any]:
+    """``base`` with ``n`` workers, made legal by the loader's framework (its Space): the search
+    walks the primary knob and keeps the script's other settings."""
+    if space is None:  # a torch DataLoader: what a caller that names no space tunes
+        from feedprof.tune.space import TorchSpace
+
+        space = TorchSpace(base, cpu_cap=1, max_primary=1, cuda_used=None)
+    return space.with_primary(base, n)
 
 
 def worker_cap(h: History, limits: Limits) -> int:
@@ -156,10 +161,10 @@ def worker_cap(h: History, limits: Limits) -> int:
     io_bound = False
     for config in h.measured():
         n, ws = workers(config), h.of(config)
-        if n:  # the workers' own CPU use, per worker
-            cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
-            share = statistics.median(cores) / n if cores else None
-        else:  # in the loop itself: the CPU it spent while it waited for the batch
+        cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+        if n and cores:  # the workers' own CPU use, per worker
+            share = statistics.median(cores) / n
+        else:  # loaded in the loop itself (Keras workers=1): the CPU it spent while it waited for the batch
             fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
             share = statistics.median(fractions) if fractions else None
         if share is not None and share < IO_BOUND_CPU:
@@ -190,7 +195,9 @@ def fastest(h: History) -> Optional[Dict[str, Any]]:
     return max(measured, key=lambda c: h.rate(c) or 0.0, default=None)
 
 
-def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float) -> Step:
+def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float,
+           space: Optional[Space] = None) -> Step:
+    """The next step; ``space`` (the tuned loader's framework's) makes each config it proposes."""
     base = h.baseline
     if base is None:
         return Step(current, why="baseline")
@@ -203,16 +210,16 @@ def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: 
         return Step(current, why="measuring")
     if (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
         return Step(base, final=True, why="not_input_bound")
-    step = _climb(h, limits, base) or _refine(h, base) or _confirm(h)
+    step = _climb(h, limits, base, space) or _refine(h, base, space) or _confirm(h)
     return step or Step(settled, final=True, why="settled")
 
 
-def _tried(h: History, n: int, base: Dict[str, Any]) -> bool:
-    c = with_workers(base, n)
+def _tried(h: History, n: int, base: Dict[str, Any], space: Optional[Space]) -> bool:
+    c = with_workers(base, n, space)
     return h.n_windows(c) >= NEED or h.failed(c)
 
 
-def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
+def _climb(h: History, limits: Limits, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
     best = fastest(h)
     ceiling = h.ceiling()
     if best is None or not ceiling:
@@ -229,12 +236,12 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
     killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and f.kind in CAPPING]
     if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
         n = min(n, (n_best + min(killed)) // 2)
-    if n <= n_best or _tried(h, n, base):
+    if n <= n_best or _tried(h, n, base, space):
         return None
-    return Step(with_workers(base, n), why="climb")
+    return Step(with_workers(base, n, space), why="climb")
 
 
-def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
+def _refine(h: History, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
     best = fastest(h)
     if best is None:
         return None
@@ -248,11 +255,11 @@ def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
     mid = (lo + hi) // 2
     # every refinement runs the real job on fewer workers for a while: only where it saves a good
     # part of them, and where what `mid` workers can supply at most is not already too little
-    if not (lo < mid < hi and hi - mid >= max(2, hi // 4)) or _tried(h, mid, base):
+    if not (lo < mid < hi and hi - mid >= max(2, hi // 4)) or _tried(h, mid, base, space):
         return None
-    if mid * _supply_per_worker(h, with_workers(base, lo)) < (1 - tol) * top:
+    if mid * _supply_per_worker(h, with_workers(base, lo, space)) < (1 - tol) * top:
         return None
-    return Step(with_workers(base, mid), why="refine")
+    return Step(with_workers(base, mid, space), why="refine")
 
 
 def _supply_per_worker(h: History, slower: Dict[str, Any]) -> float:
@@ -277,7 +284,7 @@ def _confirm(h: History) -> Optional[Step]:
     return None
 
 
-def retreat(h: History, failed: Dict[str, Any]) -> Dict[str, Any]:
+def retreat(h: History, failed: Dict[str, Any], space: Optional[Space] = None) -> Dict[str, Any]:
     """The best measured config with fewer workers than ``failed``; without one, half its workers
     (the script's own settings where they have fewer)."""
     n = workers(failed)
@@ -285,4 +292,4 @@ def retreat(h: History, failed: Dict[str, Any]) -> Dict[str, Any]:
     if fewer:
         return max(fewer, key=lambda c: h.rate(c) or 0.0)
     base = h.baseline or {}
-    return base if workers(base) < n else with_workers(base, n // 2)
+    return base if workers(base) < n else with_workers(base, n // 2, space)

@@ -29,7 +29,7 @@ from feedprof.store.reasons.tune import (
     ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
-from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SetInPipeline
+from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFollowWorkers, SetInPipeline
 
 __all__ = [
     "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
@@ -48,5 +48,5 @@ __all__ = [
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
-    "InOrderGain", "OrderChanges", "SetInPipeline",
+    "InOrderGain", "OrderChanges", "SamplesFollowWorkers", "SetInPipeline",
 ]
