@@ -67,6 +67,7 @@ class LoaderHandle:
     rec: Optional[StepRecorder] = None
     online: Optional["OnlineLoader"] = None  # online mode: the loader served by switching pools
     switch_checked: bool = False  # online mode: asked once whether it can switch (online stays None if not)
+    tick: Optional[Callable[[], None]] = None  # told each step timed from a fit callback (tf.data: AUTOTUNE read)
 
 
 @dataclass(frozen=True)

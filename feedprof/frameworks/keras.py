@@ -243,6 +243,8 @@ def make_end_window(ctl: Any, base: type) -> Any:
             self.last_step = batch
             for handle in getattr(self, "handles", ()):
                 ctl.timed_step(handle, now, n_steps)
+                if handle.tick is not None:
+                    handle.tick()
             ctl.check_stop()
 
     return EndWindow

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from feedprof.render.autotune_words import autotune_lines
 from feedprof.render.words import config_words
 from feedprof.store import TuneResult
 from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
@@ -42,7 +43,8 @@ def online_lines(result: TuneResult) -> List[str]:
     if not result.complete:
         ended = "until it was interrupted"
     if not o.switches:
-        return [f"The job ran once, {ended}; its loader's settings were not changed"] + _untuned_lines(result)
+        return ([f"The job ran once, {ended}; its loader's settings were not changed"] + _untuned_lines(result)
+                + autotune_lines(result.run))
     lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
              f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows), switching "
              f"{SWITCHED_AT.get(o.switch_at, o.switch_at)}"]
@@ -55,7 +57,7 @@ def online_lines(result: TuneResult) -> List[str]:
         lines.append(f"{config_words(f.config, result.framework)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
                      f"the batches in flight were fetched again with the script's own settings and the run "
                      f"went on; no config with as many workers was tried after")
-    lines += _untuned_lines(result)
+    lines += _untuned_lines(result) + autotune_lines(result.run)
     if o.workers_changed and o.switch_at == "epoch":
         lines.append("the loader's settings changed between epochs only: an IterableDataset decides what each "
                      "worker yields, so each epoch's samples (their batches and their order) were those of the "

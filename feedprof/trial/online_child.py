@@ -59,6 +59,7 @@ class _LoaderState:
     slowest_s: float = 0.0
     pids: List[int] = field(default_factory=list)
     pool: Any = None  # the pool whose workers' CPU the window reads
+    epoch_batches: int = 0  # delivered this epoch (a loader of unknown length learns it from its epochs)
 
 
 def _workers_cpu_s(st: _LoaderState) -> Optional[float]:
@@ -241,8 +242,11 @@ class OnlineTuning:
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
             st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
+        batches = st.epoch_batches if st is not None else 0
+        if st is not None:
+            st.epoch_batches = 0
         if ol is self.target:
-            self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs)
+            self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs, batches=batches)
 
     def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
@@ -250,6 +254,7 @@ class OnlineTuning:
             return
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.slowest_s = max(st.slowest_s, t_got_s - t_req_s)
+        st.epoch_batches += 1
         if st.warmup_left > 0:
             self._warming(ol, st, t_req_s, t_got_s)
             return

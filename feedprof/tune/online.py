@@ -149,6 +149,10 @@ class Decider:
                                                        signals=tuple(ev.get("signals") or ())))
             self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
             return True
+        if kind == "online_epoch_end":
+            if ev.get("batches") and not self.history.batches_per_epoch:  # a loader of unknown length: its epoch's
+                self.history.batches_per_epoch = int(ev["batches"])
+            return False
         if kind == "online_target":
             self._new_target(ev)
             return True
@@ -207,6 +211,8 @@ class Decider:
         return max(1, len(self._offsets))
 
     def _decide(self) -> None:
+        if self.switch_at == SwitchAt.EPOCH and not self.history.batches_per_epoch and self.explore_left_s() > 0:
+            return  # a new config starts with an epoch: chosen once the first epoch has said how long one is
         # each local rank has its own loader and workers: the CPUs are shared among them (as each rank
         # reported its share; else this machine's CPUs over every rank)
         cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
