@@ -156,15 +156,15 @@ def with_workers(base: Dict[str, Any], n: int, space: Optional[Space] = None) ->
     return space.with_primary(base, n)
 
 
-def worker_cap(h: History, limits: Limits) -> int:
+def worker_cap(h: History, limits: Limits, space: Optional[Space] = None) -> int:
     """The CPU rule (past the CPUs only while the workers wait on I/O) and the kills."""
     io_bound = False
     for config in h.measured():
         n, ws = workers(config), h.of(config)
-        cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
-        if n and cores:  # the workers' own CPU use, per worker
-            share = statistics.median(cores) / n
-        else:  # loaded in the loop itself (Keras workers=1): the CPU it spent while it waited for the batch
+        if not (space.loads_in_loop(config) if space is not None else n == 0):  # the workers' own CPU, per worker
+            cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+            share = statistics.median(cores) / n if cores else None
+        else:  # loaded in the loop itself: the CPU it spent while it waited for the batch
             fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
             share = statistics.median(fractions) if fractions else None
         if share is not None and share < IO_BOUND_CPU:
@@ -232,7 +232,7 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any], space: Optional[Spa
         return None
     lanes = max(n_best, 1)
     want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
-    n = min(want, worker_cap(h, limits))
+    n = min(want, worker_cap(h, limits, space))
     killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and f.kind in CAPPING]
     if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
         n = min(n, (n_best + min(killed)) // 2)
