@@ -3,7 +3,7 @@ them), one per config, as Keras's own ``OrderedEnqueuer`` would for that config:
 
     workers=1, no processes   the loop's own thread calls dataset[i] when the batch is asked for
     workers=N (threads)       N threads, up to max_queue_size batches asked for ahead, in order
-    use_multiprocessing=True  N forked processes (Keras's own multiprocessing.Pool), the same
+    use_multiprocessing=True  N processes forked as Keras forks its own, the same
 
 Each takes its indices from the shared feed and delivers their batches in the feed's order.
 A dead worker process is found by polling (Keras would wait for its batch forever), so an
@@ -15,13 +15,15 @@ import collections
 import multiprocessing
 import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from feedprof.frameworks.keras import legalize
 from feedprof.frameworks.switching import Feed, PoolHung, PoolKilled
 
 POLL_S = 0.5  # how often a pool waiting for a batch checks its workers are alive
+BROKEN_WAIT_S = 1.0  # a broken pool's workers are ended by it: how long to wait to read how each ended
 
 
 class InLoopPool:
@@ -109,38 +111,38 @@ def _fetch(index: Any) -> Any:
 
 
 class _Processes:
-    """Forked worker processes, as Keras's use_multiprocessing=True starts them."""
+    """Worker processes forked as Keras's use_multiprocessing=True forks them (the start method
+    multiprocessing uses here), each holding the dataset as the main process had it. A worker
+    that dies breaks the pool at once (Keras's own multiprocessing.Pool would wait for its batch
+    forever, and cannot be terminated safely then)."""
 
     def __init__(self, n: int, dataset: Any):
-        self.pool = multiprocessing.Pool(n, initializer=_adopt, initargs=(dataset,))
-        self.procs = list(self.pool._pool)  # the workers it started (a dead one is replaced, never hidden)
+        self.executor = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(), initializer=_adopt,
+                                            initargs=(dataset,))
+        self.procs: List[Any] = []
 
-    def submit(self, index: Any) -> Any:
-        return _Result(self.pool.apply_async(_fetch, (index,)))
+    def submit(self, index: Any) -> Future:
+        future = self.executor.submit(_fetch, index)
+        if not self.procs:  # (started at the first task)
+            self.procs = list(self.executor._processes.values())
+        return future
 
     def dead(self) -> List[int]:
         """The signals that ended workers of this pool."""
         codes = [p.exitcode for p in self.procs]
         return [-c for c in codes if isinstance(c, int) and c < 0]
 
+    def broken(self) -> List[int]:
+        """The pool broke: the signals that ended its workers, once their ends are known (briefly awaited)."""
+        for p in self.procs:
+            p.join(BROKEN_WAIT_S)
+        return self.dead()
+
     def close(self) -> None:
-        self.pool.terminate()
-
-
-class _Result:
-    """A multiprocessing result read like a Future."""
-
-    def __init__(self, result: Any):
-        self.inner = result
-
-    def result(self, timeout: float) -> Any:
-        try:
-            return self.inner.get(timeout)
-        except multiprocessing.TimeoutError:
-            raise TimeoutError from None
-
-    def cancel(self) -> bool:
-        return False
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for p in self.procs:  # what they still fetch is dropped: no worker outlives its pool
+            if p.exitcode is None:
+                p.terminate()
 
 
 class QueuedPool:
@@ -157,6 +159,7 @@ class QueuedPool:
             self.workers = _Threads(cfg["workers"], dataset.__getitem__)
         self.ahead: Deque[Tuple[Any, Any]] = collections.deque()  # (index, its future), in the feed's order
         self.ended = False
+        self._top_up()  # (as Keras's enqueuer fills its queue when it starts: the workers start now)
 
     def _top_up(self) -> None:
         while not self.ended and len(self.ahead) < self.depth:
@@ -182,6 +185,8 @@ class QueuedPool:
                     raise PoolKilled(signals) from None
                 if hang_after_s is not None and now() - t0 > hang_after_s:
                     raise PoolHung(now() - t0) from None
+            except BrokenProcessPool:
+                raise PoolKilled(self.workers.broken()) from None
         self.ahead.popleft()  # (only once delivered: a batch whose fetch raised is still undelivered)
         self._top_up()
         return batch

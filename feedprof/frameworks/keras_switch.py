@@ -84,7 +84,6 @@ class KerasOnlineLoader(SwitchingLoader):
                          legalize(script_config), chain, int(dataset.num_batches))
         self.draws_at_start = _uses_enqueuer(self.script_config)  # where the script's own Keras draws the order
         self.adapter: Callable[[], Any] = lambda: None
-        self.begun = False  # the epoch begun, its order not drawn yet
 
     def bind(self, adapter: Any) -> None:
         """This fit's adapter: its epochs come here, and its batches are standardized by it."""
@@ -101,19 +100,13 @@ class KerasOnlineLoader(SwitchingLoader):
         return iter(indices)
 
     def begin_epoch(self) -> None:
-        if self.in_epoch:
-            return
-        self.begun = True
-        if self.draws_at_start:
+        """Keras's on_epoch_begin: where the script's own settings run an enqueuer, its _run draws
+        the order now; where they load in the loop, it is drawn at the epoch's first batch."""
+        if not self.in_epoch and self.draws_at_start:
             self._start()
 
     def _start(self) -> None:
-        self.begun = False
         self.start_epoch(self._order())
-
-    def end_epoch(self) -> None:
-        self.begun = False
-        super().end_epoch()
 
     def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Iterator:
         """The generator fit pulls one epoch from (lazy: nothing happens until its first batch)."""

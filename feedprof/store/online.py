@@ -94,9 +94,10 @@ class OnlineSwitch:
 
 @dataclass(frozen=True)
 class OnlineLoaderMode:
-    """How a loader was handled online: mid_epoch switching, none (``why_not`` says why), or
-    follows: another loader that waited most of an epoch took the settled config (``why_not``
-    holds the share it waited)."""
+    """How a loader was handled online (codes.SwitchAt): mid_epoch (switched at batch boundaries),
+    epoch (between epochs only: an IterableDataset with --allow-resharding), none (``why_not``
+    says why), or follows: another loader that waited most of an epoch took the settled config
+    (``why_not`` holds the share it waited)."""
 
     loader_id: int
     mode: str
