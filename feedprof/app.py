@@ -174,8 +174,8 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launc
     from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.tune.online import run_online
 
-    def say(step: Any, t_s: float) -> None:
-        print(decision_line(step.config, step.why, step.final, t_s), file=err, flush=True)
+    def say(step: Any, t_s: float, framework: str) -> None:
+        print(decision_line(step.config, step.why, step.final, t_s, framework), file=err, flush=True)
 
     with claimed(out_dir):
         if not quiet:

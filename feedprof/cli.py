@@ -126,6 +126,8 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
         raise UsageError("--explore goes with --online")
     if args.allow_rng_change:
         raise UsageError("--allow-rng-change goes with --online")
+    if args.allow_resharding:
+        raise UsageError("--allow-resharding goes with --online")
     task = task_of(os.environ)
     if task is not None:  # every trial starts the job anew: all tasks' trials would have to run as one
         raise UsageError(f"feedprof tune is task {task.rank} of {task.world_size} here ({task.launcher}): an offline "
@@ -188,7 +190,8 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     opts = OnlineOptions(explore_s=seconds or OnlineOptions.explore_s, explore_share=share,
                          max_workers=args.max_workers, max_memory_bytes=args.max_memory,
                          loader_site=args.loader, interval_s=args.interval,
-                         gpu=not args.no_gpu, allow_rng_change=args.allow_rng_change)
+                         gpu=not args.no_gpu, allow_rng_change=args.allow_rng_change,
+                         allow_resharding=args.allow_resharding)
     result, interrupted = run_online_tune(script, script_args, out_dir, opts, launch=launch,
                                           quiet=args.quiet)
     if interrupted:

@@ -204,7 +204,7 @@ def _add_tune(sub: Any) -> None:
                         "where a slow tail of reads holds batches back); without it their gain is only reported")
     t.add_argument("--online", action="store_true",
                    help="tune inside the real run: the job runs once, to its own end, while the training "
-                        "loader's settings change; nothing the model sees changes (torch DataLoader)")
+                        "loader's settings change; nothing the model sees changes (torch DataLoader, Keras PyDataset)")
     t.add_argument("--explore", type=explore_budget, default=None, metavar="S|N%",
                    help="--online: explore for at most S seconds (default 60) or N%% of the run so far, "
                         "then keep the pick for the rest of the run")
@@ -212,6 +212,10 @@ def _add_tune(sub: Any) -> None:
                    help="--online: switch a loader even where that moves draws from the script's random streams "
                         "(a dataset or collate_fn drawing at 0 workers, a sampler drawing lazily while the loop "
                         "draws): without it such a loader keeps its settings and the summary says what would change")
+    t.add_argument("--allow-resharding", action="store_true",
+                   help="--online: switch an IterableDataset's workers between epochs; its worker count decides "
+                        "what each worker yields, so an epoch's samples follow it unless the dataset shards by a "
+                        "fixed key (without it such a loader is observed, and the summary says what would change)")
     t.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP + "; one run per trial")
     t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
                    help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "

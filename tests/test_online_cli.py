@@ -7,6 +7,7 @@ from conftest import write_script
 @pytest.mark.parametrize("args, message", [
     (["--explore", "30"], "--explore goes with --online"),
     (["--allow-rng-change"], "--allow-rng-change goes with --online"),
+    (["--allow-resharding"], "--allow-resharding goes with --online"),
     (["--online", "--explore", "0"], "--explore"),
     (["--online", "--explore", "150%"], "--explore"),
     (["--online", "--explore", "soon"], "--explore"),

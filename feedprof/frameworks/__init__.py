@@ -17,6 +17,8 @@ from feedprof.store.codes import Framework
 
 _MODULES = {Framework.TORCH: "torch", Framework.KERAS: "keras", Framework.TF_KERAS: "keras",
             Framework.TF_DATA: "tfdata", Framework.TORCHDATA_NODES: "torchdata_nodes"}
+# frameworks whose loaders can switch inside the real run (contract.Switcher): the module's SWITCHER
+_SWITCHERS = {Framework.TORCH: "torch_switch", Framework.KERAS: "keras_switch"}
 
 
 def _module(framework: str) -> Any:
@@ -38,6 +40,12 @@ def describe_config(framework: str, config: Dict[str, Any]) -> str:
     if module is None:
         return ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
     return module.describe_config(config)
+
+
+def switcher_for(framework: str) -> Any:
+    """The framework's contract.Switcher, or None where its loaders are only observed online."""
+    module = _SWITCHERS.get(framework)
+    return None if module is None else importlib.import_module(f"feedprof.frameworks.{module}").SWITCHER
 
 
 def code_site(frame: Any) -> str:

@@ -15,6 +15,24 @@ everything it may say about a loader is a ``LoaderInfo`` (record/steps.py).
 
 ``caller`` is the frame of whoever called the patched framework function:
 the controller reads the user's call chain from it (which loader is it?).
+
+Online mode (``feedprof tune --online``): switching is an adapter capability.
+A framework whose loaders can change their settings inside the real run has a
+``Switcher`` (frameworks/__init__.switcher_for); the controller asks it, for
+every framework alike, whether a loader can switch and for its ``OnlineLoader``:
+
+    controller, first epoch:     why_not = switcher.switch_capable(loader, allowed)
+                                 online = switcher.online_loader(loader, tuning, ...)
+    controller, every epoch:     tuning.consider(online); the script iterates online.epoch()
+    adapter, where its framework builds the loop's iterator itself (Keras fit):
+                                 online = ctl.switching(handle)
+
+A switcher that switches at a batch boundary serves the epoch's feed of batch
+indices (drawn once, as the unmodified loader draws it) through one ``Pool``
+per config: a switch takes back what the old pool took but never delivered
+(``undelivered``), closes it, and opens the next on what is left
+(frameworks/switching.py drives such pools; torch's map-style DataLoader has
+its own driver, frameworks/torch_online.py).
 """
 from __future__ import annotations
 
@@ -24,6 +42,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tupl
 
 from feedprof.store.reasons import Reason
 from feedprof.record.steps import LoaderInfo, StepRecorder
+from feedprof.store.codes import SwitchAt
 
 
 @dataclass(frozen=True)
@@ -46,7 +65,92 @@ class LoaderHandle:
     info: LoaderInfo
     ref: Any  # weak reference to the loader, or None
     rec: Optional[StepRecorder] = None
-    online: Any = None  # online mode: the loader's frameworks/torch_online.OnlineLoader
+    online: Optional["OnlineLoader"] = None  # online mode: the loader served by switching pools
+    switch_checked: bool = False  # online mode: asked once whether it can switch (online stays None if not)
+    tick: Optional[Callable[[], None]] = None  # told each step timed from a fit callback (tf.data: AUTOTUNE read)
+
+
+@dataclass(frozen=True)
+class SwitchAllowed:
+    """What the user allowed a switch to change beyond speed (``feedprof tune --online`` flags)."""
+
+    resharding: bool = False  # --allow-resharding: an IterableDataset's samples follow the worker count
+
+
+class Pool(Protocol):
+    """One config's workers (processes, threads, or the loop's own thread) serving a feed of
+    batch indices: it takes indices from the feed, in order, and delivers their batches in order."""
+
+    config: Dict[str, Any]
+
+    def next_batch(self, hang_after_s: Optional[float], now: Callable[[], float]) -> Any:
+        """The next batch in the feed's order (``hang_after_s``: give up waiting, raise PoolHung)."""
+
+    def undelivered(self, again: int = 0) -> List[Any]:
+        """What it took from the feed and never delivered, in order (and the last ``again`` it did
+        deliver: a batch whose error is to be raised again from the script's own settings)."""
+
+    def close(self) -> None:
+        """Its workers end (what they still fetch is dropped)."""
+
+    def worker_pids(self) -> List[int]: ...
+
+    def worker_signals(self) -> List[int]:
+        """The signals that ended its dead workers."""
+
+
+class OnlineLoader(Protocol):
+    """A loader served by switching pools: what the controller hands the script each epoch and
+    what trial/online_child.OnlineTuning reads of it."""
+
+    framework: str
+    switch_at: SwitchAt
+    loader_id: int
+    chain: Tuple[str, ...]  # where the script builds it: a loader rebuilt there takes its place
+    length: int  # batches per epoch (0: unknown)
+    script_config: Dict[str, Any]  # its own settings, in the form decisions come in
+    own_persistent: bool  # its own workers outlive an epoch (else they start anew each epoch)
+    served: Optional[Dict[str, Any]]  # the config of the last pool started
+    pool: Any  # the pool serving now (a Pool), or None
+    epochs: int
+    epoch_batches: Optional[int]  # what the loop had of its last epoch that ended (None: none yet)
+
+    hold_why: str  # why it is no longer switched ("": it may be)
+
+    def kept(self) -> Dict[str, Any]:
+        """The config a held loader keeps for the rest of the run."""
+
+    def ready_to_switch(self) -> bool:
+        """Whether a config other than the script's may serve it yet (torch first watches whether
+        loading draws from the script's random streams)."""
+
+    def inherit(self, old: "OnlineLoader") -> None:
+        """The script built the loader again at the same place: take over what ``old`` learnt."""
+
+    def busy(self) -> bool:
+        """An epoch of it is live and unfinished: another iter() gets the script's own iterator."""
+
+    def own_iterator(self) -> None:
+        """A second live iterator was handed the script's own (counted, and said)."""
+
+    def epoch(self) -> Iterator:
+        """What the script's iteration of the loader gets for one epoch."""
+
+    def close(self) -> None:
+        """The run is over: no worker outlives it."""
+
+
+class Switcher(Protocol):
+    """A framework's capability to change its loaders' settings inside the real run."""
+
+    framework: str
+
+    def switch_capable(self, loader: Any, allowed: SwitchAllowed) -> Optional[str]:
+        """None where the loader can switch, else why not (a reason code, render/online.py words it)."""
+
+    def online_loader(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+                      chain: Tuple[str, ...], allowed: SwitchAllowed) -> OnlineLoader:
+        """The loader's OnlineLoader (``tuning`` says which config to serve and is told every batch)."""
 
 
 class Controller(Protocol):
@@ -86,3 +190,7 @@ class Controller(Protocol):
 
     def note(self, reason: Reason) -> None:
         """Something the user should read in the summary (said once)."""
+
+    def switching(self, handle: LoaderHandle) -> Optional[OnlineLoader]:
+        """Online mode: the loader's OnlineLoader (made at the first ask, its mode said in an
+        event), or None where it is not switched; None outside online mode."""

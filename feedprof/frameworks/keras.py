@@ -94,19 +94,21 @@ def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
     from feedprof.frameworks.source import resolve_site, rewrite_call, rewrite_statement
 
     cfg = legalize(config)
+    own = legalize(getattr(loader, "script_config", None) or {})
+    knobs = {k: v for k, v in cfg.items() if v != own[k]} or cfg  # the settings that change, as they are written
     chain = list(getattr(loader, "call_chain", ()) or ())
     if chain:
         where = resolve_site(chain[-1], script)  # innermost: the super().__init__(...) call
         if where is not None:
             inner = rewrite_call(*where, ("__init__",), {}, drop=())
             if inner is None or "**" not in inner:  # it does not forward **kwargs: set the knobs there
-                found = rewrite_statement(*where, ("__init__",), cfg)
+                found = rewrite_statement(*where, ("__init__",), knobs)
                 if found:
                     return f"{found[0]}  # in {os.path.basename(where[0])}:{where[1]}"
         where = resolve_site(chain[-2], script) if len(chain) > 1 else None  # where the dataset is built
         dataset = getattr(loader, "dataset", "") or ""
         if where is not None:
-            found = rewrite_statement(*where, (dataset,) if dataset else (), cfg)
+            found = rewrite_statement(*where, (dataset,) if dataset else (), knobs)
             if found:
                 return found[0]
     return f"super().__init__(workers={cfg['workers']}, use_multiprocessing={cfg['use_multiprocessing']}, " \
@@ -148,6 +150,10 @@ def install(ctl: Any) -> None:
             handle.info.batches_per_epoch = _num_batches(x)
             handle.info.backend = backend
             handle.info.wait_observable = wait_observable(handle.info.config, backend)
+            online = ctl.switching(handle)  # online mode: this fit's epochs served by switching pools
+            if online is not None:
+                online.bind(self)
+                handle.info.wait_observable = True  # (its batches are pulled when the step needs them)
             # Between epochs Keras stops and restarts the workers (and the tf.data iterator
             # around them): that time is the loader's, counted as the epoch's teardown.
             # It also holds per-epoch validation, if the script runs one.
@@ -164,6 +170,14 @@ def install(ctl: Any) -> None:
     Adapter._get_iterator = _get_iterator
     PyDataset._feedprof_patched = True
     _patch_fit(ctl)
+
+
+def _fit_called(bound: Any) -> None:
+    """What a fit call trains on, for online switching (keras_switch.py): a PyDataset read in
+    fit's own steps_per_epoch cannot be switched the way its epochs are served."""
+    from feedprof.frameworks.keras_switch import fit_started
+
+    fit_started(bound.arguments.get("x"), bound.arguments.get("steps_per_epoch"))
 
 
 def _no_super_init(ctl: Any, x: Any, caller: Any, replayed: Dict[type, Any]) -> Any:
@@ -229,6 +243,8 @@ def make_end_window(ctl: Any, base: type) -> Any:
             self.last_step = batch
             for handle in getattr(self, "handles", ()):
                 ctl.timed_step(handle, now, n_steps)
+                if handle.tick is not None:
+                    handle.tick()
             ctl.check_stop()
 
     return EndWindow
@@ -239,11 +255,12 @@ def _patch_fit(ctl: Any) -> None:
     import keras
 
     if not getattr(keras.Model.fit, "_feedprof", False):
-        keras.Model.fit = with_callback(keras.Model.fit, make_end_window(ctl, keras.callbacks.Callback))
+        keras.Model.fit = with_callback(keras.Model.fit, make_end_window(ctl, keras.callbacks.Callback), _fit_called)
 
 
-def with_callback(orig_fit: Any, make_callback: Any) -> Any:
-    """``orig_fit`` with ``make_callback()`` appended to its callbacks (both Keras flavours)."""
+def with_callback(orig_fit: Any, make_callback: Any, called: Any = None) -> Any:
+    """``orig_fit`` with ``make_callback()`` appended to its callbacks (both Keras flavours);
+    ``called`` is told the call's arguments first."""
     sig = inspect.signature(orig_fit)
 
     def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -252,6 +269,8 @@ def with_callback(orig_fit: Any, make_callback: Any) -> Any:
         except TypeError:  # e.g. fit(workers=...) on Keras 3: let Keras say it, in its words
             return orig_fit(self, *args, **kwargs)
         bound.arguments["callbacks"] = list(bound.arguments.get("callbacks") or []) + [make_callback()]
+        if called is not None:
+            called(bound)
         return orig_fit(*bound.args, **bound.kwargs)
 
     fit._feedprof = True  # type: ignore[attr-defined]

@@ -95,6 +95,7 @@ class Pipeline:
     handle: Any = None
     runtime: Any = None  # the dataset actually iterated (options, prefetch, replay applied)
     fed_to_fit: bool = False  # timed by the fit callback: iterating it must not time it again
+    watch: Any = None  # tfdata_autotune.AutotuneWatch: its settings over the run, as AUTOTUNE set them
 
     def script_config(self) -> Dict[str, Any]:
         return legalize({"num_parallel_calls": self.num_parallel_calls, "prefetch": self.prefetch,
@@ -147,9 +148,12 @@ def install(ctl: Any) -> None:
             # fit's steps are timed by its callback. Keras pulls inside its compiled train
             # function only from a tf.data.Iterator; a WatchedIterator would make it pull in
             # Python and every step would be counted twice (once here, once by the callback).
-            return orig_iter(self)
+            it = orig_iter(self)
+            if p is not None and p.fed_to_fit and p.watch is not None:
+                p.watch.follow(it)  # (read at fit's steps: the callback ticks it)
+            return it
         handle = register_dataset(ctl, self, p, sys._getframe(1))
-        return ctl.iterate(handle, lambda: orig_iter(p.runtime), replay=False)
+        return ctl.iterate(handle, lambda: _followed(p, orig_iter(p.runtime)), replay=False)
 
     D.__iter__ = __iter__
     D._feedprof_patched = True
@@ -157,6 +161,16 @@ def install(ctl: Any) -> None:
     from feedprof.frameworks import tfdistribute
 
     tfdistribute.install(ctl)
+
+
+def _followed(p: Pipeline, it: Any) -> Any:
+    """The script's loop over the pipeline: AUTOTUNE's choices read as it goes (tfdata_autotune.py)."""
+    from feedprof.frameworks.tfdata_autotune import Sampled
+
+    if p.watch is None:
+        return it
+    p.watch.follow(it)
+    return Sampled(it, p.watch)
 
 
 def _copy(p: Pipeline) -> Pipeline:
@@ -245,9 +259,15 @@ def register_dataset(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
         if n is not None:
             runtime = runtime.take(n)
     p.runtime = runtime
-    p.handle = ctl.created(plan, LoaderInfo(config=config, script_config=script_cfg, dataset="tf.data.Dataset",
-                                            batches_per_epoch=n, batch_size=_batch_size(ds) or p.batch_size,
-                                            config_sites=tuple(p.sites)), ds)
+    info = LoaderInfo(config=config, script_config=script_cfg, dataset="tf.data.Dataset", batches_per_epoch=n,
+                      batch_size=_batch_size(ds) or p.batch_size, config_sites=tuple(p.sites))
+    if not plan.replay:
+        from feedprof.frameworks.tfdata_autotune import AutotuneWatch
+
+        p.watch = AutotuneWatch(ctl.now)
+        info.autotune = p.watch.over_the_run
+    p.handle = ctl.created(plan, info, ds)
+    p.handle.tick = p.watch.tick if p.watch is not None else None
     return p.handle
 
 

@@ -42,6 +42,7 @@ from feedprof.frameworks.torch_feed import Feed
 from feedprof.frameworks.torch_ledger import EXHAUSTED, LEFT, RUN_END, EpochLedger
 from feedprof.frameworks.torch_pool import Pool, failure_kind
 from feedprof.frameworks.torch_rng import DrawWatch
+from feedprof.store.codes import Framework, SwitchAt
 from feedprof.store.online import CHECK_FAILED, PERSISTENT_FIRST_EPOCH
 
 
@@ -76,6 +77,9 @@ class OnlineLoader:
     """One DataLoader in online mode: its feed, the pool serving it, and the
     draws its own iterators would make. ``tuning`` (trial/online_child.py) says
     which config to serve and is told every batch."""
+
+    framework = Framework.TORCH
+    switch_at = SwitchAt.BATCH
 
     def __init__(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...] = ()):
@@ -235,6 +239,11 @@ class OnlineLoader:
             return
         self.hold_why = why
         self.tuning.held(self, why, detail)
+
+    def ready_to_switch(self) -> bool:
+        """Its first batches, under the script's own settings, showed whether loading draws from
+        the script's random streams (frameworks/torch_rng.py)."""
+        return self.draws.ready()
 
     def kept(self) -> Dict[str, Any]:
         """What a held loader serves: the workers in force where a new pool would see the dataset

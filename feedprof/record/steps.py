@@ -65,6 +65,9 @@ class LoaderInfo:
     # Did the loader's workers call get_worker_info()? Asked when the record is
     # written (the workers run after construction); None: not observable.
     worker_info_asked: Optional[Callable[[], Optional[bool]]] = None
+    # tf.data: the pipeline's settings over the run (frameworks/tfdata_autotune.py), read when the record is
+    # written; given the run's origin (its readings' times count from it)
+    autotune: Optional[Callable[[float], Tuple[Any, ...]]] = None
 
 
 @dataclass
@@ -234,6 +237,7 @@ class StepRecorder:
             shuffle_rng=info.shuffle_rng,
             batch_digests=tuple(self.digests),
             worker_info_asked=info.worker_info_asked() if info.worker_info_asked is not None else None,
+            autotune=tuple(info.autotune(o)) if info.autotune is not None else (),
             batches=self.batches,
             warmup_batches=self.warmup_batches - self.warmup_left,
             warmup_s=self.warmup_s,

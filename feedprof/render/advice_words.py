@@ -53,5 +53,16 @@ def _in_order_gain(x: r.InOrderGain, describe: Callable) -> str:
             "so it is recommended only with --allow-reorder.")
 
 
+def _follow_workers(x: r.SamplesFollowWorkers, describe: Callable) -> str:
+    dataset = f"{x.dataset}, an IterableDataset," if x.dataset else "The dataset, an IterableDataset,"
+    how = ("feedprof switched it only between epochs, as --allow-resharding allowed, so each epoch's samples were "
+           "those of the worker count in force" if x.switched
+           else "it was measured with its own settings only (--allow-resharding lets feedprof switch it between epochs)")
+    return (f"{dataset} decides what each worker yields: with another worker count an epoch's samples, their batches "
+            f"and their order change, unless it shards by a fixed key (each record read by exactly one worker); "
+            f"{how}. The advice changes them the same way.")
+
+
 def words() -> Dict[type, Callable[[Any, Callable], str]]:
-    return {r.SetInPipeline: _in_pipeline, r.OrderChanges: _order, r.InOrderGain: _in_order_gain}
+    return {r.SetInPipeline: _in_pipeline, r.OrderChanges: _order, r.InOrderGain: _in_order_gain,
+            r.SamplesFollowWorkers: _follow_workers}

@@ -3,22 +3,33 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from feedprof.render.autotune_words import autotune_lines
 from feedprof.render.online_checks import hold_lines, order_lines, randomness_lines
+from feedprof.render.words import config_words
 from feedprof.store import TuneResult
 from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
 
 FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker",
           "memory": "the job's memory passed the budget"}
-WHY_NOT = {"iterable_dataset": "an IterableDataset: the worker count decides what each worker yields",
+WHY_NOT = {"iterable_dataset": "an IterableDataset: its worker count decides what each worker yields, so another "
+                               "count would change the samples of an epoch (their batches and their order) unless "
+                               "the dataset shards by a fixed key; it ran with its own settings. With "
+                               "--allow-resharding feedprof switches such a loader between epochs, and each epoch's "
+                               "samples are then those of the worker count in force",
            "out_of_order": "in_order=False: batches may arrive out of order, so a switch could lose some",
            "own_iterator": "a DataLoader subclass with its own iterator",
            "framework:tf.data": "a tf.data pipeline: AUTOTUNE already tunes its parallelism inside the run, and "
                                 "feedprof does not rebuild a pipeline mid-run; `feedprof tune` (offline) explores "
-                                "the private thread pool AUTOTUNE leaves alone",
-           "framework:keras": "a Keras PyDataset: fit builds its workers inside its own loop, where feedprof does "
-                              "not switch them; `feedprof tune` (offline) tunes workers and use_multiprocessing",
+                                "the private thread pool and the settings AUTOTUNE leaves alone",
+           "pydataset_unbounded": "a Keras PyDataset without a length: there is no epoch's order to keep across a "
+                                  "switch; `feedprof tune` (offline) tunes workers and use_multiprocessing",
+           "steps_per_epoch": "a Keras PyDataset read with fit(steps_per_epoch=...) other than its length: Keras "
+                              "carries its iterator across epochs in a way a switch cannot keep; `feedprof tune` "
+                              "(offline) tunes it",
            "framework:tf.keras": "legacy tf.keras fit(workers=...): tuned offline only (`feedprof tune`)",
            "framework:torchdata.nodes": "a torchdata.nodes pipeline: tuned offline only (`feedprof tune`)"}
+SWITCHED_AT = {"mid_epoch": "at batch boundaries, the epoch's order kept",
+               "epoch": "between epochs only (an IterableDataset, --allow-resharding)"}
 
 
 def why_not_words(code: str) -> str:
@@ -35,11 +46,6 @@ def why_not_words(code: str) -> str:
     return WHY_NOT.get(code, code)
 
 
-def describe_config(config: Dict[str, Any]) -> str:
-    from feedprof.frameworks.torch import describe_config as torch_words
-
-    return torch_words(config) if config else "the script's own settings"
-
 
 def online_lines(result: TuneResult) -> List[str]:
     """What the run did, for the terminal and the report."""
@@ -52,26 +58,32 @@ def online_lines(result: TuneResult) -> List[str]:
         ended = "until it was interrupted"
     if len(configs) <= 1 and not o.failures:  # (no switch, or only to the script's own: a held loader)
         return [f"The job ran once, {ended}; its loader's settings were not changed"] \
-            + _untuned_lines(result, unchanged=True) + _check_lines(result)
+            + _untuned_lines(result, unchanged=True) + autotune_lines(result.run) + _check_lines(result)
     lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
-             f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows)"]
+             f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows), switching "
+             f"{SWITCHED_AT.get(o.switch_at, o.switch_at)}"]
     if o.settled_at_s is not None:
-        lines.append(f"settled on {describe_config(o.settled_config)} at {fmt_seconds(o.settled_at_s)} "
+        lines.append(f"settled on {config_words(o.settled_config, result.framework)} at {fmt_seconds(o.settled_at_s)} "
                      f"and kept it for the rest of the run")
     else:
         lines.append("the run ended before the search settled; the pick is from what was measured")
     for f in o.failures:
-        lines.append(f"{describe_config(f.config)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
+        lines.append(f"{config_words(f.config, result.framework)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
                      f"the batches in flight were fetched again with the script's own settings and the run "
                      f"went on; no config with as many workers was tried after")
-    return lines + _untuned_lines(result, unchanged=False) + _check_lines(result)
+    lines += _untuned_lines(result, unchanged=False) + autotune_lines(result.run)
+    if o.workers_changed and o.switch_at == "epoch":
+        lines.append("the loader's settings changed between epochs only: an IterableDataset decides what each "
+                     "worker yields, so each epoch's samples (their batches and their order) were those of the "
+                     "worker count in force, as --allow-resharding allowed")
+    return lines + _check_lines(result)
 
 
 def _check_lines(result: TuneResult) -> List[str]:
     """What was checked of the run as written: randomness only where it was seen, the order only
     where its check passed."""
     o = result.online
-    return randomness_lines(o) + hold_lines(o, describe_config) + order_lines(o)
+    return randomness_lines(o) + hold_lines(o, lambda c: config_words(c, result.framework)) + order_lines(o)
 
 
 def _untuned_lines(result: TuneResult, unchanged: bool) -> List[str]:
@@ -82,7 +94,7 @@ def _untuned_lines(result: TuneResult, unchanged: bool) -> List[str]:
               f"of its time with its own settings: it took the tuned loader's config from then on"
               for m in o.loaders if m.mode == "follows"]
     if not o.switches and not o.loaders:
-        lines.append("no torch DataLoader was iterated: there was nothing to tune online")
+        lines.append("no loader that feedprof switches online (a torch DataLoader, a Keras PyDataset) was iterated")
     s = result.run.summary if result.run is not None else None
     if unchanged and s is not None and s.batches_per_s:
         wait = f", waiting for data {fmt_pct(s.data_wait_fraction)} of the time" \
@@ -99,9 +111,10 @@ STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, a
               "held": "no more switching (the summary says why): kept for the rest of the run"}
 
 
-def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float) -> str:
+def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float, framework: str = "torch") -> str:
     """One progress line per decision, on stderr while the job's own output goes on."""
-    return f"feedprof --online: {fmt_seconds(t_s)} into the run: {describe_config(config)} ({STEP_WORDS.get(why, why)})"
+    return (f"feedprof --online: {fmt_seconds(t_s)} into the run: {config_words(config, framework)} "
+            f"({STEP_WORDS.get(why, why)})")
 
 
 def format_online(result: TuneResult) -> str:
@@ -118,5 +131,5 @@ def timeline_svg(result: TuneResult) -> str:
     if not ws:
         return ""
     return plots.draw_timeline([(w.t_start_s, w.t_end_s) for w in ws], [w.batches_per_s for w in ws],
-                               [100 * w.wait_fraction for w in ws], [describe_config(w.config) for w in ws],
+                               [100 * w.wait_fraction for w in ws], [config_words(w.config, result.framework) for w in ws],
                                o.settled_at_s, [f.t_s for f in o.failures])

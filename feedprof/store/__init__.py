@@ -29,12 +29,12 @@ from importlib import import_module
 from typing import Any, Dict, List
 
 _MODULES: Dict[str, tuple] = {
-    "codes": ("Code", "Framework", "GpuStatus", "InputBound", "LineProblem", "Phase", "Role", "RunKind", "TrialState",
-              "VerdictKind", "WindowEnd"),
+    "codes": ("Code", "Framework", "GpuStatus", "InputBound", "LineProblem", "Phase", "Role", "RunKind", "SwitchAt",
+              "TrialState", "VerdictKind", "WindowEnd"),
     "host": ("GpuInfo", "HostInfo"),
     "samples": ("GpuSeries", "Peaks", "Samples"),
     "procs": ("Leftovers",),
-    "run": ("SCHEMA_RUN", "EpochLog", "LoaderRecord", "OtherProcess", "Outcome", "RankInfo", "Run", "StepLog",
+    "run": ("SCHEMA_RUN", "AutotunedKnob", "AutotuneReading", "EpochLog", "LoaderRecord", "OtherProcess", "Outcome", "RankInfo", "Run", "StepLog",
             "Summary", "Window"),
     "tune": ("SCHEMA_TUNE", "Recommendation", "Trial", "TuneResult", "TuneStart"),
     "online": ("OnlineFailure", "OnlineLoaderMode", "OnlineRecord", "OnlineSwitch", "OnlineWarmup", "OnlineWindow"),

@@ -82,6 +82,16 @@ class Framework(Code):
     ITERABLE = "iterable"  # any iterable passed to watch(): timed, no knobs
 
 
+class SwitchAt(Code):
+    """Where a loader's settings change inside the real run (``feedprof tune --online``;
+    frameworks/contract.Switcher): the mode each loader was handled in."""
+
+    BATCH = "mid_epoch"  # at a batch boundary: the epoch's order kept, what was in flight fetched again
+    EPOCH = "epoch"  # only between epochs (an IterableDataset: the worker count decides its sharding)
+    NONE = "none"  # observed, never switched (why_not says why)
+    FOLLOWS = "follows"  # another loader that took the tuned loader's config (it waited too)
+
+
 class RunKind(Code):
     """How a run was taken."""
 

@@ -94,9 +94,10 @@ class OnlineSwitch:
 
 @dataclass(frozen=True)
 class OnlineLoaderMode:
-    """How a loader was handled online: mid_epoch switching, none (``why_not`` says why), or
-    follows: another loader that waited most of an epoch took the settled config (``why_not``
-    holds the share it waited)."""
+    """How a loader was handled online (codes.SwitchAt): mid_epoch (switched at batch boundaries),
+    epoch (between epochs only: an IterableDataset with --allow-resharding), none (``why_not``
+    says why), or follows: another loader that waited most of an epoch took the settled config
+    (``why_not`` holds the share it waited)."""
 
     loader_id: int
     mode: str
@@ -183,6 +184,7 @@ class OnlineRecord:
     warmups: Tuple[OnlineWarmup, ...] = ()
     loaders: Tuple[OnlineLoaderMode, ...] = ()
     workers_changed: bool = False  # a config other than the script's own served the tuned loader
+    switch_at: str = "mid_epoch"  # where the tuned loader switched (codes.SwitchAt: "epoch" for an IterableDataset)
     exit_code: Optional[int] = None  # the job's own
     target_loader_id: Optional[int] = None  # the loader tuned (rank 0's)
     order_checks: Tuple[OnlineOrderCheck, ...] = ()  # per loader, per epoch (and iterator), per rank

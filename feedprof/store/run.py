@@ -53,6 +53,28 @@ class EpochLog:
 
 
 @dataclass(frozen=True)
+class AutotunedKnob:
+    """One setting of one op of a running tf.data pipeline, as the pipeline's own autotuning model
+    held it: what AUTOTUNE chose where the op left it to AUTOTUNE (``autotuned``), else the
+    script's fixed value."""
+
+    position: int  # the op's place in the pipeline, counted from its source (0)
+    op: str  # as TensorFlow names it after its rewrites: ParallelMapV2, MapAndBatch, ParallelBatch, Prefetch, ...
+    knob: str  # parallelism | buffer_size | cycle_length
+    value: float
+    max_value: Optional[float] = None  # the most AUTOTUNE may choose there (parallelism: its CPU budget)
+    autotuned: bool = False
+
+
+@dataclass(frozen=True)
+class AutotuneReading:
+    """A tf.data pipeline's settings at ``t_s`` (seconds from the run's start), read from its iterator."""
+
+    t_s: float
+    knobs: Tuple[AutotunedKnob, ...] = ()
+
+
+@dataclass(frozen=True)
 class LoaderRecord:
     loader_id: int
     framework: Framework
@@ -79,6 +101,7 @@ class LoaderRecord:
     #                         "loader" (its generator=), "sampler" (the sampler's own); "": no shuffle, or not known
     batch_digests: Tuple[str, ...] = ()  # of the first epoch's first batches (iterable datasets; record/digest.py)
     worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
+    autotune: Tuple[AutotuneReading, ...] = ()  # tf.data: its settings over the run, each time they changed
     batches: int = 0
     warmup_batches: int = 0
     warmup_s: float = 0.0

@@ -14,14 +14,14 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.analyse import stats
 from feedprof.store.codec import dumps, write_text_atomic
-from feedprof.frameworks.contract import LoaderHandle, Plan
+from feedprof.frameworks.contract import LoaderHandle, OnlineLoader, Plan, SwitchAllowed
 from feedprof.analyse.diagnose import workers_of
 from feedprof.store.reasons import Reason, WindowNotReached
 from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Framework, Outcome, RankInfo, Run, RunKind, TrialState, Window, WindowEnd
+from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
 from feedprof.trial.online_child import OnlineTuning
@@ -70,6 +70,7 @@ class Controller:
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
         self.online: Optional[OnlineTuning] = None
+        self.switch_allowed = SwitchAllowed(resharding=spec.allow_resharding)
         if spec.mode == Mode.ONLINE:
             self.online = OnlineTuning(spec.decision_path, self.emit, self.now, spec.origin_s,
                                        spec.window_seconds, spec.min_window_batches,
@@ -197,30 +198,49 @@ class Controller:
         return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now)
 
     def _online_epoch(self, handle: LoaderHandle, make_iter: Callable[[], Iterator]) -> Callable[[], Iterator]:
-        """Online mode: a torch loader that can switch mid-epoch is served by an
-        OnlineLoader (frameworks/torch_online.py); any other keeps its own iterator."""
-        loader = handle.ref() if handle.ref is not None else None
-        if handle.online is None and loader is not None and handle.plan.framework == Framework.TORCH \
-                and handle.plan.is_target is not False:
-            handle.online = self._online_loader(handle, loader)
-        if not handle.online:
+        """Online mode: a loader whose framework can switch it is served by its OnlineLoader
+        (frameworks/contract.Switcher); any other keeps its own iterator."""
+        online = self.switching(handle)
+        if online is None:
             return make_iter
-        self.online.consider(handle.online)
-        return handle.online.epoch
+        self.online.consider(online)
+        return lambda: online.epoch(make_iter)
 
-    def _online_loader(self, handle: LoaderHandle, loader: Any) -> Any:
-        """The loader's OnlineLoader, or False (said in an event) where it cannot switch mid-epoch,
-        or where building one failed: the run then goes on with the loader's own iterator."""
-        from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+    def switching(self, handle: LoaderHandle) -> Optional[OnlineLoader]:
+        """Online mode: the loader's OnlineLoader, made at the first ask (its mode said in an
+        event), or None where it is not switched; None outside online mode."""
+        if self.online is None or handle.plan.is_target is False:
+            return None
+        if not handle.switch_checked:
+            handle.switch_checked = True
+            if handle.rec is None:
+                handle.rec = self._bind(handle)
+            handle.online = self._online_loader(handle)
+        return handle.online
 
+    def _online_loader(self, handle: LoaderHandle) -> Optional[OnlineLoader]:
+        """The loader's OnlineLoader from its framework's Switcher, or None (said in an event) where
+        it cannot switch, or where building one failed: the run then goes on with its own iterator."""
+        from feedprof.frameworks import switcher_for
+
+        loader = handle.ref() if handle.ref is not None else None
+        framework = handle.plan.framework
+        online: Optional[OnlineLoader] = None
         try:
-            why_not = online_capable(loader)
-            online = OnlineLoader(loader, self.online, handle.rec.loader_id, handle.info.script_config,
-                                  chain=handle.plan.chain) if why_not is None else False
+            switcher = switcher_for(framework)
+            if switcher is None:
+                why_not: Optional[str] = f"framework:{framework}"
+            elif loader is None:
+                why_not = "gone"
+            else:
+                why_not = switcher.switch_capable(loader, self.switch_allowed)
+                if why_not is None:
+                    online = switcher.online_loader(loader, self.online, handle.rec.loader_id,
+                                                    handle.info.script_config, handle.plan.chain, self.switch_allowed)
         except Exception as exc:  # noqa: BLE001 - feedprof's side must never end the job
-            why_not, online = f"failed: {type(exc).__name__}: {exc}"[:200], False
-        self.emit("online_loader", loader_id=handle.rec.loader_id, mode="mid_epoch" if online else "none",
-                  why_not=why_not or "")
+            why_not, online = f"failed: {type(exc).__name__}: {exc}"[:200], None
+        self.emit("online_loader", loader_id=handle.rec.loader_id, framework=framework,
+                  mode=online.switch_at if online is not None else SwitchAt.NONE, why_not=why_not or "")
         return online
 
     def after_batch(self, it: Any, batch: Any) -> None:

@@ -76,7 +76,8 @@ def _write_job_spec(paths: TrialPaths, launch: Launch, opts: TrialOptions, what:
         inject=dict(what.config), framework=what.framework,
         target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full,
         decision_path=os.path.join(os.path.dirname(paths.spec), "decision.json") if what.mode == Mode.ONLINE else "",
-        allow_rng_change=what.allow_rng_change)
+        allow_rng_change=what.allow_rng_change,
+        allow_resharding=what.allow_resharding)
     with open(paths.spec, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
 

@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.recommend import config_key
 
 POLL_S = 0.05  # how often the decision file is looked at
@@ -61,6 +62,20 @@ class _LoaderState:
     window: Optional[_Window] = None
     slowest_s: float = 0.0
     pids: List[int] = field(default_factory=list)
+    pool: Any = None  # the pool whose workers' CPU the window reads
+    epoch_batches: int = 0  # delivered this epoch (a loader of unknown length learns it from its epochs)
+
+
+def _workers_cpu_s(st: _LoaderState) -> Optional[float]:
+    """CPU time of the serving pool's workers so far: a pool that measures its own (threads in
+    the loop's process) says it; else its worker processes by pid; 0 with none, None if unknown."""
+    own = getattr(st.pool, "workers_cpu_s", None)
+    value = own() if own is not None else None
+    if value is not None:
+        return value
+    if st.pids:
+        return _cpu_s(st.pids)
+    return None if own is not None else 0.0
 
 
 def _cpu_s(pids: List[int]) -> Optional[float]:
@@ -142,7 +157,8 @@ class OnlineTuning:
             if ol.chain and ol.chain == old.chain:
                 self._rebuilt(old, ol)
         self._say("online_target", loader_id=ol.loader_id, batches_per_epoch=ol.length,
-                  per_epoch=not ol.own_persistent, script_config=ol.script_config)
+                  per_epoch=not ol.own_persistent, script_config=ol.script_config, framework=ol.framework,
+                  switch_at=ol.switch_at)
 
     def _rebuilt(self, old: Any, ol: Any) -> None:
         """The script built the tuned loader again (every epoch, as some scripts do): its window
@@ -195,7 +211,7 @@ class OnlineTuning:
     def config_for(self, ol: Any) -> Dict[str, Any]:
         if ol.hold_why:
             return ol.kept()
-        if not ol.draws.ready():  # the script's random streams are watched under its own settings first
+        if not ol.ready_to_switch():  # (torch: the script's random streams are watched under its own settings first)
             return ol.script_config
         if ol is not self.target:
             follows = ol.loader_id in self._followers and self.config is not None and not self.broken
@@ -230,11 +246,12 @@ class OnlineTuning:
         epoch, which is its cost and stays inside its window."""
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.pids = ol.pool.worker_pids() if ol.pool is not None else []
+        st.pool = ol.pool
         if st.window is not None:
             st.window.workers_cpu0_s = None  # other workers now: their CPU is not comparable
         if not restart:
             st.window = None
-        st.warmup_left = int(config.get("num_workers") or 0) + 1  # the pool filling is not its rate ...
+        st.warmup_left = (workers_of(config) or 0) + 1  # the pool filling is not its rate ...
         st.warm_t0_s, st.warm_batches, st.restart = None, 0, restart  # ... but its cost (online_warmup)
         if ol is self.target and not restart:
             self._say("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
@@ -257,9 +274,12 @@ class OnlineTuning:
         st = self._state.get(ol.loader_id)
         if st is not None and st.window is not None:
             st.window.t_last_s = None  # the window goes on in the next epoch, if its config does
+        batches = st.epoch_batches if st is not None else 0
+        if st is not None:
+            st.epoch_batches = 0
         if ol is self.target:
             self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs, left=left,
-                      batches=ol.epoch_batches)
+                      batches=batches)
 
     def order_checked(self, ol: Any, check: Dict[str, Any]) -> None:
         """One epoch's order check (frameworks/torch_ledger.py), every loader's."""
@@ -282,6 +302,7 @@ class OnlineTuning:
             return
         st = self._state.setdefault(ol.loader_id, _LoaderState())
         st.slowest_s = max(st.slowest_s, t_got_s - t_req_s)
+        st.epoch_batches += 1
         if st.warmup_left > 0:
             self._warming(ol, st, t_req_s, t_got_s)
             return
@@ -289,8 +310,7 @@ class OnlineTuning:
         if w is not None and w.config != ol.pool.config:
             w = st.window = None
         if w is None:
-            w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s,
-                                    workers_cpu0_s=_cpu_s(st.pids) if st.pids else 0.0)
+            w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s, workers_cpu0_s=_workers_cpu_s(st))
         w.span_s += t_got_s - (t_req_s if w.t_last_s is None else w.t_last_s)
         w.t_last_s = t_got_s
         w.batches += 1
@@ -309,8 +329,9 @@ class OnlineTuning:
         seen[1] += t_got_s - t_req_s
         seen[2] += 1
         span_s = t_got_s - seen[0]
-        if ol.loader_id in self._followers or self.broken or not (self.config or {}).get("num_workers") \
-                or ol.pool is None or ol.pool.config != ol.script_config:
+        if ol.loader_id in self._followers or self.broken or not workers_of(self.config or {}) \
+                or ol.pool is None or ol.pool.config != ol.script_config \
+                or self.target is None or ol.framework != self.target.framework:  # (its settings' keywords)
             return
         if seen[2] >= FOLLOW_BATCHES and span_s >= FOLLOW_SPAN_S and seen[1] / span_s >= FOLLOW_WAIT:
             self._followers.add(ol.loader_id)
@@ -330,7 +351,7 @@ class OnlineTuning:
 
     def _close(self, ol: Any, st: _LoaderState) -> None:
         w, st.window = st.window, None
-        cpu1 = _cpu_s(st.pids) if st.pids else 0.0
+        cpu1 = _workers_cpu_s(st)
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
         self._say("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
                   wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s,

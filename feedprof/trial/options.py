@@ -51,6 +51,7 @@ class Injection:
     chain: Optional[Tuple[str, ...]] = None  # the target loader's call chain
     site: Optional[str] = None  # or its FILE:LINE (--loader)
     allow_rng_change: bool = False  # online: switch a loader whose switch moves the script's random draws
+    allow_resharding: bool = False  # online: switch an IterableDataset between epochs (its samples follow the workers)
 
 
 OBSERVE = Injection()

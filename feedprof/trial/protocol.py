@@ -42,6 +42,7 @@ class TrialSpec:
     full: bool = False  # run the script to completion
     decision_path: str = ""  # online mode: the parent's decisions (trial/online_child.py)
     allow_rng_change: bool = False  # online mode: --allow-rng-change
+    allow_resharding: bool = False  # online mode: --allow-resharding (an IterableDataset switched between epochs)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

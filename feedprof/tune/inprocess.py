@@ -40,7 +40,8 @@ class InProcessTuner:
         """The loader's epochs served online, or None if it cannot switch mid-epoch (said in the result).
         A loop that calls prof.watch(loader) every epoch keeps one OnlineLoader for that loader."""
         from feedprof.frameworks.torch import KNOBS, legalize
-        from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+        from feedprof.frameworks.torch_online import online_capable
+        from feedprof.frameworks.torch_switch import TorchOnlineLoader
 
         for ol in self.loaders:
             if ol.loader is loader:
@@ -51,7 +52,7 @@ class InProcessTuner:
         if why_not is not None:
             return None
         own = legalize({k: getattr(loader, k, None) for k in KNOBS})
-        ol = OnlineLoader(loader, self.tuning, loader_id, own)
+        ol = TorchOnlineLoader(loader, self.tuning, loader_id, own)
         self.loaders.append(ol)
         return _Epochs(ol)
 

@@ -26,7 +26,9 @@ from feedprof.store.online import (OnlineFailure, OnlineHold, OnlineLoaderMode, 
                                    OnlineSwitch, OnlineWarmup, OnlineWindow)
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.recommend import config_key
-from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat
+from feedprof.store.codes import Framework, SwitchAt
+from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat, workers
+from feedprof.tune.space import Space, make_space
 
 DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
@@ -44,6 +46,7 @@ class OnlineOptions:
     interval_s: float = 0.2
     gpu: bool = True
     allow_rng_change: bool = False  # switch a loader even where that moves the script's random draws
+    allow_resharding: bool = False  # --allow-resharding: an IterableDataset is switched between epochs
 
 
 @dataclass
@@ -65,7 +68,7 @@ class Decider:
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
-    on_decision: Optional[Callable[[Step, float], None]] = None  # told each decision (the progress lines)
+    on_decision: Optional[Callable[[Step, float, str], None]] = None  # told each decision, its time, the framework
     memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
     _available0_bytes: int = 0
     _broke_current: bool = False
@@ -77,6 +80,9 @@ class Decider:
     holds: List[OnlineHold] = field(default_factory=list)
     held_why: str = ""  # the tuned loader stopped switching for this (the search settled on what it kept)
     target_loader_id: Optional[int] = None  # rank 0's tuned loader
+    framework: str = Framework.TORCH  # the tuned loader's (its Space makes the configs tried)
+    switch_at: str = SwitchAt.BATCH  # where the tuned loader switches (between epochs: an IterableDataset)
+    space: Optional[Space] = None
 
     def poll(self) -> None:
         changed = self._read_events()
@@ -86,14 +92,14 @@ class Decider:
             self._leave_for_memory()
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
-            self._write(Step(retreat(self.history, self.current or {}), final=True, why="retreat"))
+            self._write(Step(retreat(self.history, self.current or {}, self.space), final=True, why="retreat"))
         elif not self.final and (changed or self.explore_left_s() <= 0):  # (a silent config cannot hold it)
             self._decide()
 
     def _memory_over_budget(self) -> bool:
         """Has the job taken more of the machine's memory than the budget since it started
         (cheap: one system reading per poll)? Only a config with workers is left for it."""
-        if self.memory_budget_bytes is None or self.current is None or not self.current.get("num_workers") \
+        if self.memory_budget_bytes is None or self.current is None or not workers(self.current) \
                 or self.history.failed(self.current):  # (left once already: the child is on its way)
             return False
         import psutil
@@ -109,7 +115,7 @@ class Decider:
                                                    t_s=self.clock.now_s() - self.origin_s,
                                                    taken_bytes=self._taken_bytes,
                                                    budget_bytes=self.memory_budget_bytes))
-        self._write(Step(retreat(self.history, failed), final=self.final, why="retreat"))
+        self._write(Step(retreat(self.history, failed, self.space), final=self.final, why="retreat"))
 
     def _read_events(self) -> bool:
         changed = False
@@ -153,6 +159,10 @@ class Decider:
                                                        signals=tuple(ev.get("signals") or ())))
             self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
             return True
+        if kind == "online_epoch_end":
+            if ev.get("batches") and not self.history.batches_per_epoch:  # a loader of unknown length: its epoch's
+                self.history.batches_per_epoch = int(ev["batches"])
+            return False
         if kind == "online_target":
             if rank == 0:
                 self.target_loader_id = ev.get("loader_id")
@@ -205,6 +215,8 @@ class Decider:
         """The loader tuned from now on (the first, or a longer one, or one rebuilt): its own
         settings are the baseline; a different baseline starts the measurements over."""
         h = self.history
+        self.framework = ev.get("framework") or Framework.TORCH
+        self.switch_at = ev.get("switch_at") or SwitchAt.BATCH
         h.batches_per_epoch = ev.get("batches_per_epoch") or 0
         h.restarts_per_epoch = bool(ev.get("per_epoch"))
         own = ev.get("script_config")
@@ -214,6 +226,7 @@ class Decider:
             h.windows.clear()
             h.warmups.clear()
         h.baseline = own
+        self.space = make_space(self.framework, own, self.limits.cpu_cap, self.limits.max_workers, None)
         if self.current is None:
             self.current = own
 
@@ -245,11 +258,13 @@ class Decider:
         return max(1, len(self._offsets))
 
     def _decide(self) -> None:
+        if self.switch_at == SwitchAt.EPOCH and not self.history.batches_per_epoch and self.explore_left_s() > 0:
+            return  # a new config starts with an epoch: chosen once the first epoch has said how long one is
         # each local rank has its own loader and workers: the CPUs are shared among them (as each rank
         # reported its share; else this machine's CPUs over every rank)
         cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
         limits = Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
-        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s())
+        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s(), self.space)
         if step.final:
             self.final = True
             self.settled_at_s = self.clock.now_s() - self.origin_s
@@ -265,7 +280,7 @@ class Decider:
         else:
             write_text_atomic(os.path.join(self.trial_dir, DECISION_FILE), json.dumps(payload))
         if self.on_decision is not None:
-            self.on_decision(step, self.clock.now_s() - self.origin_s)
+            self.on_decision(step, self.clock.now_s() - self.origin_s, self.framework)
 
     def tell(self, ev: Dict[str, Any]) -> None:
         """An event from the loop in this very process (no files): decide at once."""
@@ -292,7 +307,7 @@ def trial_paths(out_dir: str) -> Tuple[str, str]:
 
 
 def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
-               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float], None]] = None
+               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float, str], None]] = None
                ) -> Tuple[Any, bool]:
     """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
     from feedprof.record.clock import now_iso
@@ -312,7 +327,8 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
                          loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)
-    what = Injection(mode=Mode.ONLINE, site=opts.loader_site, allow_rng_change=opts.allow_rng_change)
+    what = Injection(mode=Mode.ONLINE, site=opts.loader_site, allow_rng_change=opts.allow_rng_change,
+                     allow_resharding=opts.allow_resharding)
     started_at, interrupted = now_iso(), False
     decider.origin_s = clock.now_s()
     try:

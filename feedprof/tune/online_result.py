@@ -11,17 +11,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import classify
 from feedprof.analyse.recommend import config_key, recommend, trial_from_run
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
-                                    RandomDrawsMove, Reason, ScriptFailed, SharedMemoryExhausted, SwitchingStopped,
-                                    TrialTimedOut)
-from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, Trial, TrialState,
-                            TuneResult)
+                                    RandomDrawsMove, Reason, SamplesFollowWorkers, ScriptFailed, SharedMemoryExhausted,
+                                    SwitchingStopped, TrialTimedOut)
+from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, SwitchAt, Trial,
+                            TrialState, TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
-from feedprof.tune.online_strategy import PICK_TOLERANCE, History, Limits, predicted_workers, workers
+from feedprof.tune.online_strategy import GAIN, History, Limits, predicted_workers, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
 
 
-def _summary(h: History, config: Dict[str, Any]) -> Optional[Summary]:
+def _summary(h: History, config: Dict[str, Any], framework: str) -> Optional[Summary]:
     ws = h.of(config)
     if not ws:
         return None
@@ -32,7 +32,7 @@ def _summary(h: History, config: Dict[str, Any]) -> Optional[Summary]:
     cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
     per_batch = sum(w.samples for w in ws) / max(1, sum(w.batches for w in ws))
     steady = h.steady_rate(config)
-    return Summary(framework=Framework.TORCH, batches_measured=sum(w.batches for w in ws), measured_s=wall,
+    return Summary(framework=framework, batches_measured=sum(w.batches for w in ws), measured_s=wall,
                    batches_per_s=steady, batches_per_s_low=min(rates), batches_per_s_high=max(rates),
                    n_chunks=len(ws), effective_batches_per_s=rate, epoch_startup_s=h.epoch_cost_s(config),
                    batch_size=round(per_batch) or None, samples_per_s=rate * per_batch if rate else None,
@@ -65,11 +65,11 @@ def _outcome(failure: Optional[OnlineFailure]) -> Outcome:
     return Outcome(state=state, cause=_failure_cause(failure))
 
 
-def _config_run(h: History, config: Dict[str, Any]) -> Run:
+def _config_run(h: History, config: Dict[str, Any], framework: str) -> Run:
     failure = next((f for f in h.failures if config_key(f.config) == config_key(config)), None)
     outcome = _outcome(failure)
     ws = h.of(config)
-    return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h, config),
+    return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h, config, framework),
                duration_s=sum(w.wall_s for w in ws))
 
 
@@ -88,11 +88,11 @@ def _trials(h: History, decider: Any, space: Any) -> List[Trial]:
         base = config_key(config) == config_key(h.baseline or {})
         role = Role.BASELINE if base else Role.SEARCH
         phase = Phase.BASELINE if base else PHASE_OF_WHY.get(whys.get(config_key(config), ""), Phase.SEARCH)
-        trials.append(trial_from_run(len(trials), role, config, _config_run(h, config), phase=phase,
+        trials.append(trial_from_run(len(trials), role, config, _config_run(h, config, decider.framework), phase=phase,
                                      config_text=space.describe(config)))
     ceiling = h.ceiling()
     if ceiling and h.baseline is not None:
-        run = Run(kind=RunKind.TRIAL, summary=Summary(framework=Framework.TORCH, batches_per_s=ceiling,
+        run = Run(kind=RunKind.TRIAL, summary=Summary(framework=decider.framework, batches_per_s=ceiling,
                                                 effective_batches_per_s=ceiling, n_chunks=len(h.windows)))
         trials.append(trial_from_run(len(trials), Role.CEILING, dict(h.baseline), run, phase=Phase.CEILING))
     return trials
@@ -140,14 +140,23 @@ def _with_caveats(reasons: Tuple[Reason, ...], caveats: List[Reason]) -> Tuple[R
 
 
 def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
-    """The run's busiest loader, when online tuning could not reach it (not a torch DataLoader)."""
+    """The run's busiest loader, when online tuning could not reach it and no event said why
+    (a loader pulled inside a framework's runtime, as fit pulls a tf.data pipeline)."""
     if run is None or decider.history.baseline is not None:
         return ()
     runs = run.ranks or (run,)
     busiest = max((rec for r in runs[:1] for rec in r.loaders), key=lambda rec: rec.batches, default=None)
-    if busiest is None or busiest.framework == Framework.TORCH:
+    if busiest is None or any(m.loader_id == busiest.loader_id for m in decider.loaders):
         return ()
     return (OnlineLoaderMode(loader_id=busiest.loader_id, mode="none", why_not=f"framework:{busiest.framework}"),)
+
+
+def _sharding(decider: Any, loader: Any) -> Tuple[Reason, ...]:
+    """An IterableDataset switched between epochs: its samples followed the worker count, as the advice's will."""
+    if decider.switch_at != SwitchAt.EPOCH:
+        return ()
+    changed = any(workers(s.config) != workers(decider.history.baseline or {}) for s in decider.switches)
+    return (SamplesFollowWorkers(dataset=loader.dataset if loader is not None else "", switched=changed),)
 
 
 def _target_loader(run: Optional[Run]) -> Any:
@@ -177,11 +186,11 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
     cpu_cap = max(1, min(decider.rank_cpus.values()) if decider.rank_cpus else usable_cpu_count() // decider.ranks())
     rec, trials, loader = None, [], _target_loader(run)
     if h.baseline is not None:
-        space = make_space(Framework.TORCH, dict(h.baseline), cpu_cap, decider.limits.max_workers,
+        space = make_space(decider.framework, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers))
-        rec = recommend(_settled(trials, decider), space, tol=PICK_TOLERANCE, cpu_cap=cpu_cap,
+        rec = recommend(_settled(trials, decider), space, tol=GAIN, cpu_cap=cpu_cap,
                         nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
         if rec is not None and caveats:
             rec = dataclasses.replace(rec, reasons=_with_caveats(rec.reasons, caveats))
@@ -192,7 +201,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
             rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=line,
                                       loader_site=loader.site if loader else "",
                                       reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes())
-                                      + _spread(h.windows, run))
+                                      + _spread(h.windows, run) + _sharding(decider, loader))
     exit_code = run.outcome.exit_code if run is not None else None
     modes = tuple(decider.loaders) + _untuned(run, decider)
     online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),
@@ -201,11 +210,11 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
                           warmups=tuple(h.warmups),
                           loaders=modes,
                           workers_changed=any(config_key(s.config) != config_key(h.baseline or {})
-                                              for s in decider.switches),
+                                              for s in decider.switches), switch_at=decider.switch_at,
                           exit_code=exit_code, target_loader_id=decider.target_loader_id,
                           order_checks=tuple(decider.order_checks),
                           randomness=tuple(decider.randomness.values()), holds=tuple(decider.holds))
-    framework = Framework.TORCH if h.baseline is not None else Framework.NONE
+    framework = decider.framework if h.baseline is not None else Framework.NONE
     return TuneResult(script=script, argv=tuple(argv), framework=framework,
                       loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,
                       budget_s=decider.opts.explore_s, complete=complete, host=host, recommendation=rec,

@@ -24,19 +24,18 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from feedprof.analyse import rules
+from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.recommend import config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
+from feedprof.tune.space import Space
 
 NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
 GAIN = 0.05  # a climb that gains less is flat
 MAX_NOISE = 0.15
-PICK_TOLERANCE = GAIN  # the online pick is within this of the fastest measured config
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
-IO_BOUND_CPU = 0.5  # workers using less than this share of a core each wait on I/O
-CAPPING = ("killed", "hung", "memory")  # failures that rule out every config with as many workers
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -96,17 +95,21 @@ class History:
         rates = [c for c in (w.ceiling_batches_per_s for w in self.windows) if c]
         return statistics.median(rates) if rates else None
 
-    def noise(self) -> float:
-        """How far apart two configs' rates must be to be told apart: the typical relative
-        half-range of one config's windows, shrunk by the windows behind its median,
-        never under GAIN nor over MAX_NOISE (a spread that wide is a measurement to repeat)."""
-        spreads = []
+    def spreads(self) -> List[float]:
+        """Each measured config's relative half-range over its windows, shrunk by the windows
+        behind its median."""
+        out = []
         for config in self.measured():
             rates = [w.batches_per_s for w in self.of(config)]
             mid = statistics.median(rates)
             if len(rates) >= 2 and mid > 0:
-                spreads.append((max(rates) - min(rates)) / (2 * mid) / math.sqrt(len(rates)))
-        return min(MAX_NOISE, max([GAIN] + ([statistics.median(spreads)] if spreads else [])))
+                out.append((max(rates) - min(rates)) / (2 * mid) / math.sqrt(len(rates)))
+        return out
+
+    def noise(self) -> float:
+        """How far apart two configs' rates must be to be told apart (analyse/rules.noise_floor):
+        never under GAIN nor over MAX_NOISE (a spread that wide is a measurement to repeat)."""
+        return rules.noise_floor(self.spreads(), least=GAIN, most=MAX_NOISE)
 
     def measured(self) -> List[Dict[str, Any]]:
         seen: Dict[str, Dict[str, Any]] = {}
@@ -141,49 +144,53 @@ class Step:
 
 
 def workers(config: Dict[str, Any]) -> int:
-    return int(config.get("num_workers") or 0)
+    """The worker count of a config, whatever its framework calls it (num_workers, workers)."""
+    return workers_of(config) or 0
 
 
-def with_workers(base: Dict[str, Any], n: int) -> Dict[str, Any]:
-    out = dict(base)
-    out["num_workers"] = n
-    out["prefetch_factor"] = (base.get("prefetch_factor") or 2) if n else None
-    out["persistent_workers"] = bool(base.get("persistent_workers")) and n > 0
-    return out
+def with_workers(base: Dict[str, Any], n: int, space: Optional[Space] = None) -> Dict[str, Any]:
+    """``base`` with ``n`` workers, made legal by the loader's framework (its Space): the search
+    walks the primary knob and keeps the script's other settings."""
+    if space is None:  # a torch DataLoader: what a caller that names no space tunes
+        from feedprof.tune.space import TorchSpace
+
+        space = TorchSpace(base, cpu_cap=1, max_primary=1, cuda_used=None)
+    return space.with_primary(base, n)
 
 
-def worker_cap(h: History, limits: Limits) -> int:
-    """The CPU rule (past the CPUs only while the workers wait on I/O) and the kills."""
-    io_bound = False
-    for config in h.measured():
-        n, ws = workers(config), h.of(config)
-        if n:  # the workers' own CPU use, per worker
-            cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
-            share = statistics.median(cores) / n if cores else None
-        else:  # in the loop itself: the CPU it spent while it waited for the batch
-            fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
-            share = statistics.median(fractions) if fractions else None
-        if share is not None and share < IO_BOUND_CPU:
-            io_bound = True
+def worker_cap(h: History, limits: Limits, space: Optional[Space] = None) -> int:
+    """The CPU rule (analyse/rules.py: past the CPUs only while the workers leave CPU idle) and
+    the failures that cap the worker count (rules.caps_workers)."""
+    io_bound = any(_cpu_bound(h, config, limits, space) is False for config in h.measured())
     cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
     if h.restarts_per_epoch and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
         cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
     for f in h.failures:
-        if f.kind in CAPPING:  # (an error raised in a worker rules out that config alone)
+        if rules.caps_workers(f.kind):  # (an error raised in a worker rules out that config alone)
             cap = min(cap, workers(f.config) - 1)
     return max(cap, 0)
 
 
+def _cpu_bound(h: History, config: Dict[str, Any], limits: Limits, space: Optional[Space]) -> Optional[bool]:
+    """The offline rule on a config's windows: its workers' CPU, or, where it loads in the loop
+    itself, the CPU the loop spent while it waited for the batch."""
+    n, ws = workers(config), h.of(config)
+    if space.loads_in_loop(config) if space is not None else n == 0:
+        fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
+        return rules.loading_cpu_bound(statistics.median(fractions) if fractions else None)
+    cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+    return rules.cpu_bound(n, statistics.median(cores) if cores else None, None, limits.cpu_cap)
+
+
 def pick(h: History) -> Optional[Dict[str, Any]]:
-    """The cheapest measured config within GAIN of the fastest: the rest of the real run pays
-    any slowdown, so the online pick gives away no more than that for fewer workers."""
-    measured = [c for c in h.measured() if not h.failed(c)]
-    if not measured:
-        return None
-    best = max(h.rate(c) or 0.0 for c in measured)
-    tol = PICK_TOLERANCE
-    within = [c for c in measured if (h.rate(c) or 0.0) >= (1 - tol) * best]
-    return min(within, key=workers)
+    """The cheapest measured config within the online tolerance of the fastest (rules.pick): the
+    rest of the real run pays any slowdown, so it gives away no more than the run's own noise,
+    between rules.ONLINE.pick_tolerance and GAIN, for fewer workers."""
+    measured = {config_key(c): c for c in h.measured() if not h.failed(c)}
+    tolerance = rules.noise_floor(h.spreads(), least=rules.ONLINE.pick_tolerance, most=GAIN)
+    key = rules.pick({k: h.rate(c) or 0.0 for k, c in measured.items()}, lambda k: workers(measured[k]),
+                     tolerance)
+    return measured[key] if key is not None else None
 
 
 def fastest(h: History) -> Optional[Dict[str, Any]]:
@@ -191,7 +198,9 @@ def fastest(h: History) -> Optional[Dict[str, Any]]:
     return max(measured, key=lambda c: h.rate(c) or 0.0, default=None)
 
 
-def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float) -> Step:
+def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float,
+           space: Optional[Space] = None) -> Step:
+    """The next step; ``space`` (the tuned loader's framework's) makes each config it proposes."""
     base = h.baseline
     if base is None:
         return Step(current, why="baseline")
@@ -204,16 +213,16 @@ def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: 
         return Step(current, why="measuring")
     if (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
         return Step(base, final=True, why="not_input_bound")
-    step = _climb(h, limits, base) or _refine(h, base) or _confirm(h)
+    step = _climb(h, limits, base, space) or _refine(h, base, space) or _confirm(h)
     return step or Step(settled, final=True, why="settled")
 
 
-def _tried(h: History, n: int, base: Dict[str, Any]) -> bool:
-    c = with_workers(base, n)
+def _tried(h: History, n: int, base: Dict[str, Any], space: Optional[Space]) -> bool:
+    c = with_workers(base, n, space)
     return h.n_windows(c) >= NEED or h.failed(c)
 
 
-def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
+def _climb(h: History, limits: Limits, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
     best = fastest(h)
     ceiling = h.ceiling()
     if best is None or not ceiling:
@@ -226,13 +235,13 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any]) -> Optional[Step]:
         return None
     lanes = max(n_best, 1)
     want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
-    n = min(want, worker_cap(h, limits))
-    killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and f.kind in CAPPING]
+    n = min(want, worker_cap(h, limits, space))
+    killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and rules.caps_workers(f.kind)]
     if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
         n = min(n, (n_best + min(killed)) // 2)
-    if n <= n_best or _tried(h, n, base):
+    if n <= n_best or _tried(h, n, base, space):
         return None
-    return Step(with_workers(base, n), why="climb")
+    return Step(with_workers(base, n, space), why="climb")
 
 
 def predicted_workers(h: History, limits: Limits) -> Optional[int]:
@@ -246,7 +255,7 @@ def predicted_workers(h: History, limits: Limits) -> Optional[int]:
                                       worker_cap(h, limits)))
 
 
-def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
+def _refine(h: History, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
     best = fastest(h)
     if best is None:
         return None
@@ -260,11 +269,11 @@ def _refine(h: History, base: Dict[str, Any]) -> Optional[Step]:
     mid = (lo + hi) // 2
     # every refinement runs the real job on fewer workers for a while: only where it saves a good
     # part of them, and where what `mid` workers can supply at most is not already too little
-    if not (lo < mid < hi and hi - mid >= max(2, hi // 4)) or _tried(h, mid, base):
+    if not (lo < mid < hi and hi - mid >= max(2, hi // 4)) or _tried(h, mid, base, space):
         return None
-    if mid * _supply_per_worker(h, with_workers(base, lo)) < (1 - tol) * top:
+    if mid * _supply_per_worker(h, with_workers(base, lo, space)) < (1 - tol) * top:
         return None
-    return Step(with_workers(base, mid), why="refine")
+    return Step(with_workers(base, mid, space), why="refine")
 
 
 def _supply_per_worker(h: History, slower: Dict[str, Any]) -> float:
@@ -289,7 +298,7 @@ def _confirm(h: History) -> Optional[Step]:
     return None
 
 
-def retreat(h: History, failed: Dict[str, Any]) -> Dict[str, Any]:
+def retreat(h: History, failed: Dict[str, Any], space: Optional[Space] = None) -> Dict[str, Any]:
     """The best measured config with fewer workers than ``failed``; without one, half its workers
     (the script's own settings where they have fewer)."""
     n = workers(failed)
@@ -297,4 +306,4 @@ def retreat(h: History, failed: Dict[str, Any]) -> Dict[str, Any]:
     if fewer:
         return max(fewer, key=lambda c: h.rate(c) or 0.0)
     base = h.baseline or {}
-    return base if workers(base) < n else with_workers(base, n // 2)
+    return base if workers(base) < n else with_workers(base, n // 2, space)

@@ -107,6 +107,10 @@ class Space:
         """Worker processes (or threads) the config runs."""
         return self.primary_of(config)
 
+    def loads_in_loop(self, config: Config) -> bool:
+        """The config loads each batch in the training loop's own thread (no workers apart)."""
+        return self.primary_of(config) == 0
+
     def in_flight(self, config: Config) -> int:
         """Batches the config can hold between loader and loop."""
         from feedprof.frameworks import in_flight

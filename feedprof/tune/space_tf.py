@@ -32,6 +32,11 @@ class KerasSpace(Space):
     def ceiling_config(self) -> Config:
         return self.legalize({**self.baseline, "workers": 1, "use_multiprocessing": False})
 
+    def loads_in_loop(self, config: Config) -> bool:
+        """workers=1 without processes: Keras runs no enqueuer, the loop loads each batch itself."""
+        cfg = self.legalize(config)
+        return cfg["workers"] <= 1 and not cfg["use_multiprocessing"]
+
     def cost(self, config: Config) -> tuple:
         cfg = self.legalize(config)
         return (cfg["workers"], cfg["use_multiprocessing"], cfg["max_queue_size"])

@@ -29,7 +29,7 @@ from feedprof.store.reasons.tune import (
     ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
-from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SetInPipeline
+from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFollowWorkers, SetInPipeline
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
 
 __all__ = [
@@ -49,5 +49,5 @@ __all__ = [
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
-    "InOrderGain", "OrderChanges", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",
+    "InOrderGain", "OrderChanges", "SamplesFollowWorkers", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",
 ]

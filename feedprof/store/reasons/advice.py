@@ -1,5 +1,6 @@
 """Findings about where the advice applies and what it changes beyond speed
-(the lines a tf.data pipeline sets its knobs on; the order of samples)."""
+(the lines a tf.data pipeline sets its knobs on; the order of samples; an
+IterableDataset's samples, which follow the worker count)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -46,3 +47,15 @@ class InOrderGain(Reason):
     in_order_batches_per_s: Optional[float] = None
     out_of_order_batches_per_s: Optional[float] = None
     allowed: bool = False
+
+
+@dataclass(frozen=True)
+class SamplesFollowWorkers(Reason):
+    """An IterableDataset (``dataset``) decides what each worker yields: at another worker count an epoch's
+    samples, their batches and their order change, unless the dataset shards by a fixed key. Online it is
+    switched only between epochs and only with --allow-resharding (``switched``: its worker count changed in
+    the run); the advice changes them the same way."""
+
+    code: ClassVar[str] = "samples_follow_workers"
+    dataset: str = ""
+    switched: bool = False

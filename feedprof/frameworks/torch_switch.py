@@ -1,0 +1,67 @@
+"""torch's DataLoader as a contract.Switcher, over its own online driver (torch_online.py):
+
+    a map-style dataset   switched at any batch boundary: the epoch's index order is drawn
+                          once, as the unmodified loader draws it, and every pool reads it
+    an IterableDataset    switched only between epochs, and only with --allow-resharding: its
+                          worker count decides what each worker yields, so an epoch's samples
+                          (their batches, their order) follow it unless the dataset shards by a
+                          fixed key. Within an epoch the pool that started it serves it all.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+from feedprof.frameworks.contract import SwitchAllowed
+from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+from feedprof.store.codes import Framework, SwitchAt
+
+
+class TorchOnlineLoader(OnlineLoader):
+    """torch_online.OnlineLoader as the contract's OnlineLoader."""
+
+    framework = Framework.TORCH
+    switch_at = SwitchAt.BATCH
+
+    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Any:
+        return super().epoch()
+
+
+class EpochSwitchedLoader(TorchOnlineLoader):
+    """An IterableDataset's loader: a new config takes over only when an epoch starts."""
+
+    switch_at = SwitchAt.EPOCH
+
+    def serve(self, config: Dict[str, Any]) -> Any:
+        if self.pool is not None and self.pool_epoch == self.epochs:  # this epoch's pool serves it to its end
+            config = self.pool.config
+        return super().serve(config)
+
+
+class TorchSwitcher:
+    """contract.Switcher for torch.utils.data.DataLoader."""
+
+    framework = Framework.TORCH
+
+    def switch_capable(self, loader: Any, allowed: SwitchAllowed) -> Optional[str]:
+        why_not = online_capable(loader)
+        if why_not == "iterable_dataset" and allowed.resharding:
+            return _own_iterator(loader)
+        return why_not
+
+    def online_loader(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+                      chain: Tuple[str, ...], allowed: SwitchAllowed) -> TorchOnlineLoader:
+        import torch.utils.data as tud
+
+        cls = EpochSwitchedLoader if isinstance(loader.dataset, tud.IterableDataset) else TorchOnlineLoader
+        return cls(loader, tuning, loader_id, script_config, chain=chain)
+
+
+def _own_iterator(loader: Any) -> Optional[str]:
+    import torch.utils.data as tud
+
+    if type(loader)._get_iterator is not tud.DataLoader._get_iterator:
+        return "own_iterator"  # a subclass with its own iterator (StatefulDataLoader)
+    return None
+
+
+SWITCHER = TorchSwitcher()
