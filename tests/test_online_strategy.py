@@ -114,3 +114,19 @@ def test_no_refinement_where_fewer_workers_cannot_supply_enough():
     h.windows += [window(ten, 150, 0.1, t=2, workers_cpu_s=0.5), window(ten, 148, 0.1, t=3, workers_cpu_s=0.5)]
     step = decide(h, Limits(cpu_cap=2, max_workers=10), ten, 60)
     assert step.final and step.config == ten  # 5 workers could supply ~110 b/s at most: not tried
+
+
+def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
+    """Tight windows (no noise to widen the tolerance): the online policy picks what the offline
+    rule picks from the same rates (analyse/rules.py), and the tolerances are one."""
+    from feedprof.analyse import recommend, rules
+
+    rates = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}
+    h = History(baseline=BASE)
+    for t, (n, rate) in enumerate(rates.items()):
+        config = with_workers(BASE, n)
+        h.windows += [window(config, rate, 0.5, t=2 * t, workers_cpu_s=0.2 * n),
+                      window(config, rate, 0.5, t=2 * t + 1, workers_cpu_s=0.2 * n)]
+    offline = rules.pick(rates, lambda n: (n,), recommend.PICK_TOLERANCE)
+    assert recommend.PICK_TOLERANCE == rules.OFFLINE.pick_tolerance == rules.ONLINE.pick_tolerance
+    assert pick(h)["num_workers"] == offline == 12
