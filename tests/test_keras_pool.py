@@ -28,6 +28,9 @@ class Tuning:
         self.schedule, self.n, self.switches = schedule, 0, []
         self.now = time.monotonic
 
+    def register(self, ol):
+        self.registered = ol
+
     def config_for(self, ol):
         return self.schedule(self.n)
 

@@ -93,6 +93,9 @@ def test_an_iterable_dataset_switches_between_epochs_with_resharding_allowed(tmp
     assert rec["config"]["num_workers"] > 0
     assert any(r["code"] == "samples_follow_workers" and r["switched"] for r in rec["reasons"])
     assert "between epochs" in proc.stderr and "shards by a fixed key" in proc.stdout
+    # no order is claimed for it (its samples follow the worker count), and no check fails or holds it
+    assert online_record["order_checks"] == [] and online_record["holds"] == []
+    assert "failed its check" not in proc.stderr + proc.stdout
 
 
 def test_a_tfdata_pipelines_report_names_autotunes_choices(tmp_path, tensorflow, no_leftovers):

@@ -66,6 +66,9 @@ class Tuning:
         self.schedule, self.delivered_n, self.events = schedule, 0, []
         self.now = FakeClock(0.0).now_s
 
+    def register(self, ol):
+        self.registered = ol
+
     def config_for(self, ol):
         return self.schedule(self.delivered_n)
 
@@ -118,6 +121,24 @@ def test_a_switch_at_any_batch_keeps_the_epochs_order():
     assert len(fetched) > len(order)  # what the 8-worker pool held was fetched again by the next ...
     assert sorted(set(fetched)) == sorted(order)  # ... and nothing else
     assert tuning.events[-1] == ("epoch_ended",)
+
+
+def test_a_loader_no_longer_tuned_gives_its_pool_up_and_its_epoch_goes_on_in_order():
+    """Another loader became the tuned one mid-epoch (OnlineTuning.consider): this one's pool ends,
+    what it fetched but did not deliver is handed back, and the epoch goes on with a new pool."""
+    ol, tuning, fetched = loader(lambda n: {"workers": 8})
+    assert tuning.registered is ol  # the run's end closes its pools, also mid-epoch
+    order = random.Random(5).sample(range(len(ITEMS)), len(ITEMS))
+    ol.start_epoch(iter(order))
+    got = [ol.next_batch() for _ in range(3)]
+    ol.release()
+    assert ol.pool is None
+    while True:
+        try:
+            got.append(ol.next_batch())
+        except StopIteration:
+            break
+    assert got == [ITEMS[i] for i in order]
 
 
 def test_a_new_epoch_starts_fresh_workers_of_the_config_in_force():

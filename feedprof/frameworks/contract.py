@@ -120,6 +120,10 @@ class OnlineLoader(Protocol):
     def kept(self) -> Dict[str, Any]:
         """The config a held loader keeps for the rest of the run."""
 
+    def loads_in_loop(self, config: Dict[str, Any]) -> bool:
+        """Whether ``config`` loads each batch in the loop's own thread (loading written for workers
+        never moves there: its draws would come from the script's own random streams)."""
+
     def ready_to_switch(self) -> bool:
         """Whether a config other than the script's may serve it yet (torch first watches whether
         loading draws from the script's random streams)."""
@@ -138,6 +142,9 @@ class OnlineLoader(Protocol):
 
     def close(self) -> None:
         """The run is over: no worker outlives it."""
+
+    def release(self) -> None:
+        """Another loader is tuned now: its pool ends; an epoch still going goes on with a new one."""
 
 
 class Switcher(Protocol):

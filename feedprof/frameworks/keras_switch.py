@@ -85,6 +85,9 @@ class KerasOnlineLoader(SwitchingLoader):
         self.draws_at_start = _uses_enqueuer(self.script_config)  # where the script's own Keras draws the order
         self.adapter: Callable[[], Any] = lambda: None
 
+    def loads_in_loop(self, config: Dict[str, Any]) -> bool:
+        return not _uses_enqueuer(config)
+
     def bind(self, adapter: Any) -> None:
         """This fit's adapter: its epochs come here, and its batches are standardized by it."""
         self.adapter = weakref.ref(adapter)

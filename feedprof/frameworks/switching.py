@@ -106,6 +106,7 @@ class SwitchingLoader:
         self.in_epoch = False
         self.epoch_batches: Optional[int] = None  # what the loop had of its last epoch that ended
         self._delivered = 0  # batches handed to the loop this epoch
+        tuning.register(self)  # (the run's end closes its pools, also mid-epoch)
 
     hold_why = ""  # never held: nothing here checks the order at run time (see NOTE)
 
@@ -114,6 +115,10 @@ class SwitchingLoader:
 
     def ready_to_switch(self) -> bool:
         return True
+
+    def loads_in_loop(self, config: Dict[str, Any]) -> bool:
+        """Whether ``config`` loads each batch in the loop's own thread (a framework's subclass says)."""
+        return False
 
     def inherit(self, old: Any) -> None:
         """A loader built again at the same place starts from the script's settings."""
@@ -144,6 +149,11 @@ class SwitchingLoader:
 
     def close(self) -> None:
         self._drop_pool(hand_back=False)
+
+    def release(self) -> None:
+        """Another loader is tuned now: this one's workers end; an epoch still going goes on with
+        new ones, from what they fetched but did not deliver."""
+        self._drop_pool(hand_back=True)
 
     def serve(self, config: Dict[str, Any]) -> Any:
         """The pool for ``config``: the one serving, or a new one on what is left of the feed."""

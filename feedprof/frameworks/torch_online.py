@@ -240,6 +240,11 @@ class OnlineLoader:
         self.hold_why = why
         self.tuning.held(self, why, detail)
 
+    @staticmethod
+    def loads_in_loop(config: Dict[str, Any]) -> bool:
+        """At 0 workers the loop loads each batch itself."""
+        return not config.get("num_workers")
+
     def ready_to_switch(self) -> bool:
         """Its first batches, under the script's own settings, showed whether loading draws from
         the script's random streams (frameworks/torch_rng.py)."""
@@ -264,6 +269,10 @@ class OnlineLoader:
         problem = pool.accounting()
         if problem:
             self.check_failed(problem)
+        self._watch_draws(pool)
+
+    def _watch_draws(self, pool: Pool) -> None:
+        """The script's random streams after the batch: draws its loading made, and where."""
         self.draws.end(in_main=not pool.workers, own=pool.config == self.script_config and not self.switched_away)
         if pool.draws is not None:
             self._workers_drew(pool.draws.streams())

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from feedprof.frameworks.contract import SwitchAllowed
+from feedprof.frameworks.torch_ledger import RUN_END
 from feedprof.frameworks.torch_online import OnlineLoader, online_capable
 from feedprof.store.codes import Framework, SwitchAt
 
@@ -31,6 +32,22 @@ class EpochSwitchedLoader(TorchOnlineLoader):
 
     switch_at = SwitchAt.EPOCH
 
+    # Its epoch is what its workers yield: torch takes indices it never serves (the sampler is
+    # endless) and skips a worker that ran out, so neither the order check nor the hand-back
+    # accounting applies. Its samples follow the worker count, as --allow-resharding allowed and
+    # the run says; no order is claimed for it.
+    def had_batch(self, pool: Any) -> None:
+        if self.ledger is not None and not self._done:
+            self.ledger.received += 1
+        self._watch_draws(pool)
+
+    def _close_ledger(self, ended: str) -> None:
+        ledger = self.ledger
+        if ledger is None or ledger.closed:
+            return
+        ledger.closed = True
+        self.epoch_batches = ledger.received if ended != RUN_END else self.epoch_batches
+
     def serve(self, config: Dict[str, Any]) -> Any:
         if self.pool is not None and self.pool_epoch == self.epochs:  # this epoch's pool serves it to its end
             config = self.pool.config
@@ -45,7 +62,8 @@ class TorchSwitcher:
     def switch_capable(self, loader: Any, allowed: SwitchAllowed) -> Optional[str]:
         why_not = online_capable(loader)
         if why_not == "iterable_dataset" and allowed.resharding:
-            return _own_iterator(loader)
+            # its first epoch runs as written, and persistent workers are held after it: never switched
+            return "persistent_iterable" if loader.persistent_workers else _own_iterator(loader)
         return why_not
 
     def online_loader(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],

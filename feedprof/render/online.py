@@ -16,6 +16,9 @@ WHY_NOT = {"iterable_dataset": "an IterableDataset: its worker count decides wha
                                "the dataset shards by a fixed key; it ran with its own settings. With "
                                "--allow-resharding feedprof switches such a loader between epochs, and each epoch's "
                                "samples are then those of the worker count in force",
+           "persistent_iterable": "an IterableDataset with persistent_workers=True: it is switched only between "
+                                  "epochs, and its own workers outlive the first, so there is no epoch to switch "
+                                  "at; `feedprof tune` (offline) tunes it",
            "out_of_order": "in_order=False: batches may arrive out of order, so a switch could lose some",
            "own_iterator": "a DataLoader subclass with its own iterator",
            "framework:tf.data": "a tf.data pipeline: AUTOTUNE already tunes its parallelism inside the run, and "

@@ -223,7 +223,7 @@ class OnlineTuning:
             config = self.config if self.config is not None else ol.script_config
             if self._banned_until_seq.get(config_key(config), -1) >= self.seq:
                 return ol.pool.config if ol.pool is not None else ol.script_config
-        if not config.get("num_workers") and ol.script_config.get("num_workers"):
+        if ol.loads_in_loop(config) and not ol.loads_in_loop(ol.script_config):
             return ol.script_config  # loading written for workers never moves into the script's process
         return config
 
