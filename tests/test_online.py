@@ -120,7 +120,7 @@ def test_a_torchrun_job_is_tuned_on_every_rank(tmp_path, no_leftovers):
 
 
 @pytest.mark.parametrize("variant", [["--bad-record", "37"], ["--batch-sampler"], ["--rebuild"],
-                                     ["--workers", "2", "--fetch-ms", "0", "--augment"]],
+                                     ["--workers", "2", "--fetch-ms", "0", "--step-ms", "20", "--augment"]],
                          ids=["loop_skips_a_bad_record", "eager_batch_sampler", "loader_rebuilt_each_epoch",
                               "workers_augment_not_input_bound"])
 @pytest.mark.seeded_online
