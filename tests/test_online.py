@@ -120,7 +120,7 @@ def test_a_torchrun_job_is_tuned_on_every_rank(tmp_path, no_leftovers):
 
 
 @pytest.mark.parametrize("variant", [["--bad-record", "37"], ["--batch-sampler"], ["--rebuild"],
-                                     ["--workers", "2", "--fetch-ms", "0", "--step-ms", "20", "--augment"]],
+                                     ["--workers", "2", "--fetch-ms", "0", "--augment"]],
                          ids=["loop_skips_a_bad_record", "eager_batch_sampler", "loader_rebuilt_each_epoch",
                               "workers_augment_not_input_bound"])
 @pytest.mark.seeded_online
@@ -133,8 +133,16 @@ def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, va
     assert plain.returncode == 0, plain.stderr
     proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
     assert proc.returncode == 0, proc.stderr
-    assert saw(got) == saw(want)
-    assert "randomness" not in proc.stderr  # nothing random moved: not a word of it
+    explored = any(s["config"]["num_workers"] != 2 for s in results["online"]["switches"])
+    if "--augment" in variant and explored:
+        # a loaded machine made the loop wait, so feedprof explored: the workers' augmentation
+        # follows the worker count, and that is said; the samples, their order and the
+        # script's own random stream are still the run as written's
+        assert "randomness moved" in proc.stderr
+        assert (got["epochs"], got["next_rand"]) == (want["epochs"], want["next_rand"])
+    else:
+        assert saw(got) == saw(want)
+        assert "randomness" not in proc.stderr  # nothing random moved: not a word of it
     if "--rebuild" in variant:  # tuning goes on in the loaders built after the first
         assert max(w["epoch"] for w in results["online"]["windows"]) >= 1 or \
             len({s["config"]["num_workers"] for s in results["online"]["switches"]}) >= 2
