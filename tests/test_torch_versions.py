@@ -2,13 +2,13 @@
 switched while it trains: the run as written, two live iterators, a probe batch, persistent
 workers, and the fall-back when the hand-back accounting breaks), on every torch online mode
 was tested against besides the pinned one (feedprof/frameworks/torch_support.py TESTED), each in
-the virtual environment tests/torch_venvs makes (./tests/run --all makes them). Online switching
+the virtual environment tests/torch_venvs makes (FEEDPROF_TORCH_VERSIONS=1 ./tests/run --all makes them). Online switching
 leans on private members of torch's DataLoader iterator, so each version gets these checks; the
 rest of the seeded tests (random draws watched, the search's advice) run on the pinned torch.
 
 The versions run side by side (each suite mostly waits on its scripts' sleeps): the whole suite
 stays well inside CI's time. Where an environment could not be made (no registry), the test
-skips, unless FEEDPROF_REQUIRE_TORCH_VERSIONS=1 (.ci/run): then it fails."""
+skips (as in CI, which leaves them out for time), unless FEEDPROF_REQUIRE_TORCH_VERSIONS=1: then it fails."""
 import os
 import signal
 import subprocess
@@ -20,7 +20,7 @@ from feedprof.frameworks.torch_support import TESTED
 
 PINNED = next(line.split("==")[1].strip() for line in open(os.path.join(REPO, "tests", "constraints.txt"))
               if line.startswith("torch=="))
-REQUIRED = os.environ.get("FEEDPROF_REQUIRE_TORCH_VERSIONS") == "1"  # set by .ci/run
+REQUIRED = os.environ.get("FEEDPROF_REQUIRE_TORCH_VERSIONS") == "1"
 PREFIX = os.environ.get("FEEDPROF_TORCH_VENVS", os.path.join(REPO, ".venv-torch-"))  # set by tests/run
 OTHERS = [v for v in TESTED if v != PINNED]
 ON_INTERNALS = [
