@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from feedprof.frameworks.contract import SwitchAllowed
-from feedprof.frameworks.torch_ledger import RUN_END
 from feedprof.frameworks.torch_online import OnlineLoader, online_capable
 from feedprof.store.codes import Framework, SwitchAt
 
@@ -36,17 +35,7 @@ class EpochSwitchedLoader(TorchOnlineLoader):
     # endless) and skips a worker that ran out, so neither the order check nor the hand-back
     # accounting applies. Its samples follow the worker count, as --allow-resharding allowed and
     # the run says; no order is claimed for it.
-    def had_batch(self, pool: Any) -> None:
-        if self.ledger is not None and not self._done:
-            self.ledger.received += 1
-        self._watch_draws(pool)
-
-    def _close_ledger(self, ended: str) -> None:
-        ledger = self.ledger
-        if ledger is None or ledger.closed:
-            return
-        ledger.closed = True
-        self.epoch_batches = ledger.received if ended != RUN_END else self.epoch_batches
+    checks_order = False
 
     def serve(self, config: Dict[str, Any]) -> Any:
         if self.pool is not None and self.pool_epoch == self.epochs:  # this epoch's pool serves it to its end
