@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("args", nargs="*")
     a = ap.parse_args()
     import feedprof
+    from feedprof.store.codec import to_dict
 
     out = os.path.join(HERE, "results", "gpu-tune-run")
     res = feedprof.tune(a.script, argv=a.args, out_dir=out, budget_s=a.budget)
@@ -46,13 +47,14 @@ def main() -> int:
     base = res.trials[0]
     best = next((t for t in res.trials if rec and t.index == rec.trial_index), None)
     result = {"device": res.host.gpus[0].name, "script": a.script, "cuda_used": base.run.cuda_used if base.run else None,
-              "recommendation": {"config": rec.config, "speedup": rec.speedup, "verdict": rec.verdict} if rec else None,
+              "recommendation": {"config": rec.config, "speedup": rec.speedup, "verdict": to_dict(rec.verdict)}
+              if rec else None,
               "gpu_util_pct_baseline": list(base.gpu_util_pct), "gpu_util_pct_recommended":
               list(best.gpu_util_pct) if best else None, "pin_memory": pair, "trials": trials}
     slug = re.sub(r"[^A-Za-z0-9]+", "-", result["device"]).strip("-").lower()
     path = os.path.join(HERE, "results", f"gpu-tune-{slug}.json")
     with open(path, "w") as fh:
-        json.dump(result, fh, indent=1)
+        json.dump(result, fh, indent=1, default=to_dict)
     print(json.dumps({k: result[k] for k in ("device", "recommendation", "gpu_util_pct_baseline",
                                              "gpu_util_pct_recommended", "pin_memory")}, indent=1))
     print(f"wrote {path}")

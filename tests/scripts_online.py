@@ -46,7 +46,9 @@ p.add_argument("--loop-draws", action="store_true")  # mixup in the loop: torch.
 p.add_argument("--curriculum", action="store_true")  # dataset.level = epoch before each epoch
 p.add_argument("--steps", type=int, default=0)  # break out of each epoch after this many steps
 p.add_argument("--torch-changed", action="store_true")  # a stand-in for a torch whose iterator changed
+p.add_argument("--cuda", action="store_true")  # the model on CUDA, batches moved there (tests/test_real_gpu.py)
 args = p.parse_args()
+DEVICE = torch.device("cuda" if args.cuda else "cpu")
 
 if args.torch_changed:  # this torch reads its sampler once more when its workers stop (harmless as written)
     from torch.utils.data import dataloader as dl
@@ -118,7 +120,7 @@ torch.manual_seed(0)
 np.random.seed(0)
 random.seed(0)
 DS = Storage()
-model = torch.nn.Linear(8, 1)
+model = torch.nn.Linear(8, 1).to(DEVICE)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 gen = torch.Generator().manual_seed(7) if args.generator else None
 
@@ -169,6 +171,7 @@ for epoch in range(args.epochs):
             px, pidx = next(iter(loader))
             h.update(b"probe" + pidx.numpy().tobytes())
             hb.update(px.numpy().tobytes())
+        x = x.to(DEVICE, non_blocking=True)
         if args.loop_draws:  # mixup
             lam = torch.rand(1)
             x = lam * x + (1 - lam) * x[torch.randperm(len(x))]
@@ -181,7 +184,7 @@ for epoch in range(args.epochs):
             break
     digests.append(h.hexdigest()[:16])
     contents.append(hb.hexdigest()[:16])
-w = hashlib.sha256(model.weight.detach().numpy().tobytes() + model.bias.detach().numpy().tobytes()).hexdigest()
+w = hashlib.sha256(model.weight.detach().cpu().numpy().tobytes() + model.bias.detach().cpu().numpy().tobytes()).hexdigest()
 with open(args.report, "w") as fh:
     json.dump({"epochs": digests, "batches": contents, "weights": w[:16], "next_rand": torch.rand(1).item(),
                "next_np": float(np.random.rand()), "next_py": random.random(), "train_s": time.time() - t0}, fh)

@@ -1,5 +1,6 @@
 """NVML backend: CUDA ordinal mapping by UUID, the null backend, and a real-GPU check."""
 import shutil
+import types
 
 import pytest
 
@@ -48,6 +49,31 @@ def test_units():
     assert r.power_w == pytest.approx(250.0)
     assert r.sm_clock_mhz == 1000
     assert r.mem_used_bytes == 2**30
+
+
+RESERVED = 600 * 2**20  # what the driver keeps for itself (about 627 MiB on an H200)
+
+
+def _memory_v1_v2(nv, v2_fails=False):
+    """NVML's two memory queries: v1 counts the driver's reserve as used, v2 apart."""
+    nv.nvmlMemory_v2 = 0x02000028
+
+    def info(h, version=None):
+        if version and v2_fails:
+            raise nv.NVMLError(13)  # NVML_ERROR_FUNCTION_NOT_FOUND
+        return types.SimpleNamespace(used=2**30 + (0 if version else RESERVED), total=80 * 2**30)
+    nv.nvmlDeviceGetMemoryInfo = info
+    return nv
+
+
+def test_memory_used_is_what_nvidia_smi_shows_without_the_drivers_reserve():
+    gpu = open_gpu(nvml=_memory_v1_v2(fake_pynvml(UUIDS[:1])), visible_devices=None)
+    assert gpu.read()[0].mem_used_bytes == 2**30
+
+
+def test_a_driver_without_the_v2_memory_query_reads_v1():
+    gpu = open_gpu(nvml=_memory_v1_v2(fake_pynvml(UUIDS[:1]), v2_fails=True), visible_devices=None)
+    assert gpu.read()[0].mem_used_bytes == 2**30 + RESERVED
 
 
 @pytest.mark.parametrize("err,status,words", [(12, GpuStatus.NO_LIBRARY, "NVML library not found"),

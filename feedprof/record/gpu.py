@@ -125,7 +125,7 @@ class NvmlGpu:
         out = []
         for h in self._handles:
             util = self._q(nv.nvmlDeviceGetUtilizationRates, h)
-            mem = self._q(nv.nvmlDeviceGetMemoryInfo, h)
+            mem = memory_info(nv, h)
             rx = self._q(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
             tx = self._q(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
             power_mw = self._q(nv.nvmlDeviceGetPowerUsage, h)
@@ -218,6 +218,19 @@ def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
             mem_total_bytes=None if mem is None else int(mem.total),
         ))
     return NvmlGpu(nv, [handles[i] for i in order], devices)
+
+
+def memory_info(nv: Any, h: Any) -> Any:
+    """The device's memory as nvidia-smi shows it, or None. NVML's v2 query leaves out what the
+    driver reserves for itself, which v1 counts as used: on an H200 v1 read 1249 MiB used where
+    nvidia-smi read 621 (benchmarks/results/gpu-sampler-nvidia-h200.json)."""
+    v2 = getattr(nv, "nvmlMemory_v2", None)
+    if v2 is not None:
+        try:
+            return nv.nvmlDeviceGetMemoryInfo(h, version=v2)
+        except (nv.NVMLError, TypeError):  # a driver without the _v2 call (NVML says "function not found")
+            pass
+    return _query(nv, nv.nvmlDeviceGetMemoryInfo, h)
 
 
 def _query(nv: Any, fn: Any, *args: Any) -> Any:

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Every real-GPU check in one go, for a machine with an NVIDIA GPU and no network
+# (python3 with torch, psutil, nvidia-ml-py, matplotlib, pytest and jsonschema):
+#
+#   benchmarks/gpu_run.sh OUTDIR
+#
+# 1. the machine: GPUs, Python, torch, cores;
+# 2. the real-GPU tests (-m gpu): tests/test_gpu.py and tests/test_real_gpu.py;
+# 3. benchmarks/gpu_check.py: feedprof's NVML sampler next to nvidia-smi;
+# 4. benchmarks/gpu_tune.py: a tune of the JPEG/ResNet-18 workload, pin_memory included;
+# 5. benchmarks/gpu_online.py: that job as written and under tune --online, timed from outside.
+# Each step has its own time limit and a failing one does not stop the next; OUTDIR gets
+# each step's log and the two result files (also written to benchmarks/results/).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: benchmarks/gpu_run.sh OUTDIR}
+mkdir -p "$out"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+PY=${PYTHON:-python3}
+{
+    nvidia-smi -L
+    $PY -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__,
+torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA')"
+    echo "cores $(nproc)"
+} >"$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+step() {  # step NAME SECONDS COMMAND...: one check, its log in OUTDIR/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    echo "== $name: exit $? in $((SECONDS - t0)) s"
+    tail -n 15 "$out/$name.log"
+}
+step tests 280 $PY -m pytest -o addopts="" -p no:cacheprovider -q -ra -m gpu tests/test_gpu.py tests/test_real_gpu.py
+step gpu_check 60 $PY benchmarks/gpu_check.py
+step gpu_tune 200 $PY benchmarks/gpu_tune.py --budget 150 -- --epochs 300
+step gpu_online 200 $PY benchmarks/gpu_online.py
+cp benchmarks/results/gpu-sampler-*.json benchmarks/results/gpu-tune-*.json benchmarks/results/gpu-online-*.json "$out/" 2>/dev/null
+ls "$out"
