@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from feedprof.analyse import noise, rules, stats
+from feedprof.analyse import evidence, noise, stats
 from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, between_epochs, classify, training_loader, workers_of
+from feedprof.analyse.evidence import ConfigEvidence, config_key
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
                               FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NothingTried, NotTheLoader,
@@ -96,10 +97,6 @@ def sound(trial: Trial) -> bool:
     return spread is None or spread <= SPREAD_LIMIT
 
 
-def config_key(config: Config) -> tuple:
-    return tuple(sorted(config.items()))
-
-
 @dataclass(frozen=True)
 class Measured:
     """One config with every trial of it: repeats (confirm trials) are pooled."""
@@ -120,6 +117,13 @@ class Measured:
             highs += [(t.batches_per_s_high or t.batches_per_s or s) * scale, s]
         return 0.5 * (max(highs) - min(lows)) / self.score if self.score else 0.0
 
+    @property
+    def evidence(self) -> ConfigEvidence:
+        """What the pick reads, as the online search has it of a stretch of the real run."""
+        waits = [t.data_wait_fraction for t in self.trials if t.data_wait_fraction is not None]
+        return ConfigEvidence(config=self.config, rate=self.score, rates=tuple(scores(self)),
+                              measurements=len(self.trials), wait_fraction=stats.median(waits), source="trials")
+
 
 def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
     """Successful, non-ceiling trials grouped by config, in first-measured
@@ -136,10 +140,10 @@ def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
 
 
 def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Optional[Measured]:
-    """Among configs within ``tol`` of the fastest, the cheapest (analyse/rules.py: the online pick's rule too)."""
+    """Among configs within ``tol`` of the fastest, the cheapest (analyse/evidence.pick: the online pick's too)."""
     by_key = {config_key(m.config): m for m in measured_configs(trials)}
-    chosen = rules.pick({k: m.score for k, m in by_key.items()}, lambda k: cost(by_key[k].config), tol)
-    return by_key[chosen] if chosen is not None else None
+    chosen = evidence.pick([m.evidence for m in by_key.values()], cost, tol)
+    return by_key[config_key(chosen.config)] if chosen is not None else None
 
 
 def run_noise(trials: Sequence[Trial]) -> Optional[float]:

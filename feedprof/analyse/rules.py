@@ -5,12 +5,14 @@ counts as noise or which config to pick.
 
 NOTE [ One decision core ]
 
-    evidence of a config: its rate (median of its windows), its windows' rates (the noise),
-    the loop's data wait, the workers' CPU (and their wait for a CPU), its start-up, its failures
+    evidence of a config (analyse/evidence.py ConfigEvidence, from trials or from the run's windows):
+    its rate (median of its windows), its windows' rates (the noise), the loop's data wait, the
+    workers' CPU (and their wait for a CPU), its start-up, its failures
       ─► cpu_bound ─► may the workers outnumber the CPUs?
       ─► jump_target ─► the worker count predicted to reach the ceiling, within the CPU budget
       ─► capping ─► a kill, a hang, memory: no config with as many workers after it
-      ─► pick ─► the cheapest config within tolerance of the fastest (tolerance >= the noise)
+      ─► pick ─► the cheapest config within tolerance of the fastest (tolerance >= the noise;
+                 evidence.pick, for both searches)
     offline: LadderStrategy asks, a trial child measures, the tuner tells (tune/tuner.py)
     online:  the explorer decides between batches of the real run (tune/online.py)
 

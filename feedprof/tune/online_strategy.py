@@ -23,9 +23,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from feedprof.analyse import rules
+from feedprof.analyse import evidence, rules
 from feedprof.analyse.diagnose import workers_of
-from feedprof.analyse.recommend import config_key
+from feedprof.analyse.evidence import ConfigEvidence, config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 from feedprof.tune.space import Space
 
@@ -95,16 +95,16 @@ class History:
         rates = [c for c in (w.ceiling_batches_per_s for w in self.windows) if c]
         return statistics.median(rates) if rates else None
 
+    def evidence(self) -> List[ConfigEvidence]:
+        """Each config measured well enough to be judged (``enough``), in the order first measured,
+        as both searches pick from it (analyse/evidence.py)."""
+        return [ConfigEvidence(config=c, rate=self.rate(c), rates=tuple(w.batches_per_s for w in self.of(c)),
+                               measurements=self.n_windows(c), wait_fraction=self.wait_fraction(c),
+                               failed=self.failed(c), source="run") for c in self.measured()]
+
     def spreads(self) -> List[float]:
-        """Each measured config's relative half-range over its windows, shrunk by the windows
-        behind its median."""
-        out = []
-        for config in self.measured():
-            rates = [w.batches_per_s for w in self.of(config)]
-            mid = statistics.median(rates)
-            if len(rates) >= 2 and mid > 0:
-                out.append((max(rates) - min(rates)) / (2 * mid) / math.sqrt(len(rates)))
-        return out
+        """Each judged config's relative half-range over its windows (ConfigEvidence.spread)."""
+        return [e.spread for e in self.evidence() if e.spread is not None]
 
     def noise(self) -> float:
         """How far apart two configs' rates must be to be told apart (analyse/rules.noise_floor):
@@ -186,16 +186,16 @@ def pick(h: History) -> Optional[Dict[str, Any]]:
     """The cheapest measured config within the online tolerance of the fastest (rules.pick): the
     rest of the real run pays any slowdown, so it gives away no more than the run's own noise,
     between rules.ONLINE.pick_tolerance and GAIN, for fewer workers."""
-    measured = {config_key(c): c for c in h.measured() if not h.failed(c)}
-    tolerance = rules.noise_floor(h.spreads(), least=rules.ONLINE.pick_tolerance, most=GAIN)
-    key = rules.pick({k: h.rate(c) or 0.0 for k, c in measured.items()}, lambda k: workers(measured[k]),
-                     tolerance)
-    return measured[key] if key is not None else None
+    found = h.evidence()
+    tolerance = rules.noise_floor([e.spread for e in found if e.spread is not None],
+                                  least=rules.ONLINE.pick_tolerance, most=GAIN)
+    chosen = evidence.pick(found, workers, tolerance)
+    return chosen.config if chosen is not None else None
 
 
 def fastest(h: History) -> Optional[Dict[str, Any]]:
-    measured = [c for c in h.measured() if not h.failed(c)]
-    return max(measured, key=lambda c: h.rate(c) or 0.0, default=None)
+    best = evidence.fastest(h.evidence())
+    return best.config if best is not None else None
 
 
 def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float,

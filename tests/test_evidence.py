@@ -1,0 +1,66 @@
+"""One evidence model (analyse/evidence.py): a config's rate, its measurements' spread and its
+failures, whether an offline trial or a stretch of the real run measured it; and one pick over it."""
+import pytest
+
+from feedprof.analyse import evidence, recommend
+from feedprof.analyse.evidence import ConfigEvidence
+from feedprof.store import Role, TrialState
+from feedprof.store.online import OnlineFailure
+from feedprof.tune.online_strategy import History, fastest, pick, with_workers, workers
+from tests.records import make_trial
+from tests.test_online_strategy import BASE, window
+
+RATES = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}  # 12 and 16 within 3 % of each other
+
+
+def online(rates, repeat=2):
+    h = History(baseline=BASE)
+    for t, (n, rate) in enumerate(rates.items()):
+        h.windows += [window(with_workers(BASE, n), rate, 0.5, t=repeat * t + k) for k in range(repeat)]
+    return h
+
+
+def offline(rates, repeat=1):
+    return [make_trial(i * repeat + k, Role.BASELINE if n == 0 else Role.SEARCH, with_workers(BASE, n),
+                       TrialState.OK, batches_per_s=rate, data_wait_fraction=0.5)
+            for i, (n, rate) in enumerate(rates.items()) for k in range(repeat)]
+
+
+def cost(config):
+    return (workers(config),)
+
+
+def test_one_evidence_set_gives_one_pick_online_and_offline():
+    h, trials = online(RATES), offline(RATES)
+    run_side = h.evidence()
+    trial_side = [m.evidence for m in recommend.measured_configs(trials)]
+    assert [e.config for e in run_side] == [e.config for e in trial_side]
+    assert [e.rate for e in run_side] == pytest.approx([e.rate for e in trial_side])
+    assert {e.source for e in run_side} == {"run"} and {e.source for e in trial_side} == {"trials"}
+    assert pick(h) == recommend.pick(trials, cost).config == with_workers(BASE, 12)
+    assert fastest(h) == evidence.fastest(trial_side).config == with_workers(BASE, 16)
+
+
+def test_a_config_that_failed_is_never_picked_whoever_measured_it():
+    h = online(RATES)
+    h.failures.append(OnlineFailure(rank=0, config=with_workers(BASE, 12), kind="killed", error="", t_s=9.0))
+    assert pick(h) == with_workers(BASE, 16)
+    judged = [ConfigEvidence(config=e.config, rate=e.rate, rates=e.rates, measurements=e.measurements,
+                             failed=workers(e.config) == 12) for e in h.evidence()]
+    assert evidence.pick(judged, cost, 0.03).config == with_workers(BASE, 16)
+
+
+def test_the_spread_is_the_relative_half_range_shrunk_by_the_measurements():
+    e = ConfigEvidence(config=BASE, rate=100.0, rates=(90.0, 100.0, 110.0, 100.0), measurements=4)
+    assert e.spread == pytest.approx(20 / 200 / 2)
+    assert ConfigEvidence(config=BASE, rate=100.0, rates=(100.0,), measurements=1).spread is None
+
+
+def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
+    """Windows that spread ±8 % make 150 b/s (8 workers) as good as 157 (16): the cheaper one.
+    The offline rule on the same medians, at its fixed 3 %, keeps telling them apart."""
+    h = History(baseline=BASE)
+    for t, (n, rate) in enumerate(RATES.items()):
+        h.windows += [window(with_workers(BASE, n), rate * f, 0.5, t=3 * t + k) for k, f in enumerate((0.92, 1, 1.08))]
+    assert pick(h) == with_workers(BASE, 8)
+    assert recommend.pick(offline(RATES), cost).config == with_workers(BASE, 12)
