@@ -36,5 +36,7 @@ step tests 280 $PY -m pytest -o addopts="" -p no:cacheprovider -q -ra -m gpu tes
 step gpu_check 60 $PY benchmarks/gpu_check.py
 step gpu_tune 200 $PY benchmarks/gpu_tune.py --budget 150 -- --epochs 300
 step gpu_online 200 $PY benchmarks/gpu_online.py
-cp benchmarks/results/gpu-sampler-*.json benchmarks/results/gpu-tune-*.json benchmarks/results/gpu-online-*.json "$out/" 2>/dev/null
+for kind in sampler tune online; do
+    cp benchmarks/results/gpu-$kind-*.json "$out/" 2>/dev/null
+done
 ls "$out"

@@ -13,6 +13,9 @@ For each workload (benchmarks/workloads/NAME.py, written with num_workers=0):
     quality       the online pick against (b)'s best, re-measured by the harness interleaved
                   over long windows (rate ratio, 1.0 = as fast)
 
+A workload with a launcher (ddp_io: torchrun, 2 ranks) is run, tuned and re-measured as that
+multi-process job; its configs are per rank.
+
 Targets (issue 21): (d) <= 1.15 x (b) where the run at the best config lasts >= 60 s; (d) < (c);
 the online pick >= 0.95 x the best. Every figure is a wall time from outside or the harness's
 rate: nothing here re-measures with feedprof's own code. The JSON is written after every
@@ -36,24 +39,37 @@ import independent  # noqa: E402  (the harness that shares no code with feedprof
 WORKLOADS = {  # name -> (script args at scale 1, what it stands for)
     "io_pretrain": (["--samples", "40000"], "one long epoch (pretraining), 4 ms storage wait per sample"),
     "io_epochs_val": (["--epochs", "4", "--samples", "6400"], "4 epochs with a validation pass after each"),
+    "ddp_io": (["--epochs", "10"], "DDP, 2 ranks under torchrun, 3 ms storage wait per sample"),
 }
+LAUNCH = {"ddp_io": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]}  # torchrun, this Python
 
 
 def scaled(args: List[str], scale: float) -> List[str]:
+    """The workload's length times ``scale``: its samples, or its epochs where it names no samples."""
     out = list(args)
-    if "--samples" in out:
-        i = out.index("--samples") + 1
-        out[i] = str(max(320, int(int(out[i]) * scale)))
+    knob = "--samples" if "--samples" in out else "--epochs"
+    i = out.index(knob) + 1
+    out[i] = str(max(320, int(int(out[i]) * scale)) if knob == "--samples" else max(1, round(int(out[i]) * scale)))
     return out
 
 
-def run_forced(script: str, config: Optional[Dict[str, Any]], args: List[str]) -> float:
+def run_forced(script: str, config: Optional[Dict[str, Any]], args: List[str], launch: List[str]) -> float:
     """The whole run with ``config`` forced at construction (None: as written); its wall time."""
+    if launch:  # every rank forced, the job run to its end (independent.measure_job)
+        raw = independent.measure_job(launch, script, "torch", config, args=args, timeout_s=3600)
+        if raw["state"] not in ("ok", "ended early") or raw["returncode"] != 0:
+            raise RuntimeError(f"{script} {config}: {raw['state']}\n{raw['stderr_tail']}")
+        return raw["wall_s"]
     spec = {"framework": "torch", "config": config, "stop": False, "window_s": 1e9, "windows": 0}
     raw = independent.run_child(script, spec, args, timeout_s=3600)
     if raw["returncode"] != 0:
         raise RuntimeError(f"{script} {config}: exit {raw['returncode']}\n{raw['stderr_tail']}")
     return raw["wall_s"]
+
+
+def job(script: str, args: List[str], launch: List[str]) -> List[str]:
+    """feedprof's arguments for the job: the script and its own, or its launcher's command line."""
+    return ["--", *launch, script, *args] if launch else [script, "--", *args]
 
 
 def feedprof(args: List[str]) -> Dict[str, Any]:
@@ -78,44 +94,50 @@ def workload_row(name: str, scale: float, budget: float, grid: List[int],
                  reuse: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     script = os.path.join(HERE, "workloads", f"{name}.py")
     args = scaled(WORKLOADS[name][0], scale)
+    launch = LAUNCH.get(name, [])
     if reuse is not None and reuse.get("args") == args:  # the runs without feedprof's online code: kept
-        row = {k: reuse[k] for k in ("workload", "args", "written_s", "grid_s", "best", "best_s", "offline_tune_s",
+        row = {k: reuse.get(k) for k in ("workload", "args", "launch", "written_s", "grid_s", "best", "best_s",
+                                         "offline_tune_s",
                                      "offline_pick", "offline_pick_run_s", "offline_total_s")}
         print(f"{name}: as written, grid and offline tune reused from the last run", flush=True)
     else:
-        row = _without_online(name, script, args, budget, grid)
-    return _with_online(name, script, args, row)
+        row = _without_online(name, script, args, budget, grid, launch)
+    return _with_online(name, script, args, row, launch, scale)
 
 
-def _without_online(name: str, script: str, args: List[str], budget: float, grid: List[int]) -> Dict[str, Any]:
-    row: Dict[str, Any] = {"workload": name, "args": args}
-    row["written_s"] = run_forced(script, None, args)
+def _without_online(name: str, script: str, args: List[str], budget: float, grid: List[int],
+                    launch: List[str]) -> Dict[str, Any]:
+    row: Dict[str, Any] = {"workload": name, "args": args, "launch": launch}
+    row["written_s"] = run_forced(script, None, args, launch)
     print(f"{name}: as written {row['written_s']:.1f} s", flush=True)
     row["grid_s"] = {}
     for n in grid:
-        row["grid_s"][str(n)] = run_forced(script, {"num_workers": n}, args)
+        row["grid_s"][str(n)] = run_forced(script, {"num_workers": n}, args, launch)
         print(f"{name}: num_workers={n} from the start {row['grid_s'][str(n)]:.1f} s", flush=True)
     best_n = min(row["grid_s"], key=lambda k: row["grid_s"][k])
     row["best"], row["best_s"] = {"num_workers": int(best_n)}, row["grid_s"][best_n]
-    offline = feedprof(["tune", script, "--budget", str(budget), "--", *args])
+    offline = feedprof(["tune", "--budget", str(budget), *job(script, args, launch)])
     row["offline_tune_s"], row["offline_pick"] = offline["wall_s"], picked(offline["results"])
-    row["offline_pick_run_s"] = run_forced(script, row["offline_pick"], args)
+    row["offline_pick_run_s"] = run_forced(script, row["offline_pick"], args, launch)
     row["offline_total_s"] = row["offline_tune_s"] + row["offline_pick_run_s"]
     print(f"{name}: offline tune {row['offline_tune_s']:.1f} s -> {row['offline_pick']}, "
           f"then {row['offline_pick_run_s']:.1f} s", flush=True)
     return row
 
 
-def _with_online(name: str, script: str, args: List[str], row: Dict[str, Any]) -> Dict[str, Any]:
-    online = feedprof(["tune", "--online", script, "--", *args])
+def _with_online(name: str, script: str, args: List[str], row: Dict[str, Any],
+                 launch: List[str], scale: float) -> Dict[str, Any]:
+    online = feedprof(["tune", "--online", *job(script, args, launch)])
     row["online_s"], row["online_pick"] = online["wall_s"], picked(online["results"])
     rec = online["results"].get("recommendation") or {}
     row["online_figure_batches_per_s"] = rec.get("batches_per_s")
     print(f"{name}: online {row['online_s']:.1f} s -> {row['online_pick']}", flush=True)
+    # a job runs to its end for each measurement: at scale 1 (a rate needs no long run)
+    check_args = scaled(WORKLOADS[name][0], min(scale, 1.0)) if launch else args
     check = independent.measure_interleaved(script, {"best": row["best"], "online": row["online_pick"]}, reps=2,
-                                            framework="torch", args=args, window_s=6.0)
+                                            framework="torch", args=check_args, window_s=6.0, launch=launch)
     rates = {label: s["rate_per_s"]["median"] for label, s in check["summary"].items()}
-    row["harness_batches_per_s"] = rates
+    row["harness_batches_per_s"], row["harness_args"] = rates, check_args
     row["quality"] = rates["online"] / rates["best"] if rates.get("best") else None
     row["online_vs_best"] = row["online_s"] / row["best_s"]
     row["online_vs_written"] = row["online_s"] / row["written_s"]
@@ -141,7 +163,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workloads", nargs="*", default=list(WORKLOADS))
-    ap.add_argument("--scale", type=float, default=1.0, help="samples x this (0.25: a quick look)")
+    ap.add_argument("--scale", type=float, default=1.0, help="samples (or epochs) x this (0.25: a quick look)")
     ap.add_argument("--budget", type=float, default=60.0, help="the offline tune's budget, seconds")
     ap.add_argument("--grid", default="2,4,8,16,32")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "online-vs-offline-cpu-2core.json"))

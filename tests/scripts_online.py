@@ -184,7 +184,8 @@ for epoch in range(args.epochs):
             break
     digests.append(h.hexdigest()[:16])
     contents.append(hb.hexdigest()[:16])
-w = hashlib.sha256(model.weight.detach().cpu().numpy().tobytes() + model.bias.detach().cpu().numpy().tobytes()).hexdigest()
+params = (model.weight, model.bias)
+w = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes() for p in params)).hexdigest()
 with open(args.report, "w") as fh:
     json.dump({"epochs": digests, "batches": contents, "weights": w[:16], "next_rand": torch.rand(1).item(),
                "next_np": float(np.random.rand()), "next_py": random.random(), "train_s": time.time() - t0}, fh)

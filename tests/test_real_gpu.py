@@ -73,12 +73,14 @@ CUDA_HOLDER = ("import subprocess, sys, time\n"
 
 def test_gpus_names_a_real_orphan_that_holds_cuda_memory(cuda, e2e):
     """A job (its own session) starts a loader worker that allocates 1 GiB on the GPU; the job
-    is killed. (A program of its own adopted by init is not flagged: it may be a job started so.) `feedprof gpus` must find the process through NVML and say its parent is gone."""
+    is killed. `feedprof gpus` must find the worker through NVML and say its parent is gone.
+    (A program of its own adopted by init is not flagged: it may be a job started that way.)"""
     job = subprocess.Popen([sys.executable, "-c", CUDA_HOLDER], stdout=subprocess.PIPE, text=True,
                            start_new_session=True)
-    pid_text, ready = job.stdout.readline().split()
-    pid = int(pid_text)
+    pid = 0
     try:
+        pid_text, ready = job.stdout.readline().split()
+        pid = int(pid_text)
         assert ready == "ready"
         job.kill()
         job.wait()
@@ -96,10 +98,11 @@ def test_gpus_names_a_real_orphan_that_holds_cuda_memory(cuda, e2e):
         job.kill()
         job.wait()
         job.stdout.close()
-        try:
-            psutil.Process(pid).kill()
-        except psutil.NoSuchProcess:
-            pass
+        if pid:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 def test_a_tune_of_a_job_that_moves_batches_to_cuda_tries_pin_memory(tmp_path, cuda, no_leftovers):

@@ -2,17 +2,21 @@
 switched while it trains: the run as written, two live iterators, a probe batch, persistent
 workers, and the fall-back when the hand-back accounting breaks), on every torch online mode
 was tested against besides the pinned one (feedprof/frameworks/torch_support.py TESTED), each in
-the virtual environment tests/torch_venvs makes (FEEDPROF_TORCH_VERSIONS=1 ./tests/run --all makes them). Online switching
-leans on private members of torch's DataLoader iterator, so each version gets these checks; the
-rest of the seeded tests (random draws watched, the search's advice) run on the pinned torch.
+the virtual environment tests/torch_venvs makes (./tests/run --all makes them in the background,
+and this test waits for them). Online switching leans on private members of torch's DataLoader
+iterator, so each version gets these checks; the rest of the seeded tests (random draws watched,
+the search's advice) run on the pinned torch.
 
 The versions run side by side (each suite mostly waits on its scripts' sleeps): the whole suite
-stays well inside CI's time. Where an environment could not be made (no registry), the test
-skips (as in CI, which leaves them out for time), unless FEEDPROF_REQUIRE_TORCH_VERSIONS=1: then it fails."""
+stays inside CI's time. Where an environment could not be made (no registry), the test skips,
+unless FEEDPROF_REQUIRE_TORCH_VERSIONS=1 (.ci/run): then it fails, with tests/torch_venvs' words."""
+import hashlib
 import os
 import signal
 import subprocess
+import time
 
+import psutil
 import pytest
 
 from conftest import REPO
@@ -29,12 +33,49 @@ ON_INTERNALS = [
     "tests/test_online_shapes.py::test_persistent_workers_keep_the_dataset_they_started_with",
     "tests/test_online_shapes.py::test_a_torch_that_changed_falls_back_to_the_scripts_settings",
 ]
+MAKING = PREFIX + "making"  # tests/run makes them in the background: its .pid and .log
+MAKING_WAIT_S = 1800
+OFF = os.environ.get("FEEDPROF_TORCH_VERSIONS") == "0"
+
+
+def _made():
+    """Wait until tests/torch_venvs, started in the background by tests/run, has finished."""
+    try:
+        with open(MAKING + ".pid") as fh:
+            pid = int(fh.read().strip() or 0)
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + MAKING_WAIT_S
+    while pid and psutil.pid_exists(pid) and time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(2)
+
+
+def _wanted_stamp():
+    """What tests/torch_venvs writes into an environment it finished (its and pyproject's hash)."""
+    digest = hashlib.sha256()
+    for name in ("tests/torch_venvs", "pyproject.toml"):
+        with open(os.path.join(REPO, name), "rb") as fh:
+            digest.update(fh.read())
+    return digest.hexdigest()
 
 
 def _python(version):
     python = f"{PREFIX}{version}/bin/python"
-    if not os.path.exists(python):
-        why = f"no environment with torch {version} at {PREFIX}{version} (tests/torch_venvs makes it)"
+    try:
+        with open(f"{PREFIX}{version}/.feedprof-test-deps") as fh:
+            ready = fh.read().strip() == _wanted_stamp()
+    except OSError:
+        ready = False
+    if not ready:
+        why = f"no up-to-date environment with torch {version} at {PREFIX}{version} (tests/torch_venvs makes it)"
+        if os.path.exists(MAKING + ".log"):
+            with open(MAKING + ".log") as fh:
+                why += ":\n" + fh.read()[-1500:]
         if REQUIRED:
             pytest.fail(f"FEEDPROF_REQUIRE_TORCH_VERSIONS=1, but {why}")
         pytest.skip(why)
@@ -44,7 +85,9 @@ def _python(version):
 
 
 @pytest.mark.skipif(not OTHERS, reason="online mode is tested on the pinned torch alone")
+@pytest.mark.skipif(OFF, reason="FEEDPROF_TORCH_VERSIONS=0")
 def test_the_seeded_online_tests_on_torch_internals_pass_on_every_tested_torch(tmp_path, e2e):
+    _made()
     pythons = {v: _python(v) for v in OTHERS}
     runs = {}
     for version, python in pythons.items():

@@ -159,10 +159,6 @@ class Decider:
                                                        signals=tuple(ev.get("signals") or ())))
             self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
             return True
-        if kind == "online_epoch_end":
-            if ev.get("batches") and not self.history.batches_per_epoch:  # a loader of unknown length: its epoch's
-                self.history.batches_per_epoch = int(ev["batches"])
-            return False
         if kind == "online_target":
             if rank == 0:
                 self.target_loader_id = ev.get("loader_id")
