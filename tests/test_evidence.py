@@ -64,3 +64,18 @@ def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
         h.windows += [window(with_workers(BASE, n), rate * f, 0.5, t=3 * t + k) for k, f in enumerate((0.92, 1, 1.08))]
     assert pick(h) == with_workers(BASE, 8)
     assert recommend.pick(offline(RATES), cost).config == with_workers(BASE, 12)
+
+
+def test_an_online_run_recommends_what_its_search_would_pick(tmp_path):
+    """A run that ended before its search settled: its recommendation is the search's own pick, by
+    the search's own tolerance (3 % here, with windows this tight), not a wider one of its own:
+    12 workers, where 8 (150 b/s) is 4.5 % short of the fastest (157)."""
+    from feedprof.store import HostInfo
+    from feedprof.tune.online import Decider, OnlineOptions
+    from feedprof.tune.online_result import online_result
+    from tests.test_online_strategy import LIMITS
+
+    decider = Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=OnlineOptions(), history=online(RATES))
+    result = online_result("train.py", [], HostInfo(), "", 30.0, None, decider, None, complete=True)
+    assert pick(decider.history) == with_workers(BASE, 12)
+    assert result.recommendation.config == with_workers(BASE, 12)

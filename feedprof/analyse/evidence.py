@@ -30,6 +30,13 @@ class ConfigEvidence:
     wait_fraction: Optional[float] = None  # the loop's data wait, the median over its measurements
     failed: bool = False  # a failure was seen at this config (it is never picked)
     source: str = "trials"  # "trials" (offline) or "run" (windows of the real run)
+    steady_rate: Optional[float] = None  # the rate before per-epoch costs are charged
+    startup_s: Optional[float] = None  # what starting its workers costs an epoch beyond the steady rate
+    batches: int = 0  # totals over its measurements
+    samples: int = 0
+    wall_s: float = 0.0
+    wait_s: float = 0.0
+    workers_cores: Optional[float] = None  # its workers' CPU, the median over its measurements
 
     @property
     def spread(self) -> Optional[float]:

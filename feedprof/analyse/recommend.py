@@ -120,9 +120,23 @@ class Measured:
     @property
     def evidence(self) -> ConfigEvidence:
         """What the pick reads, as the online search has it of a stretch of the real run."""
-        waits = [t.data_wait_fraction for t in self.trials if t.data_wait_fraction is not None]
-        return ConfigEvidence(config=self.config, rate=self.score, rates=tuple(scores(self)),
-                              measurements=len(self.trials), wait_fraction=stats.median(waits), source="trials")
+        return evidence_of(self)
+
+
+def evidence_of(m: Measured) -> ConfigEvidence:
+    """A config's trials as the one evidence record (analyse/evidence.py)."""
+    runs = [t.run.summary for t in m.trials if t.run is not None and t.run.summary is not None]
+    waits = [t.data_wait_fraction for t in m.trials if t.data_wait_fraction is not None]
+    cores = [t.workers_cpu_pct / 100 for t in m.trials if t.workers_cpu_pct is not None]
+    return ConfigEvidence(
+        config=m.config, rate=m.score, rates=tuple(scores(m)), measurements=len(m.trials),
+        wait_fraction=stats.median(waits), source="trials",
+        steady_rate=stats.median([t.batches_per_s for t in m.trials if t.batches_per_s]),
+        startup_s=stats.median([s.epoch_startup_s for s in runs if s.epoch_startup_s is not None]),
+        batches=sum(s.batches_measured for s in runs),
+        samples=sum(s.batches_measured * (s.batch_size or 0) for s in runs),
+        wall_s=sum(s.measured_s for s in runs), wait_s=sum(s.data_wait_s or 0.0 for s in runs),
+        workers_cores=stats.median(cores))
 
 
 def measured_configs(trials: Sequence[Trial]) -> List[Measured]:

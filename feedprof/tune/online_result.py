@@ -5,10 +5,10 @@ an offline tune makes them (analyse/recommend.py, the space's paste)."""
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import classify
+from feedprof.analyse.evidence import ConfigEvidence
 from feedprof.analyse.recommend import config_key, recommend, trial_from_run
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     RandomDrawsMove, Reason, SamplesFollowWorkers, ScriptFailed, SharedMemoryExhausted,
@@ -16,29 +16,24 @@ from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTrie
 from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, SwitchAt, Trial,
                             TrialState, TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
-from feedprof.tune.online_strategy import GAIN, History, Limits, predicted_workers, workers
+from feedprof.tune.online_strategy import History, Limits, pick_tolerance, predicted_workers, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
 
 
-def _summary(h: History, config: Dict[str, Any], framework: str) -> Optional[Summary]:
-    ws = h.of(config)
-    if not ws:
+def _summary(e: Optional[ConfigEvidence], framework: str) -> Optional[Summary]:
+    """A config's evidence from the run as a trial's summary, for analyse/recommend.py."""
+    if e is None:
         return None
-    rate = h.rate(config)
-    rates = [w.batches_per_s for w in ws]
-    wall = sum(w.wall_s for w in ws)
-    wait = sum(w.wait_s for w in ws)
-    cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
-    per_batch = sum(w.samples for w in ws) / max(1, sum(w.batches for w in ws))
-    steady = h.steady_rate(config)
-    return Summary(framework=framework, batches_measured=sum(w.batches for w in ws), measured_s=wall,
-                   batches_per_s=steady, batches_per_s_low=min(rates), batches_per_s_high=max(rates),
-                   n_chunks=len(ws), effective_batches_per_s=rate, epoch_startup_s=h.epoch_cost_s(config),
-                   batch_size=round(per_batch) or None, samples_per_s=rate * per_batch if rate else None,
-                   data_wait_fraction=wait / wall if wall else None, data_wait_s=wait,
-                   input_bound=classify(wait / wall if wall else None), num_workers=workers(config),
-                   workers_cpu_pct=100 * statistics.median(cores) if cores and workers(config) else None)
+    per_batch = e.samples / max(1, e.batches)
+    wait_fraction = e.wait_s / e.wall_s if e.wall_s else None
+    n = workers(e.config)
+    return Summary(framework=framework, batches_measured=e.batches, measured_s=e.wall_s,
+                   batches_per_s=e.steady_rate, batches_per_s_low=min(e.rates), batches_per_s_high=max(e.rates),
+                   n_chunks=len(e.rates), effective_batches_per_s=e.rate, epoch_startup_s=e.startup_s,
+                   batch_size=round(per_batch) or None, samples_per_s=e.rate * per_batch if e.rate else None,
+                   data_wait_fraction=wait_fraction, data_wait_s=e.wait_s, input_bound=classify(wait_fraction),
+                   num_workers=n, workers_cpu_pct=100 * e.workers_cores if e.workers_cores is not None and n else None)
 
 
 def _failure_cause(f: OnlineFailure) -> Reason:
@@ -69,7 +64,7 @@ def _config_run(h: History, config: Dict[str, Any], framework: str) -> Run:
     failure = next((f for f in h.failures if config_key(f.config) == config_key(config)), None)
     outcome = _outcome(failure)
     ws = h.of(config)
-    return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h, config, framework),
+    return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h.about(config), framework),
                duration_s=sum(w.wall_s for w in ws))
 
 
@@ -190,7 +185,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers))
-        rec = recommend(_settled(trials, decider), space, tol=GAIN, cpu_cap=cpu_cap,
+        rec = recommend(_settled(trials, decider), space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
                         nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
         if rec is not None and caveats:
             rec = dataclasses.replace(rec, reasons=_with_caveats(rec.reasons, caveats))

@@ -95,12 +95,24 @@ class History:
         rates = [c for c in (w.ceiling_batches_per_s for w in self.windows) if c]
         return statistics.median(rates) if rates else None
 
+    def about(self, config: Dict[str, Any]) -> Optional[ConfigEvidence]:
+        """What the run's windows say of ``config`` (None: no window of it), as the offline search
+        has it of its trials (analyse/evidence.py)."""
+        ws = self.of(config)
+        if not ws:
+            return None
+        cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+        return ConfigEvidence(
+            config=config, rate=self.rate(config), rates=tuple(w.batches_per_s for w in ws),
+            measurements=self.n_windows(config), wait_fraction=self.wait_fraction(config),
+            failed=self.failed(config), source="run", steady_rate=self.steady_rate(config),
+            startup_s=self.epoch_cost_s(config), batches=sum(w.batches for w in ws), samples=sum(w.samples for w in ws),
+            wall_s=sum(w.wall_s for w in ws), wait_s=sum(w.wait_s for w in ws),
+            workers_cores=statistics.median(cores) if cores else None)
+
     def evidence(self) -> List[ConfigEvidence]:
-        """Each config measured well enough to be judged (``enough``), in the order first measured,
-        as both searches pick from it (analyse/evidence.py)."""
-        return [ConfigEvidence(config=c, rate=self.rate(c), rates=tuple(w.batches_per_s for w in self.of(c)),
-                               measurements=self.n_windows(c), wait_fraction=self.wait_fraction(c),
-                               failed=self.failed(c), source="run") for c in self.measured()]
+        """Each config measured well enough to be judged (``enough``), in the order first measured."""
+        return [e for e in (self.about(c) for c in self.measured()) if e is not None]
 
     def spreads(self) -> List[float]:
         """Each judged config's relative half-range over its windows (ConfigEvidence.spread)."""
@@ -186,11 +198,14 @@ def pick(h: History) -> Optional[Dict[str, Any]]:
     """The cheapest measured config within the online tolerance of the fastest (rules.pick): the
     rest of the real run pays any slowdown, so it gives away no more than the run's own noise,
     between rules.ONLINE.pick_tolerance and GAIN, for fewer workers."""
-    found = h.evidence()
-    tolerance = rules.noise_floor([e.spread for e in found if e.spread is not None],
-                                  least=rules.ONLINE.pick_tolerance, most=GAIN)
-    chosen = evidence.pick(found, workers, tolerance)
+    chosen = evidence.pick(h.evidence(), workers, pick_tolerance(h))
     return chosen.config if chosen is not None else None
+
+
+def pick_tolerance(h: History) -> float:
+    """How close to the fastest a cheaper config may be and still be picked, in this run: its own
+    noise, between rules.ONLINE.pick_tolerance and GAIN (the recommendation uses it too)."""
+    return rules.noise_floor(h.spreads(), least=rules.ONLINE.pick_tolerance, most=GAIN)
 
 
 def fastest(h: History) -> Optional[Dict[str, Any]]:
