@@ -6,7 +6,7 @@ from feedprof.analyse import evidence, recommend
 from feedprof.analyse.evidence import ConfigEvidence
 from feedprof.store import Role, TrialState
 from feedprof.store.online import OnlineFailure
-from feedprof.tune.online_strategy import History, fastest, pick, with_workers, workers
+from feedprof.tune.online_strategy import RunHistory, fastest, pick, with_workers, workers
 from tests.records import make_trial
 from tests.test_online_strategy import BASE, window
 
@@ -14,7 +14,7 @@ RATES = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}  # 12 and 16 within 3
 
 
 def online(rates, repeat=2):
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     for t, (n, rate) in enumerate(rates.items()):
         h.windows += [window(with_workers(BASE, n), rate, 0.5, t=repeat * t + k) for k in range(repeat)]
     return h
@@ -59,7 +59,7 @@ def test_the_spread_is_the_relative_half_range_shrunk_by_the_measurements():
 def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
     """Windows that spread ±8 % make 150 b/s (8 workers) as good as 157 (16): the cheaper one.
     The offline rule on the same medians, at its fixed 3 %, keeps telling them apart."""
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     for t, (n, rate) in enumerate(RATES.items()):
         h.windows += [window(with_workers(BASE, n), rate * f, 0.5, t=3 * t + k) for k, f in enumerate((0.92, 1, 1.08))]
     assert pick(h) == with_workers(BASE, 8)

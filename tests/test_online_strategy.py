@@ -1,6 +1,6 @@
 """The online search as a function of the windows measured so far (no processes, no clock)."""
 from feedprof.store.online import OnlineFailure, OnlineWindow
-from feedprof.tune.online_strategy import History, Limits, decide, pick, with_workers, worker_cap
+from feedprof.tune.online_strategy import RunHistory, Limits, decide, pick, with_workers, worker_cap
 
 BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}
 LIMITS = Limits(cpu_cap=2, max_workers=32)
@@ -14,13 +14,13 @@ def window(config, rate, wait_fraction, t=0.0, workers_cpu_s=None, load_cpu_s=0.
 
 def io_bound_baseline():
     # 20 b/s, 90 % waiting, the loop's thread idle while it waits: I/O, so the step alone runs at 200 b/s
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     h.windows += [window(BASE, 20, 0.9, t=0, load_cpu_s=0.01), window(BASE, 20, 0.9, t=1, load_cpu_s=0.01)]
     return h
 
 
 def test_the_baseline_is_measured_first():
-    h = History(baseline=BASE, windows=[window(BASE, 60, 0.3)])  # a loop that waits less: two windows
+    h = RunHistory(baseline=BASE, windows=[window(BASE, 60, 0.3)])  # a loop that waits less: two windows
     assert decide(h, LIMITS, BASE, 60).config == BASE
 
 
@@ -30,23 +30,23 @@ def test_an_io_bound_loader_jumps_to_the_predicted_worker_count():
 
 
 def test_a_cpu_bound_loader_stays_within_the_cpus():
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     h.windows += [window(BASE, 20, 0.9, t=0, load_cpu_s=0.85), window(BASE, 20, 0.9, t=1, load_cpu_s=0.85)]
     assert decide(h, LIMITS, BASE, 60).config["num_workers"] == 2
 
 
 def test_workers_that_idle_lift_the_cpu_cap():
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     two = with_workers(BASE, 2)
     h.windows += [window(two, 40, 0.8, workers_cpu_s=0.1), window(two, 40, 0.8, t=1, workers_cpu_s=0.1)]
     assert worker_cap(h, LIMITS) == 32
-    busy = History(baseline=BASE, windows=[window(two, 40, 0.8, workers_cpu_s=1.9),
+    busy = RunHistory(baseline=BASE, windows=[window(two, 40, 0.8, workers_cpu_s=1.9),
                                            window(two, 40, 0.8, t=1, workers_cpu_s=1.9)])
     assert worker_cap(busy, LIMITS) == 2
 
 
 def test_not_input_bound_settles_on_the_scripts_own_settings():
-    h = History(baseline=BASE, windows=[window(BASE, 100, 0.01), window(BASE, 100, 0.02, t=1)])
+    h = RunHistory(baseline=BASE, windows=[window(BASE, 100, 0.01), window(BASE, 100, 0.02, t=1)])
     step = decide(h, LIMITS, BASE, 60)
     assert step.final and step.config == BASE and step.why == "not_input_bound"
 
@@ -78,7 +78,7 @@ def test_the_cheapest_within_noise_is_picked_and_confirmed_interleaved():
 
 
 def test_the_slowest_rank_sets_a_configs_rate():
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     h.windows += [window(BASE, 20, 0.9, rank=0), window(BASE, 10, 0.95, rank=1),
                   window(BASE, 22, 0.9, t=1, rank=0), window(BASE, 11, 0.95, t=1, rank=1)]
     assert h.rate(BASE) == 10.5
@@ -102,9 +102,9 @@ def test_a_retreat_goes_to_the_best_config_with_fewer_workers():
 
 
 def test_one_window_of_a_loop_that_mostly_waits_is_enough_to_climb():
-    h = History(baseline=BASE, windows=[window(BASE, 20, 0.9, load_cpu_s=0.01)])
+    h = RunHistory(baseline=BASE, windows=[window(BASE, 20, 0.9, load_cpu_s=0.01)])
     assert decide(h, LIMITS, BASE, 60).why == "climb"
-    barely = History(baseline=BASE, windows=[window(BASE, 90, 0.2, load_cpu_s=0.01)])
+    barely = RunHistory(baseline=BASE, windows=[window(BASE, 90, 0.2, load_cpu_s=0.01)])
     assert decide(barely, LIMITS, BASE, 60).config == BASE
 
 
@@ -122,7 +122,7 @@ def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
     from feedprof.analyse import recommend, rules
 
     rates = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}
-    h = History(baseline=BASE)
+    h = RunHistory(baseline=BASE)
     for t, (n, rate) in enumerate(rates.items()):
         config = with_workers(BASE, n)
         h.windows += [window(config, rate, 0.5, t=2 * t, workers_cpu_s=0.2 * n),

@@ -15,7 +15,7 @@ from feedprof.analyse.recommend import (Measured, batches_per_epoch, config_key,
                                          score, sustained)
 from feedprof.store.reasons import Reason, RivalsRemeasured
 from feedprof.store import Phase, Role, Trial
-from feedprof.tune.history import History, Proposal
+from feedprof.tune.history import TrialHistory, Proposal
 from feedprof.tune.space import EPOCH_SPAN_EXTRA_BATCHES
 
 CONFIRM_MARGIN = (0.10, 0.30)  # a rival this close (or within twice the measured spread) is re-measured
@@ -26,7 +26,7 @@ CONFIRM_AGREE = 0.10  # the pick's confirmation windows agree when each is this 
 CONFIRM_PICK_WINDOWS = 3  # at most this many, where the budget allows more than one
 
 
-class Confirming(History):
+class Confirming(TrialHistory):
     """The confirm steps, for a strategy that has ``tol``, ``confirm_rounds``
     and ``_ok`` (the measured trials it may build on)."""
 

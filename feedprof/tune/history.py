@@ -42,8 +42,9 @@ def in_phases(trial: Trial, phases: Iterable[Phase]) -> bool:
     return trial.phase in phases
 
 
-class History:
-    """The trials told so far, and the questions every strategy asks of them."""
+class TrialHistory:
+    """The trials told so far, and the questions every strategy asks of them (the online search's
+    is tune/online_strategy.py RunHistory, of the real run's windows)."""
 
     def __init__(self, space: Space):
         self.space = space
@@ -85,7 +86,7 @@ def ok_trials(trials: Sequence[Trial]) -> List[Trial]:
     return [t for t in trials if t.role != Role.CEILING and t.state == TrialState.OK and score(t) is not None]
 
 
-class GridStrategy(History):
+class GridStrategy(TrialHistory):
     """Every config of a fixed list, in order, each measured once (no ceiling)."""
 
     def __init__(self, space: Space, configs: Iterable[Config]):

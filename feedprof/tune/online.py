@@ -4,7 +4,7 @@ NOTE [ Online tuning, the parent's side ]  (trial/online_child.py is the script'
 
     OnlineTuner.run ─► trial.runner.run_trial / jobrunner.run_job (Mode.ONLINE, full run,
                        the script's output on the terminal, no time limit)
-      on every poll ─► Decider.poll: new events of every rank ─► History
+      on every poll ─► Decider.poll: new events of every rank ─► RunHistory
                        ─► online_strategy.decide ─► decision.json (atomic, one seq per change)
       the job ends (or Ctrl-C) ─► online_result.result(): a trial per config explored,
                        the recommendation, the timeline ─► results.json
@@ -27,7 +27,7 @@ from feedprof.store.online import (OnlineFailure, OnlineHold, OnlineLoaderMode, 
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.recommend import config_key
 from feedprof.store.codes import Framework, SwitchAt
-from feedprof.tune.online_strategy import History, Limits, Step, decide, retreat, workers
+from feedprof.tune.online_strategy import RunHistory, Limits, Step, decide, retreat, workers
 from feedprof.tune.space import Space, make_space
 
 DECISION_FILE = "decision.json"
@@ -51,14 +51,14 @@ class OnlineOptions:
 
 @dataclass
 class Decider:
-    """Reads every rank's events, keeps the History, writes decisions."""
+    """Reads every rank's events, keeps the RunHistory, writes decisions."""
 
     trial_dir: str
     limits: Limits
     opts: OnlineOptions
     clock: Clock = MONOTONIC
     origin_s: float = 0.0
-    history: History = field(default_factory=History)
+    history: RunHistory = field(default_factory=RunHistory)
     switches: List[OnlineSwitch] = field(default_factory=list)
     loaders: List[OnlineLoaderMode] = field(default_factory=list)
     current: Optional[Dict[str, Any]] = None

@@ -16,7 +16,7 @@ from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTrie
 from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, SwitchAt, Trial,
                             TrialState, TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
-from feedprof.tune.online_strategy import History, Limits, pick_tolerance, predicted_workers, workers
+from feedprof.tune.online_strategy import RunHistory, Limits, pick_tolerance, predicted_workers, workers
 
 PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
 
@@ -60,7 +60,7 @@ def _outcome(failure: Optional[OnlineFailure]) -> Outcome:
     return Outcome(state=state, cause=_failure_cause(failure))
 
 
-def _config_run(h: History, config: Dict[str, Any], framework: str) -> Run:
+def _config_run(h: RunHistory, config: Dict[str, Any], framework: str) -> Run:
     failure = next((f for f in h.failures if config_key(f.config) == config_key(config)), None)
     outcome = _outcome(failure)
     ws = h.of(config)
@@ -68,7 +68,7 @@ def _config_run(h: History, config: Dict[str, Any], framework: str) -> Run:
                duration_s=sum(w.wall_s for w in ws))
 
 
-def _configs_in_order(h: History, switch_configs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+def _configs_in_order(h: RunHistory, switch_configs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
     seen: Dict[str, Dict[str, Any]] = {}
     for c in [h.baseline or {}, *switch_configs, *(w.config for w in h.windows), *(f.config for f in h.failures)]:
         if c:
@@ -76,7 +76,7 @@ def _configs_in_order(h: History, switch_configs: Sequence[Dict[str, Any]]) -> L
     return [c for c in seen.values() if h.of(c) or h.failed(c)]
 
 
-def _trials(h: History, decider: Any, space: Any) -> List[Trial]:
+def _trials(h: RunHistory, decider: Any, space: Any) -> List[Trial]:
     whys = {config_key(s.config): s.why for s in reversed(decider.switches)}
     trials: List[Trial] = []
     for config in _configs_in_order(h, [s.config for s in decider.switches]):

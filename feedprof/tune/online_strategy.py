@@ -40,8 +40,9 @@ EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EP
 
 
 @dataclass
-class History:
-    """Everything measured so far in the run."""
+class RunHistory:
+    """Everything measured so far in the real run: its windows, warm-ups and failures (the offline
+    search's is tune/history.py TrialHistory, of trials; each gives analyse/evidence.py's record)."""
 
     baseline: Optional[Dict[str, Any]] = None
     windows: List[OnlineWindow] = field(default_factory=list)
@@ -170,7 +171,7 @@ def with_workers(base: Dict[str, Any], n: int, space: Optional[Space] = None) ->
     return space.with_primary(base, n)
 
 
-def worker_cap(h: History, limits: Limits, space: Optional[Space] = None) -> int:
+def worker_cap(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> int:
     """The CPU rule (analyse/rules.py: past the CPUs only while the workers leave CPU idle) and
     the failures that cap the worker count (rules.caps_workers)."""
     io_bound = any(_cpu_bound(h, config, limits, space) is False for config in h.measured())
@@ -183,7 +184,7 @@ def worker_cap(h: History, limits: Limits, space: Optional[Space] = None) -> int
     return max(cap, 0)
 
 
-def _cpu_bound(h: History, config: Dict[str, Any], limits: Limits, space: Optional[Space]) -> Optional[bool]:
+def _cpu_bound(h: RunHistory, config: Dict[str, Any], limits: Limits, space: Optional[Space]) -> Optional[bool]:
     """The offline rule on a config's windows: its workers' CPU, or, where it loads in the loop
     itself, the CPU the loop spent while it waited for the batch."""
     n, ws = workers(config), h.of(config)
@@ -194,7 +195,7 @@ def _cpu_bound(h: History, config: Dict[str, Any], limits: Limits, space: Option
     return rules.cpu_bound(n, statistics.median(cores) if cores else None, None, limits.cpu_cap)
 
 
-def pick(h: History) -> Optional[Dict[str, Any]]:
+def pick(h: RunHistory) -> Optional[Dict[str, Any]]:
     """The cheapest measured config within the online tolerance of the fastest (rules.pick): the
     rest of the real run pays any slowdown, so it gives away no more than the run's own noise,
     between rules.ONLINE.pick_tolerance and GAIN, for fewer workers."""
@@ -202,18 +203,18 @@ def pick(h: History) -> Optional[Dict[str, Any]]:
     return chosen.config if chosen is not None else None
 
 
-def pick_tolerance(h: History) -> float:
+def pick_tolerance(h: RunHistory) -> float:
     """How close to the fastest a cheaper config may be and still be picked, in this run: its own
     noise, between rules.ONLINE.pick_tolerance and GAIN (the recommendation uses it too)."""
     return rules.noise_floor(h.spreads(), least=rules.ONLINE.pick_tolerance, most=GAIN)
 
 
-def fastest(h: History) -> Optional[Dict[str, Any]]:
+def fastest(h: RunHistory) -> Optional[Dict[str, Any]]:
     best = evidence.fastest(h.evidence())
     return best.config if best is not None else None
 
 
-def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: float,
+def decide(h: RunHistory, limits: Limits, current: Dict[str, Any], explore_left_s: float,
            space: Optional[Space] = None) -> Step:
     """The next step; ``space`` (the tuned loader's framework's) makes each config it proposes."""
     base = h.baseline
@@ -232,12 +233,12 @@ def decide(h: History, limits: Limits, current: Dict[str, Any], explore_left_s: 
     return step or Step(settled, final=True, why="settled")
 
 
-def _tried(h: History, n: int, base: Dict[str, Any], space: Optional[Space]) -> bool:
+def _tried(h: RunHistory, n: int, base: Dict[str, Any], space: Optional[Space]) -> bool:
     c = with_workers(base, n, space)
     return h.n_windows(c) >= NEED or h.failed(c)
 
 
-def _climb(h: History, limits: Limits, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
+def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
     best = fastest(h)
     ceiling = h.ceiling()
     if best is None or not ceiling:
@@ -259,7 +260,7 @@ def _climb(h: History, limits: Limits, base: Dict[str, Any], space: Optional[Spa
     return Step(with_workers(base, n, space), why="climb")
 
 
-def predicted_workers(h: History, limits: Limits) -> Optional[int]:
+def predicted_workers(h: RunHistory, limits: Limits) -> Optional[int]:
     """Where the script's own settings were all that ran: the count the climb would have tried
     first (the one their wait predicts reaches the ceiling), or None where they do not wait."""
     base, ceiling = h.baseline, h.ceiling()
@@ -270,7 +271,7 @@ def predicted_workers(h: History, limits: Limits) -> Optional[int]:
                                       worker_cap(h, limits)))
 
 
-def _refine(h: History, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
+def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
     best = fastest(h)
     if best is None:
         return None
@@ -291,7 +292,7 @@ def _refine(h: History, base: Dict[str, Any], space: Optional[Space]) -> Optiona
     return Step(with_workers(base, mid, space), why="refine")
 
 
-def _supply_per_worker(h: History, slower: Dict[str, Any]) -> float:
+def _supply_per_worker(h: RunHistory, slower: Dict[str, Any]) -> float:
     """Batches per second one worker can supply at most, from a config that kept the loop
     waiting: at 0 workers, one over the wait per batch (the loading alone); at n workers, its
     rate over n (n workers supplied it, and the loop still waited for them)."""
@@ -303,7 +304,7 @@ def _supply_per_worker(h: History, slower: Dict[str, Any]) -> float:
     return batches / wait_s if wait_s > 0 else float("inf")
 
 
-def _confirm(h: History) -> Optional[Step]:
+def _confirm(h: RunHistory) -> Optional[Step]:
     chosen, best = pick(h), fastest(h)
     if chosen is None or best is None or config_key(chosen) == config_key(best):
         return None
@@ -313,7 +314,7 @@ def _confirm(h: History) -> Optional[Step]:
     return None
 
 
-def retreat(h: History, failed: Dict[str, Any], space: Optional[Space] = None) -> Dict[str, Any]:
+def retreat(h: RunHistory, failed: Dict[str, Any], space: Optional[Space] = None) -> Dict[str, Any]:
     """The best measured config with fewer workers than ``failed``; without one, half its workers
     (the script's own settings where they have fewer)."""
     n = workers(failed)
