@@ -7,7 +7,7 @@ analyse/recommend.reported).
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from feedprof.analyse import noise
 from feedprof.analyse import stats
@@ -26,17 +26,24 @@ CONFIRM_AGREE = 0.10  # the pick's confirmation windows agree when each is this 
 CONFIRM_PICK_WINDOWS = 3  # at most this many, where the budget allows more than one
 
 
-class Confirming(TrialHistory):
-    """The confirm steps, for a strategy that has ``tol``, ``confirm_rounds``
-    and ``_ok`` (the measured trials it may build on)."""
+class Confirmation:
+    """The confirm steps of a search over ``history``: ``ok`` gives the measured trials it may
+    build on (within the worker cap), ``tol`` is its pick's tolerance, ``rounds`` the most
+    re-measurements of the pick and its rival."""
 
-    tol: float
-    confirm_rounds: int
+    def __init__(self, history: TrialHistory, ok: Callable[[Sequence[Trial]], List[Trial]], tol: float,
+                 rounds: int):
+        self.history, self._ok, self.tol, self.confirm_rounds = history, ok, tol, rounds
 
-    def _ok(self, trials: Sequence[Trial]) -> List[Trial]:
-        raise NotImplementedError
+    @property
+    def trials(self) -> List[Trial]:
+        return self.history.trials
 
-    def _confirm(self, notes: List[Reason]) -> Optional[Proposal]:
+    @property
+    def space(self) -> Any:
+        return self.history.space
+
+    def rivals(self, notes: List[Reason]) -> Optional[Proposal]:
         """Re-measure the pick and its strongest rival, interleaved, when they are
         within noise: round after round until the repeats tell them apart, or
         show them equal within tolerance, or confirm_rounds are done."""
@@ -62,7 +69,7 @@ class Confirming(TrialHistory):
         nxt = rival if done % 2 == 0 else chosen
         return Proposal(dict(nxt.config), Role.CONFIRM, Phase.CONFIRM, self._confirm_window(nxt))
 
-    def _confirm_pick(self, notes: List[Reason]) -> Optional[Proposal]:
+    def pick(self, notes: List[Reason]) -> Optional[Proposal]:
         """One window of what will be recommended, measured after it was chosen:
         its figure is reported from it (recommend.reported), not from the best
         of the windows it was chosen on. Across an epoch boundary where an

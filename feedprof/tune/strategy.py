@@ -53,8 +53,8 @@ from feedprof.analyse.recommend import Measured, measured_configs, pick, relativ
 from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
                               MeasuredAgain, PastCpuCount, ReachedCeiling, Reason, WorkersCapped, said_once)
 from feedprof.store import Phase, Role, Trial, TrialState
-from feedprof.tune.confirm import CONFIRM_ROUNDS, Confirming
-from feedprof.tune.history import Proposal, ok_trials
+from feedprof.tune.confirm import CONFIRM_ROUNDS, Confirmation
+from feedprof.tune.history import Proposal, TrialHistory, ok_trials
 from feedprof.tune.space import Config, Space, job_cores
 
 MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbing
@@ -65,7 +65,7 @@ DIP = 0.15  # a rung this far below a rung beneath it breaks the curve: measured
 AGAIN_WINDOW_FACTOR = 2.0  # a trial measured again gets this many times the usual window
 
 
-class LadderStrategy(Confirming):
+class LadderStrategy(TrialHistory):
     def __init__(self, space: Space, tol: float = 0.03, min_gain: float = MIN_GAIN,
                  confirm_rounds: int = CONFIRM_ROUNDS):
         super().__init__(space)
@@ -73,6 +73,7 @@ class LadderStrategy(Confirming):
         self.min_gain = min_gain
         self.confirm_rounds = confirm_rounds
         self.cap: Optional[WorkersCapped] = None  # from the history, at every ask (analyse/limits.py)
+        self.confirmation = Confirmation(self, self._ok, tol, confirm_rounds)
 
     def _ok(self, trials: Sequence[Trial]) -> List[Trial]:
         """Measured trials within the worker cap: what the steps may build on."""
@@ -81,8 +82,8 @@ class LadderStrategy(Confirming):
     def ask(self) -> Optional[Proposal]:
         notes: List[Reason] = []
         self.cap = worker_cap(self.trials, self.space.workers)
-        steps = (self._again, self._ceiling, self._ladder, self._refine, self._secondary, self._confirm,
-                 self._confirm_pick)
+        steps = (self._again, self._ceiling, self._ladder, self._refine, self._secondary, self.confirmation.rivals,
+                 self.confirmation.pick)
         proposal = next((p for p in (step(notes) for step in steps) if p is not None), None)
         self._notes = said_once(notes)
         return proposal
