@@ -44,6 +44,7 @@ p.add_argument("--collate-mask", action="store_true")  # collate_fn masks at ran
 p.add_argument("--lazy-sampler", action="store_true")  # episodic: each batch's samples drawn when it is taken
 p.add_argument("--loop-draws", action="store_true")  # mixup in the loop: torch.rand and randperm every step
 p.add_argument("--curriculum", action="store_true")  # dataset.level = epoch before each epoch
+p.add_argument("--epoch-feature", action="store_true")  # the dataset reads the loop's epoch counter (a global)
 p.add_argument("--steps", type=int, default=0)  # break out of each epoch after this many steps
 p.add_argument("--torch-changed", action="store_true")  # a stand-in for a torch whose iterator changed
 p.add_argument("--cuda", action="store_true")  # the model on CUDA, batches moved there (tests/test_real_gpu.py)
@@ -77,15 +78,29 @@ class Storage(Dataset):
         info = get_worker_info()
         if args.kill_above is not None and info is not None and info.num_workers > args.kill_above and i % 5 == 0:
             os.kill(os.getpid(), signal.SIGKILL)
-        if args.fail_at is not None and i == args.fail_at and EPOCH["n"] == args.epochs - 1:
-            raise ValueError(f"corrupt record {i}")
         if args.bad_record is not None and i == args.bad_record:
             raise KeyError(f"bad record {i}")
         time.sleep(args.fetch_ms / 1000)
         x = torch.full((8,), float(i) / args.samples + self.level)
-        if args.augment and EPOCH["n"] >= args.augment_from:
+        if args.augment and self.augmenting():
             x = x + 0.01 * torch.rand(8)
         return x, i
+
+    def augmenting(self):
+        return True
+
+
+class Scheduled(Storage):
+    """Reads the loop's epoch counter, a module-level value: each epoch's fresh workers see its value."""
+
+    def __getitem__(self, i):
+        if args.fail_at is not None and i == args.fail_at and EPOCH["n"] == args.epochs - 1:
+            raise ValueError(f"corrupt record {i}")
+        x, i = super().__getitem__(i)
+        return (x + EPOCH["n"] if args.epoch_feature else x), i
+
+    def augmenting(self):
+        return EPOCH["n"] >= args.augment_from
 
 
 class Shuffled:
@@ -119,7 +134,7 @@ def masked(samples):
 torch.manual_seed(0)
 np.random.seed(0)
 random.seed(0)
-DS = Storage()
+DS = Scheduled() if args.fail_at is not None or args.augment_from or args.epoch_feature else Storage()
 model = torch.nn.Linear(8, 1).to(DEVICE)
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 gen = torch.Generator().manual_seed(7) if args.generator else None

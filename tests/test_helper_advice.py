@@ -1,7 +1,7 @@
 """Advice where a library's helper builds the loader (issue 23, item 1): the
 script's call into the helper, the argument that carries the value and the flag
 that feeds it; never a line of the library. What counts as the user's files
-(trial/userframes.py): under the script's directory or the working directory,
+(record/userframes.py): under the script's directory or the working directory,
 not site-packages, the standard library or the Python prefix; a package on
 PYTHONPATH outside both is a library."""
 import json
@@ -13,7 +13,7 @@ from feedprof.frameworks.torch import paste_for
 from feedprof.render.words import say
 from feedprof.store import LoaderRecord
 from feedprof.store.reasons import BuiltByHelper, HelperTakesNoSetting, SetByFlag
-from feedprof.trial.userframes import is_user_file, library_frames, user_call_chain
+from feedprof.record.userframes import is_user_file, library_frames, user_call_chain
 from tests.conftest import run_feedprof, write_script
 
 # a library's helper as libraries write them: the loader's arguments in a dict,

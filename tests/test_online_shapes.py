@@ -47,6 +47,36 @@ def test_an_io_bound_loop_of_any_shape_sees_what_it_would_and_gets_workers(tmp_p
     assert results["recommendation"]["config"]["num_workers"] >= 1, results["recommendation"]
 
 
+def _carries(results):
+    online_ = results["online"]
+    return [c for c in online_["carries"] if c["loader_id"] == online_["target_loader_id"] and c["rank"] == 0]
+
+
+def test_feedprofs_workers_serve_the_next_epochs_where_the_dataset_is_unchanged(tmp_path, no_leftovers):
+    """Written with 0 workers (the loop waits ~95 %), no persistent workers: the pool feedprof starts
+    serves the next epochs too, as persistent workers would, because the dataset is as its workers
+    forked it (checked at every epoch start). The loop sees what it would; the advice is persistent
+    workers, which is what the run measured."""
+    want, got, results, err = _both(tmp_path, "--epochs", "6")
+    assert saw(got) == saw(want)
+    carries = _carries(results)
+    assert [c["carried"] for c in carries] == [True], carries
+    rec = results["recommendation"]["config"]
+    assert rec["num_workers"] >= 1 and rec["persistent_workers"] is True, rec
+    assert "persistent_workers_computed" in [r["code"] for r in results["recommendation"]["reasons"]]
+    assert "the dataset was as they forked it" in err
+
+
+@pytest.mark.parametrize("args", [["--curriculum"], ["--epoch-feature"]], ids=["curriculum", "global_epoch_counter"])
+def test_a_dataset_changed_between_epochs_gets_fresh_workers_every_epoch(tmp_path, no_leftovers, args):
+    """Written without persistent workers, a dataset the loop changes before each epoch (its level;
+    a module-level epoch counter its code reads): a pool never serves an epoch with a state other
+    than the one fresh workers would fork with. Each epoch's workers start anew, as written."""
+    want, got, results, err = _both(tmp_path, *args, "--epochs", "4")
+    assert saw(got) == saw(want)
+    assert [(c["carried"], c["why"]) for c in _carries(results)] in ([], [(False, "dataset_changed")])
+
+
 def test_persistent_workers_keep_the_dataset_they_started_with(tmp_path, no_leftovers):
     """A curriculum (dataset.level = epoch) with persistent workers as written: the script's own
     workers keep level 0; the loader is switched in its first epoch only and keeps the workers in

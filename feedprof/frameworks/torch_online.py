@@ -12,8 +12,10 @@ NOTE [ Switching a DataLoader's workers mid-epoch ]
               remembers what it took (Segment.taken)
       Pool:   a DataLoader iterator built from a copy of the loader whose batch sampler
               is the Feed and whose generator is private (the script's random streams
-              are never drawn); started anew each epoch unless the script's own loader
-              keeps its workers (persistent_workers), as the script's own loader does
+              are never drawn); it serves the next epoch too where the script's own loader
+              keeps its workers (persistent_workers), or where fresh workers would see the
+              same dataset (torch_carry.py: its state unchanged since the pool forked);
+              else it is started anew each epoch, as the script's own loader's workers are
       switch, at a batch boundary: the old workers are shut down, what the old pool took
               but the loop did not have (taken[had:], in order) goes back to the front of
               the Feed, the new pool starts on the Feed
@@ -38,6 +40,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, state_fingerprint
 from feedprof.frameworks.torch_feed import Feed
 from feedprof.frameworks.torch_ledger import EXHAUSTED, LEFT, RUN_END, EpochLedger
 from feedprof.frameworks.torch_pool import Pool, failure_kind
@@ -117,6 +120,9 @@ class OnlineLoader:
         self.rng_moved = False
         self.worker_draws: Tuple[str, ...] = ()  # streams the script's own workers draw from as they load
         self.worker_draws_moved = False
+        self.forked_state = ""  # the dataset's state when the pool's workers forked (torch_carry.py)
+        self.carry_why_not = ""  # why its pools restart every epoch after all (a torch_carry code)
+        self.carried = 0  # epochs a pool served without a restart the script's own loader makes
         self._live: Optional[weakref.ref] = None  # the epoch the script iterates
         self._done = True  # it ended (exhausted, or left by the loop)
         tuning.register(self)
@@ -190,7 +196,7 @@ class OnlineLoader:
         self._done = True
         self._close_ledger(LEFT)
         self.tuning.epoch_ended(self, left=True)
-        if not self.own_persistent:
+        if not self._keeps_pool():
             self._drop_pool()
 
     def epoch_ended(self) -> None:
@@ -201,7 +207,50 @@ class OnlineLoader:
         self._done = True
         self._close_ledger(EXHAUSTED)
         self.tuning.epoch_ended(self)
-        if not self.own_persistent:
+        if not self._keeps_pool():
+            self._drop_pool()
+
+    # -- a pool that outlives its epoch (torch_carry.py) --------------------
+
+    def _keeps_pool(self) -> bool:
+        """At an epoch's end: do its workers wait for the next epoch? The script's own persistent
+        workers do; feedprof's own pool does where it may carry on (checked again when the next
+        epoch starts), saving the start the script's loader pays every epoch."""
+        if self.own_persistent:
+            return True
+        pool = self.pool
+        if pool is None or not pool.workers or not self.checks_order or self.hold_why or self.carry_why_not:
+            return False
+        if self.worker_draws and pool.config == self.script_config:  # its workers' draws would not start over
+            self._no_carry(WORKERS_DRAW)
+            return False
+        return True
+
+    def _carries(self) -> bool:
+        """The next epoch starts on a kept pool: only if a worker forked now would see what its
+        workers saw (the dataset's state unchanged); once not, every epoch restarts, as written."""
+        if self.own_persistent:
+            return True
+        if self.carry_why_not or state_fingerprint(*self._forked_with()) != self.forked_state:
+            self._no_carry(DATASET_CHANGED)
+            return False
+        self.carried += 1
+        if self.carried == 1:
+            self.tuning.carried(self, True, "")
+        return True
+
+    def _no_carry(self, why: str) -> None:
+        if not self.carry_why_not:
+            self.carry_why_not = why
+            self.tuning.carried(self, False, why)
+
+    def _forked_with(self) -> Tuple[Any, ...]:
+        """What a worker process is given of the loader (and what the script may change between epochs)."""
+        return self.loader.dataset, self.loader.collate_fn, self.loader.worker_init_fn
+
+    def drop_idle(self) -> None:
+        """A pool kept for an epoch that will not come (the script built this loader again): closed."""
+        if self._done and not self.own_persistent:
             self._drop_pool()
 
     def _close_ledger(self, ended: str) -> None:
@@ -318,7 +367,7 @@ class OnlineLoader:
         """The pool for this epoch, built or switched to ``config``."""
         pool = self.pool
         same = pool is not None and pool.config == config
-        if same and (self.pool_epoch == self.epochs or self.own_persistent):
+        if same and (self.pool_epoch == self.epochs or self._carries()):
             if self.pool_epoch != self.epochs:
                 self.pool_epoch = self.epochs
                 pool.new_epoch(self.feed)  # (its segment is this epoch's even if the reset fails)
@@ -335,6 +384,8 @@ class OnlineLoader:
         if config != self.script_config or self.pools_this_epoch > 1:
             self.switched_away = True  # the script's own workers would not be these
         try:
+            if config.get("num_workers") and not self.own_persistent and not self.carry_why_not:
+                self.forked_state = state_fingerprint(*self._forked_with())
             self.pool = Pool(self.loader, self.feed, config, seed, self.own_timeout_s)
         except BaseException:
             started = self.feed.segment  # what its workers took before it failed: served by the next pool

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from feedprof.render.autotune_words import autotune_lines
-from feedprof.render.online_checks import hold_lines, order_lines, randomness_lines
+from feedprof.render.online_checks import carry_lines, hold_lines, order_lines, randomness_lines
 from feedprof.render.words import config_words
 from feedprof.store import TuneResult
 from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
@@ -86,7 +86,8 @@ def _check_lines(result: TuneResult) -> List[str]:
     """What was checked of the run as written: randomness only where it was seen, the order only
     where its check passed."""
     o = result.online
-    return randomness_lines(o) + hold_lines(o, lambda c: config_words(c, result.framework)) + order_lines(o)
+    return (randomness_lines(o) + hold_lines(o, lambda c: config_words(c, result.framework)) + carry_lines(o)
+            + order_lines(o))
 
 
 def _untuned_lines(result: TuneResult, unchanged: bool) -> List[str]:

@@ -120,6 +120,31 @@ def hold_lines(o: OnlineRecord, describe: Callable[[Dict[str, Any]], str]) -> Li
     return lines
 
 
+CARRY_WORDS = {
+    "dataset_changed": "the dataset (or a module-level value its code reads) changed between epochs",
+    "workers_draw": "the script's own workers draw from their random streams as they load",
+}
+
+
+def carry_lines(o: OnlineRecord) -> List[str]:
+    """Where the script's loader starts its workers every epoch: whether feedprof's served the next
+    epochs (the dataset as they forked it, checked at each epoch start) or restarted as written."""
+    seen, lines = set(), []
+    for c in o.carries:
+        if (c.loader_id, c.carried) in seen:
+            continue
+        seen.add((c.loader_id, c.carried))
+        if c.carried:
+            lines.append(f"{_loader(o, c.loader_id)}: its workers served the next epochs from epoch {c.epoch} "
+                         "without the restart the script's loader makes each epoch, as persistent_workers=True "
+                         "would: the dataset was as they forked it (checked at every epoch start)")
+        else:
+            why = CARRY_WORDS.get(c.why, c.why)
+            lines.append(f"{_loader(o, c.loader_id)}: its workers started anew every epoch from epoch {c.epoch}, "
+                         f"as the script's own do: {why}")
+    return lines
+
+
 def _draws_move(x: RandomDrawsMove, describe: Callable) -> str:
     if x.where == "rng_workers":
         return f"Randomness: {what_moves(x.where, x.streams)}."

@@ -365,8 +365,10 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         "each), so the two cannot be told apart, and fewer workers cost less memory and CPU."),
     r.PersistentWorkersComputed: lambda x, d: (
         f"persistent_workers=True: every epoch spends about {x.startup_s:.1f} s starting workers, "
-        f"{fmt_pct(x.gain)} of a {x.epoch_s:.0f} s epoch (computed from the measured start-up, not trialled: "
-        "epochs this long are too slow to measure twice)"),
+        f"{fmt_pct(x.gain)} of a {fmt_seconds(x.epoch_s)} epoch "
+        + ("(in this run feedprof's workers served the later epochs without that restart, as persistent workers "
+           "do: the dataset was the same at every epoch start, checked)" if x.in_run else
+           "(computed from the measured start-up, not trialled: epochs this long are too slow to measure twice)")),
     r.VersusAutotune: _versus_autotune,
     r.AppliesToEveryRank: lambda x, d: (
         f"The settings are per rank: each of the {x.local_ranks} rank(s) on this machine (of {x.world_size} in all) "

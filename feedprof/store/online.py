@@ -173,6 +173,23 @@ class OnlineHold:
 
 
 @dataclass(frozen=True)
+class OnlineCarry:
+    """Whether feedprof's own worker pools lived on across a loader's epochs where the script's
+    loader starts its workers anew every epoch (frameworks/torch_carry.py). ``carried``: from
+    ``epoch`` on, a pool served the next epoch because the dataset's state was the one its workers
+    forked with (checked at each epoch start); else ``why`` (dataset_changed | workers_draw) its
+    workers restarted every epoch from then on, as the script's own do."""
+
+    rank: int
+    loader_id: int
+    carried: bool
+    epoch: int
+    t_s: float
+    why: str = ""
+    target: bool = True
+
+
+@dataclass(frozen=True)
 class OnlineRecord:
     explore_budget_s: float = 0.0
     explored_s: float = 0.0  # from the first window to the settling decision (or the end)
@@ -190,3 +207,4 @@ class OnlineRecord:
     order_checks: Tuple[OnlineOrderCheck, ...] = ()  # per loader, per epoch (and iterator), per rank
     randomness: Tuple[OnlineRandomness, ...] = ()
     holds: Tuple[OnlineHold, ...] = ()
+    carries: Tuple[OnlineCarry, ...] = ()  # per loader and rank: its pools outlived its epochs, or not from then on

@@ -82,7 +82,7 @@ class LoaderRecord:
     site: str = ""  # innermost frame of user code that built it, "train.py:42"
     call_chain: Tuple[str, ...] = ()  # user frames, outermost first
     built_in: Tuple[str, ...] = ()  # a library helper's frames from the chain's last to the construction,
-    #                                 outermost first, absolute "path:line" (trial/userframes.py)
+    #                                 outermost first, absolute "path:line" (record/userframes.py)
     ordinal: int = 0  # loaders alive together at the same call chain, counted from 0
     instances: int = 1  # loader objects this record spans (a script may rebuild it every epoch)
     wait_observable: bool = True  # False: batches are pulled inside a framework's runtime (see frameworks/)

@@ -20,6 +20,6 @@ back a result or a classified failure. Used by `tune` for every trial and by
     protocol.py   the files runner and child exchange (spec, events, result)
     zygote.py     a fork server that imported the framework once, for later trials
     launch.py     a launch command parsed: which launcher, how many ranks
-    failures.py   a failed child's cause; userframes.py: the user's own frames
+    failures.py   a failed child's cause
     replay.py     the compute ceiling's replayed batch; signals.py: deferred Ctrl-C
 """

@@ -37,7 +37,7 @@ from feedprof.trial.controller import Controller, StopTrial
 from feedprof.trial.failures import failure_cause
 from feedprof.trial.lifeline import watch_from_env
 from feedprof.trial.protocol import TrialSpec
-from feedprof.trial.userframes import script_traceback
+from feedprof.record.userframes import script_traceback
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
 from feedprof.trial.online_child import OnlineTuning
-from feedprof.trial.userframes import library_frames, user_call_chain
+from feedprof.record.userframes import library_frames, user_call_chain
 
 QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
 SETTLE_TOLERANCE = 0.10  # a first chunk this much faster or slower than the rest is not steady yet

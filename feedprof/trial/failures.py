@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 from feedprof.store.codes import TrialState
 from feedprof.store.reasons import (CudaInForkedWorker, OutOfMemoryKilled, Reason, ScriptFailed, SharedMemoryExhausted,
                               TooManyOpenFiles)
-from feedprof.trial.userframes import failure_hint
+from feedprof.record.userframes import failure_hint
 
 CUDA_IN_FORK = "Cannot re-initialize CUDA in forked subprocess"
 # EMFILE as Python words it, and as PyTorch does when descriptors of shared

@@ -33,7 +33,7 @@ from feedprof.store import RankInfo, TrialState
 from feedprof.frameworks.install import install_adapters
 from feedprof.trial.controller import Controller
 from feedprof.trial.protocol import TrialSpec
-from feedprof.trial.userframes import failure_hint, script_traceback
+from feedprof.record.userframes import failure_hint, script_traceback
 
 JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
 

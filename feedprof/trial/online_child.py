@@ -125,7 +125,14 @@ class OnlineTuning:
         self._counts: Dict[int, List[int]] = {}
 
     def register(self, ol: Any) -> None:
-        self.loaders = [ref for ref in self.loaders if ref() is not None] + [weakref.ref(ol)]
+        """A loader in online mode; one the script built again where it built ``ol`` (every epoch,
+        as some scripts do) will not start another epoch: a pool kept for one ends now."""
+        live = [ref for ref in self.loaders if ref() is not None]
+        for ref in live:
+            old = ref()
+            if old is not None and old.loader_id == ol.loader_id and hasattr(old, "drop_idle"):
+                old.drop_idle()
+        self.loaders = live + [weakref.ref(ol)]
 
     def counts(self, loader_id: int) -> List[int]:
         """[epochs, iterators] of a loader: one the script builds again where an earlier one was
@@ -290,6 +297,12 @@ class OnlineTuning:
         """Draws from the script's random streams that a switch moves (frameworks/torch_rng.py)."""
         self._say("online_randomness", loader_id=ol.loader_id, where=where, streams=list(streams), moved=moved,
                   allowed=self.allow_rng_change, epoch=ol.epochs, target=ol is self.target)
+
+    def carried(self, ol: Any, carried: bool, why: str) -> None:
+        """A pool served the loader's next epoch without the restart its script makes, or (not
+        ``carried``) its pools restart every epoch from now on, as written (frameworks/torch_carry.py)."""
+        self._say("online_carry", loader_id=ol.loader_id, carried=carried, why=why, epoch=ol.epochs,
+                  target=ol is self.target)
 
     def held(self, ol: Any, why: str, detail: str) -> None:
         """The loader is no longer switched; the tuned one's search settles on what it keeps."""

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
-from feedprof.store.online import (OnlineFailure, OnlineHold, OnlineLoaderMode, OnlineOrderCheck, OnlineRandomness,
+from feedprof.store.online import (OnlineCarry, OnlineFailure, OnlineHold, OnlineLoaderMode, OnlineOrderCheck, OnlineRandomness,
                                    OnlineSwitch, OnlineWarmup, OnlineWindow)
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.recommend import config_key
@@ -78,6 +78,7 @@ class Decider:
     order_checks: List[OnlineOrderCheck] = field(default_factory=list)
     randomness: Dict[Tuple[int, int, str], OnlineRandomness] = field(default_factory=dict)  # (rank, loader, where)
     holds: List[OnlineHold] = field(default_factory=list)
+    carries: List[OnlineCarry] = field(default_factory=list)
     held_why: str = ""  # the tuned loader stopped switching for this (the search settled on what it kept)
     target_loader_id: Optional[int] = None  # rank 0's tuned loader
     framework: str = Framework.TORCH  # the tuned loader's (its Space makes the configs tried)
@@ -146,6 +147,14 @@ class Decider:
         if kind == "online_switch":
             why = "recovered" if self._recovering(ev["config"]) else self.last_why
             self.switches.append(OnlineSwitch(rank=rank, t_s=ev["t_s"], config=ev["config"], why=why))
+            return True
+        if kind == "online_carry":
+            carry = OnlineCarry(rank=rank, loader_id=ev["loader_id"], carried=bool(ev.get("carried")),
+                                epoch=ev.get("epoch", 0), t_s=ev["t_s"], why=ev.get("why", ""),
+                                target=bool(ev.get("target")))
+            self.carries.append(carry)
+            if carry.target:  # (a rank whose pools restart after all makes the job pay it: the slowest rank sets its pace)
+                self.history.pools_carried = carry.carried and self.history.pools_carried is not False
             return True
         if kind == "online_warmup":
             self.history.warmups.append(OnlineWarmup(

@@ -11,6 +11,7 @@ from feedprof.analyse.diagnose import classify
 from feedprof.analyse.evidence import ConfigEvidence
 from feedprof.analyse.recommend import config_key, recommend, trial_from_run
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
+                                    PersistentWorkersComputed,
                                     RandomDrawsMove, Reason, SamplesFollowWorkers, ScriptFailed, SharedMemoryExhausted,
                                     SwitchingStopped, TrialTimedOut)
 from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, SwitchAt, Trial,
@@ -127,6 +128,21 @@ def _caveats(decider: Any, limits: Limits) -> List[Reason]:
     return out
 
 
+def _persistent(rec: Any, h: RunHistory, space: Any) -> Any:
+    """The run's own pools outlived its epochs (frameworks/torch_carry.py: the dataset unchanged
+    between them), so its figures are persistent workers': the advice says so, with what they save."""
+    config = rec.config
+    if "persistent_workers" not in config or config["persistent_workers"] or not workers(config):
+        return rec
+    steady, startup_s = h.steady_rate(config), h.epoch_cost_s(config)
+    if not steady or startup_s is None or not h.batches_per_epoch:
+        return rec
+    epoch_s = startup_s + h.batches_per_epoch / steady
+    judged = PersistentWorkersComputed(startup_s=startup_s, gain=startup_s / epoch_s, epoch_s=epoch_s, in_run=True)
+    return dataclasses.replace(rec, config=space.legalize({**config, "persistent_workers": True}),
+                               reasons=rec.reasons + (judged,))
+
+
 def _with_caveats(reasons: Tuple[Reason, ...], caveats: List[Reason]) -> Tuple[Reason, ...]:
     """The caveats in place of "nothing was tried" (they say why), else after the baseline's figures."""
     rest = [r for r in reasons if not isinstance(r, NothingTried)]
@@ -187,6 +203,8 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers))
         rec = recommend(_settled(trials, decider), space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
                         nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
+        if rec is not None and h.pools_carried:
+            rec = _persistent(rec, h, space)
         if rec is not None and caveats:
             rec = dataclasses.replace(rec, reasons=_with_caveats(rec.reasons, caveats))
         if rec is not None:
@@ -208,7 +226,8 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
                                               for s in decider.switches), switch_at=decider.switch_at,
                           exit_code=exit_code, target_loader_id=decider.target_loader_id,
                           order_checks=tuple(decider.order_checks),
-                          randomness=tuple(decider.randomness.values()), holds=tuple(decider.holds))
+                          randomness=tuple(decider.randomness.values()), holds=tuple(decider.holds),
+                          carries=tuple(decider.carries))
     framework = decider.framework if h.baseline is not None else Framework.NONE
     return TuneResult(script=script, argv=tuple(argv), framework=framework,
                       loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,

@@ -49,7 +49,8 @@ class RunHistory:
     failures: List[OnlineFailure] = field(default_factory=list)
     warmups: List[OnlineWarmup] = field(default_factory=list)
     batches_per_epoch: int = 0  # of the tuned loader, as the loop had its last epoch (0: unknown)
-    restarts_per_epoch: bool = False  # its workers start anew every epoch (no persistent_workers)
+    restarts_per_epoch: bool = False  # its script's loader starts its workers anew every epoch (no persistent_workers) ...
+    pools_carried: Optional[bool] = None  # ... but feedprof's pools served the next epochs (True), or no longer may (False)
 
     def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
         k = config_key(config)
@@ -77,7 +78,7 @@ class RunHistory:
         cost = self.epoch_cost_s(config)
         k = config_key(config)
         per_epoch = next((w for w in self.warmups if config_key(w.config) == k and w.per_epoch), None)
-        if steady is None or not cost or per_epoch is None or not per_epoch.batches_per_epoch:
+        if steady is None or not cost or per_epoch is None or not per_epoch.batches_per_epoch or self.pools_carried:
             return steady
         bpe = self.batches_per_epoch or per_epoch.batches_per_epoch  # (what the loop has of one, where it breaks out)
         return bpe / (bpe / steady + cost)
@@ -176,7 +177,7 @@ def worker_cap(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> 
     the failures that cap the worker count (rules.caps_workers)."""
     io_bound = any(_cpu_bound(h, config, limits, space) is False for config in h.measured())
     cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
-    if h.restarts_per_epoch and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
+    if h.restarts_per_epoch and not h.pools_carried and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
         cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
     for f in h.failures:
         if rules.caps_workers(f.kind):  # (an error raised in a worker rules out that config alone)

@@ -266,12 +266,14 @@ class MeasuredRepeatedly(Reason):
 
 @dataclass(frozen=True)
 class PersistentWorkersComputed(Reason):
-    """persistent_workers judged from the measured start-up, not trialled."""
+    """persistent_workers judged from the measured start-up, not trialled; or (``in_run``) what an online
+    run did: its workers served the later epochs without the restart (frameworks/torch_carry.py)."""
 
     code: ClassVar[str] = "persistent_workers_computed"
     startup_s: float = 0.0
     gain: float = 0.0
     epoch_s: float = 0.0
+    in_run: bool = False
 
 
 @dataclass(frozen=True)
