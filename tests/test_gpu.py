@@ -54,11 +54,14 @@ def test_units():
 RESERVED = 600 * 2**20  # what the driver keeps for itself (about 627 MiB on an H200)
 
 
-def _memory_v1_v2(nv, v2_fails=False):
-    """NVML's two memory queries: v1 counts the driver's reserve as used, v2 apart."""
+def _memory_v1_v2(nv, v2_fails=False, asked=None):
+    """NVML's two memory queries: v1 counts the driver's reserve as used, v2 apart (``asked``: each
+    query's version, in order)."""
     nv.nvmlMemory_v2 = 0x02000028
 
     def info(h, version=None):
+        if asked is not None:
+            asked.append(version)
         if version and v2_fails:
             raise nv.NVMLError(13)  # NVML_ERROR_FUNCTION_NOT_FOUND
         return types.SimpleNamespace(used=2**30 + (0 if version else RESERVED), total=80 * 2**30)
@@ -71,9 +74,12 @@ def test_memory_used_is_what_nvidia_smi_shows_without_the_drivers_reserve():
     assert gpu.read()[0].mem_used_bytes == 2**30
 
 
-def test_a_driver_without_the_v2_memory_query_reads_v1():
-    gpu = open_gpu(nvml=_memory_v1_v2(fake_pynvml(UUIDS[:1]), v2_fails=True), visible_devices=None)
-    assert gpu.read()[0].mem_used_bytes == 2**30 + RESERVED
+def test_a_driver_without_the_v2_memory_query_reads_v1_and_asks_v2_once():
+    asked = []
+    gpu = open_gpu(nvml=_memory_v1_v2(fake_pynvml(UUIDS[:1]), v2_fails=True, asked=asked), visible_devices=None)
+    del asked[:]  # (what opening it asked)
+    assert [gpu.read()[0].mem_used_bytes for _ in range(3)] == [2**30 + RESERVED] * 3
+    assert asked == [0x02000028, None, None, None]  # a sample every 0.5 s does not pay a failed call each time
 
 
 @pytest.mark.parametrize("err,status,words", [(12, GpuStatus.NO_LIBRARY, "NVML library not found"),

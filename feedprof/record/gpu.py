@@ -113,6 +113,7 @@ class NvmlGpu:
         self.devices = tuple(devices)
         self.status = GpuStatus.OK
         self.detail = ""
+        self._memory_v2 = True  # until the driver says it has no v2 query: then v1, without asking again
 
     def _q(self, fn: Any, *args: Any) -> Any:
         try:
@@ -125,7 +126,7 @@ class NvmlGpu:
         out = []
         for h in self._handles:
             util = self._q(nv.nvmlDeviceGetUtilizationRates, h)
-            mem = memory_info(nv, h)
+            mem, self._memory_v2 = memory_info(nv, h, self._memory_v2)
             rx = self._q(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_RX_BYTES)
             tx = self._q(nv.nvmlDeviceGetPcieThroughput, h, nv.NVML_PCIE_UTIL_TX_BYTES)
             power_mw = self._q(nv.nvmlDeviceGetPowerUsage, h)
@@ -220,17 +221,17 @@ def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
     return NvmlGpu(nv, [handles[i] for i in order], devices)
 
 
-def memory_info(nv: Any, h: Any) -> Any:
-    """The device's memory as nvidia-smi shows it, or None. NVML's v2 query leaves out what the
-    driver reserves for itself, which v1 counts as used: on an H200 v1 read 1249 MiB used where
-    nvidia-smi read 621 (benchmarks/results/gpu-sampler-nvidia-h200.json)."""
-    v2 = getattr(nv, "nvmlMemory_v2", None)
+def memory_info(nv: Any, h: Any, try_v2: bool = True) -> Tuple[Any, bool]:
+    """The device's memory as nvidia-smi shows it (or None), and whether to ask v2 next time.
+    NVML's v2 query leaves out what the driver reserves for itself, which v1 counts as used: on an
+    H200 v1 read 1249 MiB used where nvidia-smi read 621 (benchmarks/results/gpu-sampler-nvidia-h200.json)."""
+    v2 = getattr(nv, "nvmlMemory_v2", None) if try_v2 else None
     if v2 is not None:
         try:
-            return nv.nvmlDeviceGetMemoryInfo(h, version=v2)
+            return nv.nvmlDeviceGetMemoryInfo(h, version=v2), True
         except (nv.NVMLError, TypeError):  # a driver without the _v2 call (NVML says "function not found")
             pass
-    return _query(nv, nv.nvmlDeviceGetMemoryInfo, h)
+    return _query(nv, nv.nvmlDeviceGetMemoryInfo, h), False
 
 
 def _query(nv: Any, fn: Any, *args: Any) -> Any:
