@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import types
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from feedprof.record.userframes import is_user_file
 
@@ -101,13 +101,11 @@ class _Walk:
         """The module-level values the user's code reads: a function's, or the methods' of the
         object's own classes (a dataset reading an ``EPOCH`` counter the loop sets: fresh workers
         fork with its new value)."""
-        funcs = [x] if isinstance(x, types.FunctionType) else [
-            f for cls in type(x).__mro__ for f in vars(cls).values() if isinstance(f, types.FunctionType)]
+        funcs = ([x] if is_user_file(x.__code__.co_filename) else []) if isinstance(x, types.FunctionType) \
+            else _user_methods(type(x))
         for fn in funcs:
-            code, names = fn.__code__, fn.__globals__
-            if not is_user_file(code.co_filename):
-                continue
-            for name in sorted(_names_read(code)):
+            names = fn.__globals__
+            for name in sorted(_names_read(fn.__code__)):
                 value = names.get(name)
                 if value is not None and not isinstance(value, (types.ModuleType, type)):
                     self.put("global", name)
@@ -132,6 +130,19 @@ class _Walk:
 
 
 _PARTS = ("func", "args", "keywords", "__closure__", "__defaults__", "__kwdefaults__", "cell_contents")
+
+
+_METHODS: Dict[type, Tuple[types.FunctionType, ...]] = {}
+
+
+def _user_methods(cls: type) -> Tuple[types.FunctionType, ...]:
+    """The methods of a class and its bases written in the user's own files (a library's classes
+    have none: a Hugging Face dataset's hundreds of methods are looked at once, not every epoch)."""
+    found = _METHODS.get(cls)
+    if found is None:
+        found = _METHODS[cls] = tuple(f for c in cls.__mro__ for f in vars(c).values()
+                                      if isinstance(f, types.FunctionType) and is_user_file(f.__code__.co_filename))
+    return found
 
 
 def _names_read(code: types.CodeType) -> set:
