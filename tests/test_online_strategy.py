@@ -130,3 +130,19 @@ def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
     offline = rules.pick(rates, lambda n: (n,), recommend.PICK_TOLERANCE)
     assert recommend.PICK_TOLERANCE == rules.OFFLINE.pick_tolerance == rules.ONLINE.pick_tolerance
     assert pick(h)["num_workers"] == offline == 12
+
+
+def test_a_rung_that_gains_under_gain_ends_the_climb_and_the_search_refines_below():
+    """Measured in a DDP run (benchmarks/workloads/ddp_io.py, 2 ranks on 2 cores): 15 workers
+    read 187 b/s, 30 read 194, both waiting ~35 % (the main processes' CPU, not the workers).
+    The climb went on to 32 and settled there; 30 gained 4 %, under GAIN: the climb is flat."""
+    h = RunHistory(baseline=BASE, windows=[window(BASE, 36, 0.92, load_cpu_s=0.01)])  # one worker: ~39 b/s
+    fifteen, thirty = with_workers(BASE, 15), with_workers(BASE, 30)
+    h.windows += [window(fifteen, 186, 0.35, t=2, workers_cpu_s=0.15), window(fifteen, 188, 0.35, t=3, workers_cpu_s=0.15),
+                  window(thirty, 193, 0.35, t=4, workers_cpu_s=0.3), window(thirty, 195, 0.35, t=5, workers_cpu_s=0.3)]
+    step = decide(h, LIMITS, thirty, 60)
+    assert step.why == "refine" and step.config["num_workers"] == 7  # not a climb to 32
+    gaining = io_bound_baseline()
+    gaining.windows += [window(fifteen, 150, 0.35, t=2, workers_cpu_s=0.15), window(fifteen, 150, 0.35, t=3, workers_cpu_s=0.15),
+                        window(thirty, 170, 0.3, t=4, workers_cpu_s=0.3), window(thirty, 171, 0.3, t=5, workers_cpu_s=0.3)]
+    assert decide(gaining, LIMITS, thirty, 60).why == "climb"  # 13 % more: on up

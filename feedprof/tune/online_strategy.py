@@ -248,7 +248,7 @@ def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[
     if rate >= NEAR_CEILING * ceiling or (h.wait_fraction(best) or 0.0) < 2 * NOT_INPUT_BOUND:
         return None
     higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best and not h.failed(c))
-    if higher:  # a larger count was measured and was not faster: the climb has flattened
+    if higher or _flat(h, best):  # a larger count was not faster, or gained too little: flattened
         return None
     lanes = max(n_best, 1)
     want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
@@ -259,6 +259,16 @@ def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[
     if n <= n_best or _tried(h, n, base, space):
         return None
     return Step(with_workers(base, n, space), why="climb")
+
+
+def _flat(h: RunHistory, best: Dict[str, Any]) -> bool:
+    """The fastest rung gained less than GAIN over the fastest count below it that has workers
+    (the NOTE's "gains < GAIN"): more workers buy nothing this run can tell from noise. Unlike
+    the offline ladder (strategy.py), no flat rung is forgiven: a rung here is real training
+    time at a config that may be worse, and the refinement below the best still runs."""
+    n_best = workers(best)
+    below = [h.rate(c) or 0.0 for c in h.measured() if 0 < workers(c) < n_best and not h.failed(c)]
+    return bool(below) and (h.rate(best) or 0.0) < (1 + GAIN) * max(below)
 
 
 def predicted_workers(h: RunHistory, limits: Limits) -> Optional[int]:
