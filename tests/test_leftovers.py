@@ -86,7 +86,9 @@ def test_escaped_processes_are_found(tmp_path, started, how):
             p = subprocess.Popen(SLEEP, stdout=log, stderr=log, start_new_session=True)
         started.append(p)
     try:
-        root.kill()  # the runner's kill_group: the trial child's group is gone, the stray is not
+        root.kill()  # the runner's kill_group: the trial child's group is gone, the stray is not ...
+        root.wait()  # ... and the child reaped, as the runner has it before it looks (a SIGKILLed process
+        # not yet dead is still one of the session's: on a busy machine the scan can come first)
         found = stray_processes(str(trial_dir), root.pid)
         assert set(found) == {p.pid}
         lo = find_leftovers(str(trial_dir), root.pid, settle_s=0.1)
