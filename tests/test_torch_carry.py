@@ -98,3 +98,84 @@ def test_a_module_level_value_the_datasets_code_reads_is_part_of_its_state():
         assert state_fingerprint(ds, None, None) != before
     finally:
         EPOCH["n"] = 0
+
+
+class Level:
+    def __init__(self):
+        self.level = 0
+
+    def apply(self, x):
+        return x * self.level
+
+
+@pytest.mark.parametrize("before,after", [
+    (lambda x: x - 1, lambda x: x + 1),  # one lambda for another
+    (functools.partial(np.clip, a_min=0), functools.partial(np.tanh)),  # a partial's function
+    (np.tanh, np.sin),  # one ufunc for another
+    (abs, round),  # one builtin for another
+], ids=["lambda", "partial_func", "ufunc", "builtin"])
+def test_a_transform_swapped_for_another_changes_the_fingerprint(before, after):
+    ds = Images()
+    ds.transform = before
+    first = state_fingerprint(ds, None, None)
+    ds.transform = after
+    assert state_fingerprint(ds, None, None) != first
+
+
+def test_a_bound_methods_object_is_followed():
+    ds, cur = Images(), Level()
+    ds.transform = cur.apply
+    before = state_fingerprint(ds, None, None)
+    cur.level = 3
+    assert state_fingerprint(ds, None, None) != before
+
+
+def test_a_value_read_from_the_users_own_module_is_part_of_the_state(tmp_path):
+    import importlib.util
+
+    (tmp_path / "cfg_mod.py").write_text("EPOCH = 0\nMODEL = object()\n")
+    (tmp_path / "ds_mod.py").write_text(
+        "import cfg_mod\n\nclass DS:\n    def __getitem__(self, i):\n        return i + cfg_mod.EPOCH\n")
+    import sys
+    sys.path.insert(0, str(tmp_path))
+    try:
+        spec = importlib.util.spec_from_file_location("ds_mod", tmp_path / "ds_mod.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        import cfg_mod
+        ds = mod.DS()
+        before = state_fingerprint(ds, None, None)
+        cfg_mod.MODEL = object()  # (not read by the dataset's code: not its state)
+        assert state_fingerprint(ds, None, None) == before
+        cfg_mod.EPOCH = 4
+        assert state_fingerprint(ds, None, None) != before
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("cfg_mod", None)
+
+
+@pytest.mark.parametrize("make_rng", [
+    lambda: np.random.default_rng(0), lambda: np.random.RandomState(0), lambda: torch.Generator().manual_seed(0),
+    lambda: __import__("random").Random(0),
+], ids=["numpy_generator", "random_state", "torch_generator", "python_random"])
+def test_a_generator_of_its_own_rules_out_carrying(make_rng):
+    from feedprof.frameworks.torch_carry import OWN_RNG, carry_check
+
+    ds = Images()
+    assert carry_check(ds, None, None)[1] == ""
+    ds.aug = {"rng": make_rng()}
+    assert carry_check(ds, None, None)[1] == OWN_RNG
+
+
+def test_more_state_than_the_walk_covers_rules_out_carrying():
+    from feedprof.frameworks.torch_carry import STATE_UNSEEN, carry_check
+
+    ds = Images()
+    ds.annotations = [{"boxes": [[i, i, i, i] for i in range(40)], "id": k} for k in range(64)]  # a COCO-like index
+    assert carry_check(ds, None, None)[1] == STATE_UNSEEN
+    deep = Images()
+    node = deep
+    for _ in range(8):
+        node.child = Level()
+        node = node.child
+    assert carry_check(deep, None, None)[1] == STATE_UNSEEN

@@ -213,3 +213,36 @@ def test_an_epoch_whose_every_batch_was_had_is_over_without_its_stop_iteration(t
     checks = [e for e in events if e["event"] == "online_order"]
     assert [(c["epoch"], c["ended"], c["same"], c["own_iterators"]) for c in checks] == \
         [(1, "exhausted", True, 0), (2, "exhausted", True, 0), (3, "exhausted", True, 0)]
+
+
+class _OwnRng:
+    """A dataset that draws its augmentation from a generator of its own (``self.rng``)."""
+
+    def __init__(self, np):
+        self.rng = np.random.default_rng(0)
+
+    def __len__(self):
+        return 40
+
+    def __getitem__(self, i):
+        return float(i + self.rng.random())
+
+
+def test_draws_from_a_generator_the_dataset_holds_are_the_scripts_too(torch, DataLoader):
+    np = pytest.importorskip("numpy")
+    ds = _OwnRng(np)
+    watch = DrawWatch(own=(ds.rng,))
+    _batches(watch, 3, fetch=lambda: ds[0])
+    assert watch.verdict() == "rng_loading" and watch.streams() == ("own",)
+    untouched = DrawWatch(own=(ds.rng,))
+    _batches(untouched, CHECK_BATCHES)
+    assert untouched.verdict() == ""
+
+    loader = DataLoader(_OwnRng(np), batch_size=4, shuffle=True)  # 0 workers: it draws in the main process
+    ol, iterate, events = _online_loader(loader)
+    for _ in iterate():
+        pass
+    ol.close()
+    said = [e for e in events if e["event"] == "online_randomness"]
+    assert said and said[0]["where"] == "rng_loading" and said[0]["streams"] == ["own"]
+    assert ol.hold_why == "rng_loading"  # not switched without --allow-rng-change

@@ -13,12 +13,20 @@ rank), only where fresh workers would see nothing else:
     the epoch order is checked (a map-style dataset: an IterableDataset's workers hold
         where they are in it).
 
-The state is followed through attributes, containers, partials and closures, and into
-the module-level values the user's own code reads (a dataset's methods reading an
-``EPOCH`` counter). Once it differs, the loader restarts its workers every epoch, as
-written, to the end of the run. What it cannot see: the middle of a large array or list
-(their ends, length and a tensor's version counter are hashed), state held by a library's
-module, or files on disk the workers read.
+The state is followed through attributes, containers, partials, closures and bound methods
+(which function, by its code), and into the module-level values the user's own code reads
+(a dataset's methods reading an ``EPOCH`` counter, in its own module or ``cfg.EPOCH`` in
+another of the user's). Once it differs, the loader restarts its workers every epoch, as
+written, to the end of the run. So it does where the walk cannot vouch for the state:
+
+    a random generator object in it (``random.Random``, numpy's, a ``torch.Generator``):
+        fresh workers get the main process's copy every epoch, a kept pool's would go on;
+    more state than the walk's budget (NODES objects, DEPTH levels): a change past it
+        would go unseen.
+
+What it cannot see: the middle of a large array or list (their ends, length and a tensor's
+version counter are hashed), state held by a library's module, state the workers change
+in their own copy (a counter the dataset keeps), or files on disk the workers read.
 """
 from __future__ import annotations
 
@@ -36,15 +44,32 @@ ARRAY_BYTES = 1 << 20  # arrays up to this size are hashed whole; larger ones by
 
 DATASET_CHANGED = "dataset_changed"
 WORKERS_DRAW = "workers_draw"
+OWN_RNG = "own_rng"  # a generator object in the state: a kept pool's copy would go on drawing
+STATE_UNSEEN = "state_unseen"  # past the walk's budget: a change there would go unseen
 
 
 def state_fingerprint(*objs: Any) -> str:
     """A digest of what a worker forked now would be given of ``objs``: their attributes'
     values, followed through containers, partials and closures."""
+    return carry_check(*objs)[0]
+
+
+def own_generators(*objs: Any) -> Tuple[Any, ...]:
+    """The random generator objects ``objs`` hold (a dataset's ``self.rng``): draws from them are
+    the script's too (frameworks/torch_rng.py watches them beside the global streams)."""
     walk = _Walk()
     for obj in objs:
         walk.visit(obj, DEPTH)
-    return walk.h.hexdigest()
+    return tuple(walk.generators)
+
+
+def carry_check(*objs: Any) -> Tuple[str, str]:
+    """(the digest of ``objs``, "" or the code of why a pool forked with them may not serve
+    another epoch whatever the digest: OWN_RNG, STATE_UNSEEN)."""
+    walk = _Walk()
+    for obj in objs:
+        walk.visit(obj, DEPTH)
+    return walk.h.hexdigest(), walk.why_not
 
 
 class _Walk:
@@ -52,6 +77,8 @@ class _Walk:
         self.h = hashlib.blake2b(digest_size=16)
         self.left = NODES
         self.seen: Dict[int, Any] = {}  # (holding each object: a temporary's id is never reused during the walk)
+        self.why_not = ""  # the first reason found that the digest cannot vouch for the state
+        self.generators: List[Any] = []
 
     def put(self, *parts: Any) -> None:
         self.h.update(repr(parts).encode("utf-8", "replace"))
@@ -59,18 +86,26 @@ class _Walk:
     def visit(self, x: Any, depth: int) -> None:
         self.left -= 1
         if self.left < 0:
-            self.put("…")  # (the budget ends the walk at the same place each time)
+            self.why_not = self.why_not or STATE_UNSEEN
             return
         if x is None or isinstance(x, (bool, int, float, complex, str, bytes)):
             self.put(type(x).__name__, x if not isinstance(x, (str, bytes)) or len(x) <= 4096 else hash(x))
             return
-        if id(x) in self.seen or depth <= 0 or isinstance(x, (type, types.ModuleType)):  # (not a module's namespace)
+        if id(x) in self.seen or isinstance(x, (type, types.ModuleType)):  # (not a module's namespace)
             self.put("ref", type(x).__qualname__, id(x))
+            return
+        if depth <= 0:
+            self.why_not = self.why_not or STATE_UNSEEN
             return
         self.seen[id(x)] = x
         self.put(type(x).__qualname__)
+        if _is_generator(x):
+            self.why_not = self.why_not or OWN_RNG
+            self.generators.append(x)
+            return
         if self._array(x):
             return
+        self._code(x)
         if isinstance(x, (dict, list, tuple, set, frozenset)):
             self.put(len(x))
             for item in _ends(x):
@@ -105,11 +140,40 @@ class _Walk:
             else _user_methods(type(x))
         for fn in funcs:
             names = fn.__globals__
-            for name in sorted(_names_read(fn.__code__)):
+            read = _names_read(fn.__code__)
+            for name in sorted(read):
                 value = names.get(name)
-                if value is not None and not isinstance(value, (types.ModuleType, type)):
+                if isinstance(value, types.ModuleType) and is_user_file(getattr(value, "__file__", None) or ""):
+                    self._module_values(value, read, depth - 1)  # (``cfg.EPOCH``: the user's own module)
+                elif value is not None and not isinstance(value, (types.ModuleType, type)):
                     self.put("global", name)
                     self.visit(value, depth - 1)
+
+    def _module_values(self, module: types.ModuleType, read: set, depth: int) -> None:
+        """The values of the user's own module that the code reads by name (``cfg.EPOCH``): only
+        those, as its whole namespace may hold the model."""
+        if id(module) in self.seen:
+            return
+        self.seen[id(module)] = module
+        space = vars(module)
+        for name in sorted(read & space.keys()):
+            if not isinstance(space[name], (types.ModuleType, type)):
+                self.put("module", module.__name__, name)
+                self.visit(space[name], depth)
+
+    def _code(self, x: Any) -> None:
+        """Which function it is (two lambdas, or a transform swapped for another, differ), by
+        its code; another callable by its name."""
+        if isinstance(x, types.FunctionType):  # (a bound method's function: its __func__)
+            code = x.__code__
+            self.put("code", code.co_filename, code.co_firstlineno, x.__qualname__)
+            self.h.update(code.co_code)
+        elif callable(x):  # a builtin, a ufunc, a class's instance with __call__ (its name, if it has one)
+            try:
+                self.put("callable", getattr(x, "__module__", None), getattr(x, "__qualname__", None),
+                         getattr(x, "__name__", None))
+            except Exception:  # noqa: BLE001 - an object whose __getattr__ raises: its type stands for it
+                pass
 
     def _array(self, x: Any) -> bool:
         """A numpy array or a torch tensor: its shape, type and contents (a tensor's in-place
@@ -129,7 +193,23 @@ class _Walk:
         return True
 
 
-_PARTS = ("func", "args", "keywords", "__closure__", "__defaults__", "__kwdefaults__", "cell_contents")
+_PARTS = ("func", "args", "keywords", "__closure__", "__defaults__", "__kwdefaults__", "cell_contents",
+          "__self__", "__func__")  # (a bound method's object and function)
+
+
+def _is_generator(x: Any) -> bool:
+    """A random generator object: Python's ``random.Random``, numpy's ``Generator``,
+    ``RandomState`` or bit generator, a ``torch.Generator`` (by type name: nothing imported)."""
+    import random
+
+    if isinstance(x, random.Random):
+        return True
+    kind = type(x)
+    module, name = kind.__module__ or "", kind.__qualname__
+    if module.startswith("numpy.random"):
+        return name in ("Generator", "RandomState", "SeedSequence") or any(
+            c.__qualname__ == "BitGenerator" for c in kind.__mro__)
+    return module.startswith("torch") and name == "Generator"
 
 
 _METHODS: Dict[type, Tuple[types.FunctionType, ...]] = {}

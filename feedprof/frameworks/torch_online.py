@@ -40,7 +40,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, state_fingerprint
+from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, carry_check, own_generators
 from feedprof.frameworks.torch_feed import Feed
 from feedprof.frameworks.torch_ledger import EXHAUSTED, LEFT, RUN_END, EpochLedger
 from feedprof.frameworks.torch_pool import Pool, failure_kind
@@ -164,6 +164,7 @@ class OnlineLoader:
         self.counts[1] += 1
         self.ledger = EpochLedger(*self.counts)
         self.feed.new_epoch(order, self.ledger)
+        self.draws.own = own_generators(*self._forked_with())  # (one made since counts from now)
         self.draws.new_epoch()
         if self.own_persistent and self.epochs == 2:
             self.hold(PERSISTENT_FIRST_EPOCH)
@@ -222,7 +223,7 @@ class OnlineLoader:
         if pool is None or not pool.workers or not self.checks_order or self.hold_why or self.carry_why_not:
             return False
         if self.worker_draws and pool.config == self.script_config:  # its workers' draws would not start over
-            self._no_carry(WORKERS_DRAW)
+            self._no_carry(WORKERS_DRAW, self.epochs + 1)
             return False
         return True
 
@@ -231,18 +232,20 @@ class OnlineLoader:
         workers saw (the dataset's state unchanged); once not, every epoch restarts, as written."""
         if self.own_persistent:
             return True
-        if self.carry_why_not or state_fingerprint(*self._forked_with()) != self.forked_state:
-            self._no_carry(DATASET_CHANGED)
+        digest, why_not = carry_check(*self._forked_with()) if not self.carry_why_not else ("", "")
+        if self.carry_why_not or why_not or digest != self.forked_state:
+            self._no_carry(why_not or DATASET_CHANGED, self.epochs)
             return False
         self.carried += 1
         if self.carried == 1:
-            self.tuning.carried(self, True, "")
+            self.tuning.carried(self, True, "", self.epochs)
         return True
 
-    def _no_carry(self, why: str) -> None:
+    def _no_carry(self, why: str, from_epoch: int) -> None:
+        """From ``from_epoch`` (counted from 1) on, every epoch restarts its workers, as written."""
         if not self.carry_why_not:
             self.carry_why_not = why
-            self.tuning.carried(self, False, why)
+            self.tuning.carried(self, False, why, from_epoch)
 
     def _forked_with(self) -> Tuple[Any, ...]:
         """What a worker process is given of the loader (and what the script may change between epochs)."""
@@ -385,7 +388,9 @@ class OnlineLoader:
             self.switched_away = True  # the script's own workers would not be these
         try:
             if config.get("num_workers") and not self.own_persistent and not self.carry_why_not:
-                self.forked_state = state_fingerprint(*self._forked_with())
+                self.forked_state, why_not = carry_check(*self._forked_with())
+                if why_not:
+                    self._no_carry(why_not, self.epochs + 1)
             self.pool = Pool(self.loader, self.feed, config, seed, self.own_timeout_s)
         except BaseException:
             started = self.feed.segment  # what its workers took before it failed: served by the next pool

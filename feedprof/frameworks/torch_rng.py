@@ -3,7 +3,9 @@
 NOTE [ Draws a switch would move ]
 
     torch's default CPU generator, numpy's legacy global RandomState (once numpy is
-    imported) and Python's random are compared, in the main process:
+    imported), Python's random and the generator objects the loader's dataset, collate_fn
+    and worker_init_fn hold ("own": a dataset's ``self.rng``, found by torch_carry.py's
+    walk at each epoch's start) are compared, in the main process:
 
       around a fetch + collate at 0 workers   loading draws there; a worker pool draws them
                                               in its workers instead: the batches' random
@@ -27,11 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Set, Tuple
 
-STREAMS = ("torch", "numpy", "random")
+STREAMS = ("torch", "numpy", "random", "own")
 CHECK_BATCHES = 8
 SAMPLE_EVERY = 32
 
-Snapshot = Tuple[Any, Any, Any]
+Snapshot = Tuple[Any, Any, Any, Tuple[Any, ...]]
 
 
 class _NumpyState:
@@ -63,10 +65,27 @@ class _NumpyState:
 _numpy_state = _NumpyState()
 
 
-def snapshot() -> Snapshot:
+def snapshot(own: Tuple[Any, ...] = ()) -> Snapshot:
+    """The streams' states; ``own``: generator objects of the loader's (torch_carry.own_generators)."""
     import torch
 
-    return torch.get_rng_state(), _numpy_state(), random.getstate()
+    return torch.get_rng_state(), _numpy_state(), random.getstate(), tuple(_own_state(g) for g in own)
+
+
+def _own_state(g: Any) -> Any:
+    """A generator object's state, comparable with ==."""
+    import pickle
+
+    if isinstance(g, random.Random):
+        return g.getstate()
+    if hasattr(g, "get_state") and not hasattr(g, "bit_generator"):  # torch.Generator, numpy's RandomState
+        state = g.get_state()
+        return state.numpy().tobytes() if hasattr(state, "numpy") else pickle.dumps(state)
+    bitgen = getattr(g, "bit_generator", g)  # numpy's Generator, or a bit generator itself
+    try:
+        return pickle.dumps(bitgen.state)
+    except (AttributeError, TypeError):  # (a SeedSequence: no state to draw from)
+        return None
 
 
 def moved(a: Snapshot, b: Snapshot) -> Set[str]:
@@ -80,6 +99,8 @@ def moved(a: Snapshot, b: Snapshot) -> Set[str]:
         out.add("numpy")
     if a[2] != b[2]:
         out.add("random")
+    if a[3] != b[3]:
+        out.add("own")
     return out
 
 
@@ -97,6 +118,7 @@ class DrawWatch:
     sampler: Set[str] = field(default_factory=set)  # a sampler step past the epoch's first drew
     loop: Set[str] = field(default_factory=set)  # something drew between two batches of one epoch
     checked_own: int = 0  # batches checked under the script's own settings
+    own: Tuple[Any, ...] = ()  # the loader's own generator objects (set at each epoch's start)
     _batches: int = 0
     _on: bool = False  # this batch is checked
     _start: Optional[Snapshot] = None  # at this batch's request
@@ -130,7 +152,7 @@ class DrawWatch:
         if not self._on:
             self._end = None
             return
-        self._start, self._stepped = snapshot(), None
+        self._start, self._stepped = snapshot(self.own), None
         if self._end is not None:
             self.loop |= moved(self._end, self._start)
 
@@ -138,11 +160,11 @@ class DrawWatch:
         """One step of the script's sampler (``first``: the epoch's first)."""
         if not self._on:
             return pull()
-        before = snapshot()
+        before = snapshot(self.own)
         try:
             return pull()
         finally:
-            self._stepped = snapshot()
+            self._stepped = snapshot(self.own)
             if not first:
                 self.sampler |= moved(before, self._stepped)
 
@@ -151,7 +173,7 @@ class DrawWatch:
         ``own``: under the script's own settings."""
         if not self._on:
             return
-        self._end = snapshot()
+        self._end = snapshot(self.own)
         if in_main:
             self.loading |= moved(self._stepped or self._start, self._end)
         if own:

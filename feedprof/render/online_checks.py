@@ -9,7 +9,8 @@ from feedprof.store.online import CHECK_FAILED, OnlineHold, OnlineOrderCheck, On
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
 from feedprof.units import fmt_seconds
 
-STREAM_NAMES = {"torch": "torch's global RNG", "numpy": "numpy.random", "random": "Python's random"}
+STREAM_NAMES = {"torch": "torch's global RNG", "numpy": "numpy.random", "random": "Python's random",
+                "own": "a random generator the dataset holds"}
 FLAG = "--allow-rng-change"
 
 
@@ -123,6 +124,9 @@ def hold_lines(o: OnlineRecord, describe: Callable[[Dict[str, Any]], str]) -> Li
 CARRY_WORDS = {
     "dataset_changed": "the dataset (or a module-level value its code reads) changed between epochs",
     "workers_draw": "the script's own workers draw from their random streams as they load",
+    "own_rng": "the dataset holds a random generator of its own: fresh workers get the main process's copy "
+               "every epoch, kept ones would go on drawing from theirs",
+    "state_unseen": "the dataset's state is too large to check between epochs",
 }
 
 

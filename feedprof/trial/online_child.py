@@ -298,10 +298,10 @@ class OnlineTuning:
         self._say("online_randomness", loader_id=ol.loader_id, where=where, streams=list(streams), moved=moved,
                   allowed=self.allow_rng_change, epoch=ol.epochs, target=ol is self.target)
 
-    def carried(self, ol: Any, carried: bool, why: str) -> None:
+    def carried(self, ol: Any, carried: bool, why: str, epoch: int) -> None:
         """A pool served the loader's next epoch without the restart its script makes, or (not
         ``carried``) its pools restart every epoch from now on, as written (frameworks/torch_carry.py)."""
-        self._say("online_carry", loader_id=ol.loader_id, carried=carried, why=why, epoch=ol.epochs,
+        self._say("online_carry", loader_id=ol.loader_id, carried=carried, why=why, epoch=epoch,
                   target=ol is self.target)
 
     def held(self, ol: Any, why: str, detail: str) -> None:
