@@ -8,7 +8,7 @@ run as written.
 
 SEEDED's flags are the shapes of real loops: two iterators of one loader
 (--zip), a probe batch inside the loop (--probe K), random draws in the main
-process (--augment, --collate-mask at 0 workers), an episodic sampler drawing
+process (--augment, --collate-mask, --own-rng at 0 workers), an episodic sampler drawing
 each batch lazily (--lazy-sampler) with the loop drawing too (--loop-draws), a
 dataset changed between epochs (--curriculum, with --persistent), a loop that
 breaks out of each epoch (--steps N), and a stand-in for a torch whose iterator
@@ -41,6 +41,7 @@ p.add_argument("--rebuild", action="store_true")  # a new DataLoader every epoch
 p.add_argument("--zip", action="store_true")  # paired views: for a, b in zip(loader, loader)
 p.add_argument("--probe", type=int, default=0)  # every K steps a probe batch: next(iter(loader))
 p.add_argument("--collate-mask", action="store_true")  # collate_fn masks at random (numpy.random)
+p.add_argument("--own-rng", action="store_true")  # the dataset draws noise from a generator it holds (self.rng)
 p.add_argument("--lazy-sampler", action="store_true")  # episodic: each batch's samples drawn when it is taken
 p.add_argument("--loop-draws", action="store_true")  # mixup in the loop: torch.rand and randperm every step
 p.add_argument("--curriculum", action="store_true")  # dataset.level = epoch before each epoch
@@ -71,6 +72,9 @@ EPOCH = {"n": 0}
 class Storage(Dataset):
     level = 0  # --curriculum: set by the loop before each epoch
 
+    def __init__(self):
+        self.rng = np.random.default_rng(1) if args.own_rng else None
+
     def __len__(self):
         return args.samples
 
@@ -84,6 +88,8 @@ class Storage(Dataset):
         x = torch.full((8,), float(i) / args.samples + self.level)
         if args.augment and self.augmenting():
             x = x + 0.01 * torch.rand(8)
+        if self.rng is not None:
+            x = x + float(self.rng.normal())
         return x, i
 
     def augmenting(self):

@@ -94,8 +94,9 @@ def test_persistent_workers_keep_the_dataset_they_started_with(tmp_path, no_left
 
 @pytest.mark.parametrize("args, where, stream", [
     (["--augment"], "rng_loading", "torch"), (["--collate-mask"], "rng_loading", "numpy"),
-    (["--lazy-sampler", "--loop-draws"], "rng_sampler", "torch")],
-    ids=["dataset_draws_torch_rand", "collate_masks_with_numpy", "lazy_sampler_and_mixup_in_the_loop"])
+    (["--own-rng"], "rng_loading", "own"), (["--lazy-sampler", "--loop-draws"], "rng_sampler", "torch")],
+    ids=["dataset_draws_torch_rand", "collate_masks_with_numpy", "dataset_draws_its_own_generator",
+         "lazy_sampler_and_mixup_in_the_loop"])
 def test_a_loader_whose_switch_moves_random_draws_is_not_switched(tmp_path, no_leftovers, args, where, stream):
     """Draws in the main process at 0 workers (augmentation, a random mask in collate_fn), or a
     lazily drawing sampler while the loop draws too: seen before any switch, the loader keeps the

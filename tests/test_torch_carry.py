@@ -179,3 +179,15 @@ def test_more_state_than_the_walk_covers_rules_out_carrying():
         node.child = Level()
         node = node.child
     assert carry_check(deep, None, None)[1] == STATE_UNSEEN
+
+
+def test_an_object_the_walk_cannot_read_vouches_for_nothing_and_raises_nothing():
+    from feedprof.frameworks.torch_carry import STATE_UNSEEN, carry_check, own_generators
+
+    class Odd(Images):
+        @property
+        def __dict__(self):  # (a lazy proxy whose attributes raise)
+            raise RuntimeError("not loaded")
+
+    assert carry_check(Odd(), None, None)[1] == STATE_UNSEEN
+    assert own_generators(Odd()) == ()

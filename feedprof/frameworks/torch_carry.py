@@ -57,19 +57,26 @@ def state_fingerprint(*objs: Any) -> str:
 def own_generators(*objs: Any) -> Tuple[Any, ...]:
     """The random generator objects ``objs`` hold (a dataset's ``self.rng``): draws from them are
     the script's too (frameworks/torch_rng.py watches them beside the global streams)."""
-    walk = _Walk()
-    for obj in objs:
-        walk.visit(obj, DEPTH)
-    return tuple(walk.generators)
+    return tuple(_walked(objs).generators)
 
 
 def carry_check(*objs: Any) -> Tuple[str, str]:
     """(the digest of ``objs``, "" or the code of why a pool forked with them may not serve
     another epoch whatever the digest: OWN_RNG, STATE_UNSEEN)."""
-    walk = _Walk()
-    for obj in objs:
-        walk.visit(obj, DEPTH)
+    walk = _walked(objs)
     return walk.h.hexdigest(), walk.why_not
+
+
+def _walked(objs: Tuple[Any, ...]) -> "_Walk":
+    """The walk over ``objs``; one that fails on an object nobody foresaw (a property that raises)
+    vouches for nothing, and never stops the run."""
+    walk = _Walk()
+    try:
+        for obj in objs:
+            walk.visit(obj, DEPTH)
+    except Exception:  # noqa: BLE001
+        walk.why_not = walk.why_not or STATE_UNSEEN
+    return walk
 
 
 class _Walk:
