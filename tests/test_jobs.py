@@ -204,3 +204,35 @@ def test_a_custom_loop_over_a_distributed_dataset_is_measured(tmp_path, no_lefto
     s = json.loads((out / "run.json").read_text())["summary"]
     assert s["framework"] == "tf.data" and s["batches_measured"] >= 30
     assert s["data_wait_fraction"] > 0.5  # iterated in Python: the wait is measured (16 x 4 ms per batch)
+
+
+PEER_ENDS = '''
+import sys, time
+from torch.utils.data import DataLoader
+loader = DataLoader(range(100_000), batch_size=1)
+for step, x in enumerate(loader):
+    time.sleep(0.002)
+    if step == int(sys.argv[1]):  # what a collective raises when another rank has ended first
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:537] Read error: Connection reset by peer")
+'''
+
+
+@pytest.mark.parametrize("raise_at, code, state", [(400, 0, "ok"), (5, 1, "failed")], ids=["after", "before"])
+def test_a_rank_that_raises_after_its_window_keeps_it(tmp_path, raise_at, code, state):
+    """One feedprof per task: each ends its own rank once every rank has its window, so a rank can
+    see its peer gone mid-collective. After its window that error is no failure of the run's;
+    before it, it is."""
+    from feedprof.trial.protocol import Mode, TrialSpec
+
+    script = write_script(tmp_path, "rank.py", PEER_ENDS)
+    spec = TrialSpec(script=str(script), argv=[str(raise_at)], result_path=str(tmp_path / "result.json"),
+                     events_path=str(tmp_path / "events.jsonl"), origin_s=0.0, window_batches=40,
+                     window_seconds=0.05, min_window_batches=10, warmup_batches=2, mode=Mode.OBSERVE)
+    (tmp_path / "spec.json").write_text(spec.to_json())
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+    proc = subprocess.run([sys.executable, "-m", "feedprof.trial.child", str(tmp_path / "spec.json")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["outcome"]["state"] == state
+    assert ("raised after its window was measured" in proc.stderr) == (code == 0)

@@ -73,9 +73,9 @@ def run_script(spec: TrialSpec) -> ChildExit:
     except OSError as exc:
         if _ours_refused(exc, spec):
             raise  # the trial's own files, not the script: run_spec_file says so
-        return _script_failed(ctl, exc)
+        return _script_failed(ctl, exc, rank)
     except BaseException as exc:  # the script's own error: reported as the script's
-        return _script_failed(ctl, exc)
+        return _script_failed(ctl, exc, rank)
     ctl.write_result(TrialState.OK, exit_code=0)
     return ChildExit(0)
 
@@ -100,8 +100,15 @@ def _ours_refused(exc: OSError, spec: TrialSpec) -> bool:
         os.path.dirname(os.path.abspath(spec.result_path))
 
 
-def _script_failed(ctl: Controller, exc: BaseException) -> ChildExit:
-    """The script's own error: reported as the script's (its frames only)."""
+def _script_failed(ctl: Controller, exc: BaseException, rank: Optional[RankInfo] = None) -> ChildExit:
+    """The script's own error: reported as the script's (its frames only). A rank of a job that
+    raises after its window was measured has been training on only until every rank has one;
+    the others' ends make its collectives fail (gloo: "Connection reset by peer"), depending on
+    which feedprof ends its rank first: its window stands, and the error is said in one line."""
+    if rank is not None and ctl.done and ctl.window is not None:
+        sys.stderr.write(f"feedprof: rank {rank.rank} raised after its window was measured (as a rank does when "
+                         f"another ends first): {type(exc).__name__}: {str(exc)[:200]}\n")
+        return ChildExit(0, at_once=True)  # (its result, written with the window, stays)
     tb = script_traceback(exc)
     sys.stderr.write(tb)
     ctl.write_result(TrialState.FAILED, failure_cause(exc), tb=tb, exit_code=1)
