@@ -159,35 +159,35 @@ def test_a_value_read_from_the_users_own_module_is_part_of_the_state(tmp_path):
     lambda: __import__("random").Random(0),
 ], ids=["numpy_generator", "random_state", "torch_generator", "python_random"])
 def test_a_generator_of_its_own_rules_out_carrying(make_rng):
-    from feedprof.frameworks.torch_carry import OWN_RNG, carry_check
+    from feedprof.frameworks.torch_carry import OWN_RNG, state_of
 
     ds = Images()
-    assert carry_check(ds, None, None)[1] == ""
+    assert state_of(ds, None, None).why_not == ""
     ds.aug = {"rng": make_rng()}
-    assert carry_check(ds, None, None)[1] == OWN_RNG
+    assert state_of(ds, None, None).why_not == OWN_RNG
 
 
 def test_more_state_than_the_walk_covers_rules_out_carrying():
-    from feedprof.frameworks.torch_carry import STATE_UNSEEN, carry_check
+    from feedprof.frameworks.torch_carry import STATE_UNSEEN, state_of
 
     ds = Images()
     ds.annotations = [{"boxes": [[i, i, i, i] for i in range(40)], "id": k} for k in range(64)]  # a COCO-like index
-    assert carry_check(ds, None, None)[1] == STATE_UNSEEN
+    assert state_of(ds, None, None).why_not == STATE_UNSEEN
     deep = Images()
     node = deep
     for _ in range(8):
         node.child = Level()
         node = node.child
-    assert carry_check(deep, None, None)[1] == STATE_UNSEEN
+    assert state_of(deep, None, None).why_not == STATE_UNSEEN
 
 
 def test_an_object_the_walk_cannot_read_vouches_for_nothing_and_raises_nothing():
-    from feedprof.frameworks.torch_carry import STATE_UNSEEN, carry_check, own_generators
+    from feedprof.frameworks.torch_carry import STATE_UNSEEN, state_of
 
     class Odd(Images):
         @property
         def __dict__(self):  # (a lazy proxy whose attributes raise)
             raise RuntimeError("not loaded")
 
-    assert carry_check(Odd(), None, None)[1] == STATE_UNSEEN
-    assert own_generators(Odd()) == ()
+    assert state_of(Odd(), None, None).why_not == STATE_UNSEEN
+    assert state_of(Odd()).generators == ()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import types
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from feedprof.record.userframes import is_user_file
 
@@ -48,35 +48,31 @@ OWN_RNG = "own_rng"  # a generator object in the state: a kept pool's copy would
 STATE_UNSEEN = "state_unseen"  # past the walk's budget: a change there would go unseen
 
 
-def state_fingerprint(*objs: Any) -> str:
-    """A digest of what a worker forked now would be given of ``objs``: their attributes'
-    values, followed through containers, partials and closures."""
-    return carry_check(*objs)[0]
+class CarryState(NamedTuple):
+    """What one walk over a loader's dataset, collate_fn and worker_init_fn found."""
+
+    digest: str  # of what a worker forked now would be given of them
+    why_not: str  # "" or why a pool forked with them may not serve another epoch whatever the digest
+    generators: Tuple[Any, ...]  # the random generator objects they hold (a dataset's ``self.rng``):
+    # draws from them are the script's too (frameworks/torch_rng.py watches them)
 
 
-def own_generators(*objs: Any) -> Tuple[Any, ...]:
-    """The random generator objects ``objs`` hold (a dataset's ``self.rng``): draws from them are
-    the script's too (frameworks/torch_rng.py watches them beside the global streams)."""
-    return tuple(_walked(objs).generators)
-
-
-def carry_check(*objs: Any) -> Tuple[str, str]:
-    """(the digest of ``objs``, "" or the code of why a pool forked with them may not serve
-    another epoch whatever the digest: OWN_RNG, STATE_UNSEEN)."""
-    walk = _walked(objs)
-    return walk.h.hexdigest(), walk.why_not
-
-
-def _walked(objs: Tuple[Any, ...]) -> "_Walk":
-    """The walk over ``objs``; one that fails on an object nobody foresaw (a property that raises)
-    vouches for nothing, and never stops the run."""
+def state_of(*objs: Any) -> CarryState:
+    """One walk over ``objs``: their attributes' values, followed through containers, partials,
+    closures and bound methods. A walk that fails on an object nobody foresaw (a property that
+    raises) vouches for nothing, and never stops the run."""
     walk = _Walk()
     try:
         for obj in objs:
             walk.visit(obj, DEPTH)
     except Exception:  # noqa: BLE001
         walk.why_not = walk.why_not or STATE_UNSEEN
-    return walk
+    return CarryState(walk.h.hexdigest(), walk.why_not, tuple(walk.generators))
+
+
+def state_fingerprint(*objs: Any) -> str:
+    """The digest alone (state_of)."""
+    return state_of(*objs).digest
 
 
 class _Walk:

@@ -40,7 +40,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, carry_check, own_generators
+from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, CarryState, state_of
 from feedprof.frameworks.torch_feed import Feed
 from feedprof.frameworks.torch_ledger import EXHAUSTED, LEFT, RUN_END, EpochLedger
 from feedprof.frameworks.torch_pool import Pool, failure_kind
@@ -121,6 +121,7 @@ class OnlineLoader:
         self.worker_draws: Tuple[str, ...] = ()  # streams the script's own workers draw from as they load
         self.worker_draws_moved = False
         self.forked_state = ""  # the dataset's state when the pool's workers forked (torch_carry.py)
+        self.epoch_state = CarryState("", "", ())  # ... and at this epoch's iter(), where torch's fresh workers fork
         self.carry_why_not = ""  # why its pools restart every epoch after all (a torch_carry code)
         self.carried = 0  # epochs a pool served without a restart the script's own loader makes
         self._live: Optional[weakref.ref] = None  # the epoch the script iterates
@@ -164,7 +165,8 @@ class OnlineLoader:
         self.counts[1] += 1
         self.ledger = EpochLedger(*self.counts)
         self.feed.new_epoch(order, self.ledger)
-        self.draws.own = own_generators(*self._forked_with())  # (one made since counts from now)
+        self.epoch_state = state_of(*self._forked_with())  # one walk for the carry check and the draws
+        self.draws.own = self.epoch_state.generators  # (a generator made since counts from now)
         self.draws.new_epoch()
         if self.own_persistent and self.epochs == 2:
             self.hold(PERSISTENT_FIRST_EPOCH)
@@ -232,9 +234,9 @@ class OnlineLoader:
         workers saw (the dataset's state unchanged); once not, every epoch restarts, as written."""
         if self.own_persistent:
             return True
-        digest, why_not = carry_check(*self._forked_with()) if not self.carry_why_not else ("", "")
-        if self.carry_why_not or why_not or digest != self.forked_state:
-            self._no_carry(why_not or DATASET_CHANGED, self.epochs)
+        now = self.epoch_state
+        if self.carry_why_not or now.why_not or now.digest != self.forked_state:
+            self._no_carry(now.why_not or DATASET_CHANGED, self.epochs)
             return False
         self.carried += 1
         if self.carried == 1:
@@ -388,9 +390,10 @@ class OnlineLoader:
             self.switched_away = True  # the script's own workers would not be these
         try:
             if config.get("num_workers") and not self.own_persistent and not self.carry_why_not:
-                self.forked_state, why_not = carry_check(*self._forked_with())
-                if why_not:
-                    self._no_carry(why_not, self.epochs + 1)
+                forked = state_of(*self._forked_with())
+                self.forked_state = forked.digest
+                if forked.why_not:
+                    self._no_carry(forked.why_not, self.epochs + 1)
             self.pool = Pool(self.loader, self.feed, config, seed, self.own_timeout_s)
         except BaseException:
             started = self.feed.segment  # what its workers took before it failed: served by the next pool

@@ -66,7 +66,7 @@ _numpy_state = _NumpyState()
 
 
 def snapshot(own: Tuple[Any, ...] = ()) -> Snapshot:
-    """The streams' states; ``own``: generator objects of the loader's (torch_carry.own_generators)."""
+    """The streams' states; ``own``: generator objects of the loader's (torch_carry.state_of)."""
     import torch
 
     return torch.get_rng_state(), _numpy_state(), random.getstate(), tuple(_own_state(g) for g in own)
