@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -115,6 +116,30 @@ def run_feedprof(args, via="module", timeout=240, cwd=None, env=None):
     full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
     return subprocess.run(cmd + list(args), capture_output=True, text=True, timeout=timeout,
                           cwd=cwd, env=full_env)
+
+
+def run_side_by_side(cmds, cwd, timeout=240, env=None):
+    """Commands started together that meet each other (two torchrun "nodes"): each one's
+    output goes to a file, so none blocks on a pipe nobody reads while the test waits on
+    another. A hang kills them all and fails with what each said: a rendezvous that never
+    meets is told apart from a feedprof that never ends."""
+    full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    logs = [(Path(cwd) / f"side{k}.out", Path(cwd) / f"side{k}.err") for k in range(len(cmds))]
+    procs = [subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=open(out, "w"), stderr=open(err, "w"))
+             for cmd, (out, err) in zip(cmds, logs)]
+    deadline = time.monotonic() + timeout
+    try:
+        codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
+    except subprocess.TimeoutExpired:
+        ended = [p.poll() for p in procs]
+        for p in procs:
+            p.kill()
+            p.wait()
+        said = "\n".join(f"--- command {k} ({'still running' if code is None else f'exit {code}'}) said:\n"
+                         f"{err.read_text()[-2000:]}" for k, ((_, err), code) in enumerate(zip(logs, ended)))
+        pytest.fail(f"side-by-side commands ran past {timeout} s\n{said}")
+    return [subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
+            for cmd, code, (out, err) in zip(cmds, codes, logs)]
 
 
 TEST_MARK = "FEEDPROF_TEST_ID"  # inherited by everything a test starts: its leftovers, not another run's

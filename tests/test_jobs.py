@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import run_feedprof, write_script
+from tests.conftest import run_feedprof, run_side_by_side, write_script
 from feedprof.trial.jobrunner import free_port
 from tests.scripts_jobs import DATA_PARALLEL, MPI_INIT, MULTI_WORKER, START_TWO_WORKERS, ddp, mirrored
 
@@ -83,16 +83,13 @@ def test_the_runs_of_two_nodes_merge_into_one_report(tmp_path, no_leftovers, tor
     own as on a cluster, then merged by feedprof report."""
     script = write_script(tmp_path, "train.py", ddp())
     port = str(free_port())
-    procs = []
-    for node in (0, 1):
-        launch = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-                  "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, script]
-        procs.append(subprocess.Popen([sys.executable, "-m", "feedprof", "profile", "--out", str(tmp_path / f"n{node}"),
-                                       *QUICK, "--", *launch], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
-    for proc in procs:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err
+    def launch(node):
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+                "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, script]
+
+    procs = run_side_by_side([[sys.executable, "-m", "feedprof", "profile", "--out", str(tmp_path / f"n{node}"),
+                               *QUICK, "--", *launch(node)] for node in (0, 1)], tmp_path)
+    assert [p.returncode for p in procs] == [0, 0], [p.stderr[-2000:] for p in procs]
     page = tmp_path / "job.html"
     merged = run_feedprof(["report", str(tmp_path / "n0" / "run.json"), str(tmp_path / "n1" / "run.json"),
                            "-o", str(page)])

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import run_feedprof, write_script
+from conftest import run_feedprof, run_side_by_side, write_script
 from scripts_jobs import SLURM_DDP
 
 pytest.importorskip("torch")
@@ -161,17 +161,16 @@ def test_two_torchrun_nodes_each_tuned_online_merge_into_one_report(tmp_path, no
         return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                 "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port)]
 
-    port = free_port()
-    plain = [subprocess.Popen([*launch(k, port), script, "--report", str(tmp_path / "plain")], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for k in (0, 1)]
-    assert [p.wait(timeout=180) for p in plain] == [0, 0]
+    # as written: the same two ranks of one world, under one agent (what each rank sees is
+    # its rank's; a rendezvous between two agents is the tuned run's to meet)
+    plain = _run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                  str(free_port()), script, "--report", str(tmp_path / "plain")], tmp_path, timeout=180)
+    assert plain.returncode == 0, plain.stderr[-3000:]
     want = _reports(tmp_path / "plain")
     port = free_port()
-    tuned = [subprocess.Popen([*FEEDPROF, "tune", "--online", "--out", f"node{k}", "--", *launch(k, port), script,
-                               "--report", str(tmp_path / "online")], cwd=tmp_path, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV}) for k in (0, 1)]
-    ends = [p.communicate(timeout=240) for p in tuned]
-    assert [p.returncode for p in tuned] == [0, 0], [e[1][-2000:] for e in ends]
+    tuned = run_side_by_side([[*FEEDPROF, "tune", "--online", "--out", f"node{k}", "--", *launch(k, port), script,
+                               "--report", str(tmp_path / "online")] for k in (0, 1)], tmp_path, env=ENV)
+    assert [p.returncode for p in tuned] == [0, 0], [p.stderr[-2000:] for p in tuned]
     got = _reports(tmp_path / "online")
     assert all(got[r]["epochs"] == want[r]["epochs"] and got[r]["weights"] == want[r]["weights"] for r in (0, 1))
     merged = run_feedprof(["report", "node0/results.json", "node1/results.json", "-o", "job.html"], cwd=tmp_path)
