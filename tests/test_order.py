@@ -147,3 +147,116 @@ def test_in_order_is_a_knob_only_when_off_and_a_probe_unless_allowed():
     space.allow_reorder = True
     assert not space.probe_only({**on, "in_order": False})
     assert "in_order=False" in space.describe({**on, "in_order": False})
+
+
+class _Augmenting:
+    """A dataset drawing its augmentation from a generator of its own (``self.rng``)."""
+
+    def __init__(self, np):
+        self.rng = np.random.default_rng(0)
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        return float(self.rng.random())
+
+
+def _draws_by_epoch(DataLoader, np, workers, persistent, epochs=2):
+    loader = DataLoader(_Augmenting(np), batch_size=4, num_workers=workers, persistent_workers=persistent)
+    return [[round(float(x), 6) for batch in loader for x in batch] for _ in range(epochs)]
+
+
+def test_a_dataset_s_own_generator_repeats_in_fresh_workers_and_goes_on_in_persistent_ones(e2e, torch, DataLoader):
+    """The claim the own_rng words make, on a real DataLoader: in the main process one stream runs
+    over the whole run; 2 fresh workers start alike (batch 0 and batch 1, one from each, are equal)
+    and start again every epoch; persistent workers go on from the second epoch."""
+    np = pytest.importorskip("numpy")
+    main = _draws_by_epoch(DataLoader, np, 0, False)
+    assert main[0] != main[1] and len(set(main[0])) == 16
+    fresh = _draws_by_epoch(DataLoader, np, 2, False)
+    assert fresh[0][:4] == fresh[0][4:8]  # the two workers' streams begin alike
+    assert fresh[0] == fresh[1]  # every epoch the same draws again
+    kept = _draws_by_epoch(DataLoader, np, 2, True)
+    assert kept[0] == fresh[0] and kept[1] != kept[0]  # carried on from the second epoch
+
+
+def test_describe_names_the_generators_a_dataset_holds(torch, DataLoader):
+    import random
+
+    from feedprof.frameworks.torch import describe
+
+    np = pytest.importorskip("numpy")
+    assert describe(DataLoader(_Augmenting(np), batch_size=4)).own_rng == ("numpy.random.Generator",)
+    both = _Augmenting(np)
+    both.extra = {"py": random.Random(1), "torch": torch.Generator()}
+    assert describe(DataLoader(both, batch_size=4)).own_rng == ("numpy.random.Generator", "random.Random",
+                                                                "torch.Generator")
+    assert describe(DataLoader(list(range(8)), batch_size=4)).own_rng == ()
+
+
+@pytest.mark.parametrize("script_workers", [0, 2])
+def test_a_pick_that_moves_or_keeps_a_dataset_s_own_generator_says_its_draws_change(script_workers):
+    own = ("numpy.random.Generator",)
+    script = {"num_workers": script_workers, "persistent_workers": False}
+    loader = LoaderRecord(loader_id=0, framework=Framework.TORCH, site="train.py:12", own_rng=own,
+                          script_config=script)
+    persistent = {"num_workers": 4, "persistent_workers": True, "prefetch_factor": 2, "pin_memory": False}
+    (finding,) = order_findings(persistent, loader)
+    knobs = ("num_workers", "persistent_workers") if script_workers == 0 else ("persistent_workers",)
+    assert finding == OrderChanges(knobs=knobs, cause="own_rng", site="train.py:12", generators=own)
+    words = say(finding)
+    assert "numpy.random.Generator" in words and "train.py:12" in words
+    if script_workers == 0:
+        assert "draws in the main process" in words and "worker_init_fn" in words
+        (fresh,) = order_findings({**persistent, "persistent_workers": False}, loader)
+        assert fresh.knobs == ("num_workers",) and "start again from it every epoch" in say(fresh)
+    else:
+        assert "from the second epoch on" in words and "repeats the same stream" in words
+        assert order_findings({**persistent, "persistent_workers": False}, loader) == []  # as written: fresh workers
+    assert order_findings({**persistent, "num_workers": 0, "persistent_workers": False}, loader) == []
+
+
+OWN_RNG_IO = """
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Crops(Dataset):
+    def __init__(self):
+        self.rng = np.random.default_rng(0)  # the crop offsets: a generator of the dataset's own
+
+    def __len__(self):
+        return 2048
+
+    def __getitem__(self, i):
+        time.sleep(0.004)  # a read from storage
+        return torch.full((4,), float(self.rng.integers(0, 8)))
+
+
+loader = DataLoader(Crops(), batch_size=4, num_workers=0)
+for epoch in range(30):
+    for x in loader:
+        time.sleep(0.002)
+"""
+
+
+def test_a_tune_that_moves_a_dataset_s_own_generator_into_workers_says_so(tmp_path, no_leftovers, torch):
+    """An I/O-bound loader written with 0 workers whose dataset draws its crops from self.rng:
+    the advice is more workers, and it says what that does to the draws (results.json and words)."""
+    import json
+
+    from tests.conftest import run_feedprof, write_script
+
+    script = write_script(tmp_path, "train.py", OWN_RNG_IO)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "45", "--max-workers", "8"], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads((out / "results.json").read_text())["recommendation"]
+    assert rec["config"]["num_workers"] >= 2, rec["config"]
+    (own,) = [r for r in rec["reasons"] if r["code"] == "order_changes" and r["cause"] == "own_rng"]
+    assert own["generators"] == ["numpy.random.Generator"] and own["knobs"][0] == "num_workers"
+    assert "The dataset's random draws change with workers" in proc.stdout

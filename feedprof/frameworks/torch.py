@@ -67,7 +67,16 @@ def describe(loader: Any) -> LoaderInfo:
                       dataset=type(loader.dataset).__name__,
                       batch_size=batch_size if isinstance(batch_size, int) else None,
                       batches_per_epoch=batches_per_epoch, iterable=isinstance(loader.dataset, IterableDataset),
-                      shuffle_rng=shuffle_rng(loader))
+                      shuffle_rng=shuffle_rng(loader), own_rng=own_rng(loader))
+
+
+def own_rng(loader: Any) -> Tuple[str, ...]:
+    """The random generators the loader's dataset, collate_fn or worker_init_fn hold (a dataset's
+    ``self.rng``): each epoch's fresh workers start from the main process's copy of them, persistent
+    workers carry theirs on (frameworks/torch_carry.py walks them, within its budget)."""
+    from feedprof.frameworks.torch_carry import generator_names, state_of
+
+    return generator_names(state_of(loader.dataset, loader.collate_fn, loader.worker_init_fn).generators)
 
 
 def shuffle_rng(loader: Any) -> str:

@@ -70,6 +70,18 @@ def state_of(*objs: Any) -> CarryState:
     return CarryState(walk.h.hexdigest(), walk.why_not, tuple(walk.generators))
 
 
+def generator_names(generators: Tuple[Any, ...]) -> Tuple[str, ...]:
+    """The kinds of random generator ``generators`` are, each once, as users write them
+    ("random.Random", "numpy.random.Generator", "torch.Generator")."""
+    names = []
+    for g in generators:
+        kind = type(g)
+        module = kind.__module__ or ""
+        root = "numpy.random" if module.startswith("numpy.random") else module.split(".")[0]
+        names.append(f"{root}.{kind.__qualname__}")
+    return tuple(sorted(set(names)))
+
+
 def state_fingerprint(*objs: Any) -> str:
     """The digest alone (state_of)."""
     return state_of(*objs).digest

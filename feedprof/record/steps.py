@@ -62,6 +62,7 @@ class LoaderInfo:
     backend: str = ""  # Keras's backend
     iterable: bool = False  # an IterableDataset: what each worker yields is up to the dataset
     shuffle_rng: str = ""  # a shuffling loader's random source: "global", "loader", "sampler" (torch.shuffle_rng)
+    own_rng: Tuple[str, ...] = ()  # random generators its dataset holds (torch.own_rng)
     # Did the loader's workers call get_worker_info()? Asked when the record is
     # written (the workers run after construction); None: not observable.
     worker_info_asked: Optional[Callable[[], Optional[bool]]] = None
@@ -235,6 +236,7 @@ class StepRecorder:
             replayed=where.replayed,
             iterable=info.iterable,
             shuffle_rng=info.shuffle_rng,
+            own_rng=tuple(info.own_rng),
             batch_digests=tuple(self.digests),
             worker_info_asked=info.worker_info_asked() if info.worker_info_asked is not None else None,
             autotune=tuple(info.autotune(o)) if info.autotune is not None else (),

@@ -33,6 +33,8 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
                 "is ready, not in the sampler's order (the same samples each epoch, in another order; a run is "
                 "no longer repeatable batch for batch).")
     loader = f"the loader at {x.site}" if x.site else "the loader"
+    if x.cause == "own_rng":
+        return _own_rng(x, loader)
     source = ("torch's global random generator (it has no generator=)" if x.shuffle_rng == "global"
               else "its generator=, the one its iterator also draws the workers' seed from")
     also = ("; draws from the global generator elsewhere in the script shift as well" if x.shuffle_rng == "global"
@@ -42,6 +44,25 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
             "once instead of every epoch, so a seeded run sees another order than it did before (runs compared "
             "with earlier ones, or resumed from a checkpoint, differ). To keep the order, give the sampler a "
             f"generator of its own: {KEEP_ORDER}{also}.")
+
+
+def _own_rng(x: r.OrderChanges, loader: str) -> str:
+    held = " and ".join(x.generators) or "a random generator"
+    if "num_workers" in x.knobs:
+        restart = ("" if "persistent_workers" in x.knobs
+                   else ", and without persistent workers they start again from it every epoch")
+        return (f"The dataset's random draws change with workers: the dataset of {loader} holds its own {held}, "
+                "which as written draws in the main process, one stream over the whole run. In workers, each "
+                "worker starts from a copy of the main process's generator as it was when they started (unless a "
+                f"worker_init_fn reseeds it), so the workers' streams begin alike{restart}. To keep the draws "
+                "varied, seed each worker's copy in a worker_init_fn, e.g. from "
+                "torch.utils.data.get_worker_info().seed.")
+    return (f"The dataset's random draws change from the second epoch on with {' and '.join(x.knobs)}: the dataset "
+            f"of {loader} holds its own {held}. As written, every epoch's fresh workers start from the main "
+            "process's copy of it, so each epoch repeats the same stream of draws (the same augmentations, "
+            "whatever samples they fall on); persistent workers carry their copies on, so a seeded run draws "
+            "other ones from the second epoch on. Often that is what was meant; runs compared with earlier ones "
+            "differ.")
 
 
 def _in_order_gain(x: r.InOrderGain, describe: Callable) -> str:

@@ -99,6 +99,8 @@ class LoaderRecord:
     iterable: bool = False  # an IterableDataset: the dataset, not a sampler, decides what each worker yields
     shuffle_rng: str = ""  # a shuffling loader's random source: "global" (torch's global RNG, no generator=),
     #                         "loader" (its generator=), "sampler" (the sampler's own); "": no shuffle, or not known
+    own_rng: Tuple[str, ...] = ()  # the random generators its dataset, collate_fn or worker_init_fn hold, by kind
+    #                                ("numpy.random.Generator"): persistent workers carry them on across epochs
     batch_digests: Tuple[str, ...] = ()  # of the first epoch's first batches (iterable datasets; record/digest.py)
     worker_info_asked: Optional[bool] = None  # did its workers call get_worker_info() (None: not observable)
     autotune: Tuple[AutotuneReading, ...] = ()  # tf.data: its settings over the run, each time they changed

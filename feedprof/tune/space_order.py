@@ -8,6 +8,13 @@ NOTE [ Settings that change the order of samples ]
                               epoch, so from the second epoch on a seeded shuffle gives another order
                               (tests/test_order.py shows it on a real DataLoader). A sampler with its own
                               generator keeps the order.
+                              A random generator the dataset holds (self.rng): each epoch's fresh
+                              workers start from the main process's copy of it, so every epoch's
+                              draws repeat; persistent workers carry theirs on, and the draws from
+                              the second epoch on change (the augmentations a seeded run sees).
+    num_workers > 0 (from 0)   the same generator drew in the main process, one stream over the run;
+                              in workers each starts from a copy of it (unless a worker_init_fn reseeds
+                              it): their streams begin alike, and restart every epoch unless persistent.
     in_order=False            batches are handed over as they are ready (torch >= 2.6): a slow sample no
                               longer holds back every batch behind it (head-of-line blocking), but the
                               order changes. Measured where the wait shows that blocking; recommended
@@ -42,10 +49,17 @@ def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
     site = getattr(loader, "site", "") or ""
     rng = getattr(loader, "shuffle_rng", "") or ""
     out: List[Reason] = []
-    if config.get("num_workers") and config.get("persistent_workers") and not script.get("persistent_workers") \
-            and rng in ("global", "loader"):
+    turns_on_persistent = bool(config.get("num_workers") and config.get("persistent_workers")
+                               and not (script.get("num_workers") and script.get("persistent_workers")))
+    if turns_on_persistent and rng in ("global", "loader"):
         out.append(OrderChanges(knobs=("persistent_workers",), cause="persistent_workers", shuffle_rng=rng,
                                 site=site))
+    own = tuple(getattr(loader, "own_rng", ()) or ())
+    if own and config.get("num_workers") and not script.get("num_workers"):  # its draws leave the main process
+        knobs = ("num_workers", "persistent_workers") if config.get("persistent_workers") else ("num_workers",)
+        out.append(OrderChanges(knobs=knobs, cause="own_rng", site=site, generators=own))
+    elif own and turns_on_persistent:
+        out.append(OrderChanges(knobs=("persistent_workers",), cause="own_rng", site=site, generators=own))
     if config.get("num_workers") and config.get("in_order") is False and script.get("in_order") is not False:
         out.append(OrderChanges(knobs=("in_order",), cause="in_order", shuffle_rng=rng, site=site))
     return out

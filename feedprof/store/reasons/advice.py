@@ -27,14 +27,17 @@ class OrderChanges(Reason):
     """The recommended ``knobs`` change the order of samples the script sees (or its random streams).
     ``cause``: "persistent_workers" (the loader's iterator, and its one draw of the workers' seed from the
     generator the sampler shuffles with, is made once instead of every epoch: the order changes from the
-    second epoch on), "in_order" (batches are handed over as they are ready). ``shuffle_rng``: where the loader
-    at ``site`` draws its order (LoaderRecord.shuffle_rng)."""
+    second epoch on), "in_order" (batches are handed over as they are ready), "own_rng" (persistent workers
+    carry on the random ``generators`` the dataset holds, where each epoch's fresh workers started from the
+    main process's copy: the dataset's draws change from the second epoch on). ``shuffle_rng``: where the
+    loader at ``site`` draws its order (LoaderRecord.shuffle_rng)."""
 
     code: ClassVar[str] = "order_changes"
     knobs: Tuple[str, ...] = ()
     cause: str = ""
     shuffle_rng: str = ""
     site: str = ""
+    generators: Tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
