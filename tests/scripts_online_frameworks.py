@@ -79,7 +79,7 @@ with open(args.report, "w") as fh:
 '''
 
 ITERABLE_SEEDED = '''
-import argparse, hashlib, json, time
+import argparse, hashlib, json, os, signal, time
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -90,6 +90,7 @@ p.add_argument("--records", type=int, default=640)
 p.add_argument("--batch-size", type=int, default=16)
 p.add_argument("--fetch-ms", type=float, default=4.0)
 p.add_argument("--workers", type=int, default=0)
+p.add_argument("--killed-from", type=int, default=0)  # a worker of so many or more is killed mid-epoch (OOM)
 args = p.parse_args()
 
 
@@ -100,6 +101,8 @@ class Stream(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         for i in range(worker, args.records, workers):
+            if args.killed_from and workers >= args.killed_from and i >= args.records // 2:
+                os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer ends a worker of too many
             time.sleep(args.fetch_ms / 1000)
             yield torch.full((8,), float(i) / args.records), i
 

@@ -98,6 +98,26 @@ def test_an_iterable_dataset_switches_between_epochs_with_resharding_allowed(tmp
     assert "failed its check" not in proc.stderr + proc.stdout
 
 
+def test_an_iterable_dataset_whose_pool_is_killed_mid_epoch_has_that_epoch_again_and_says_so(
+        tmp_path, torch, no_leftovers):
+    """Workers of 4 or more are killed halfway through an epoch (as the OOM killer ends them). An
+    IterableDataset's iterator cannot go on where dead workers were: the epoch starts again with the
+    script's own settings, so the loop has its first batches twice. The run goes on to its end,
+    and what it had again is recorded and said, never "fetched again" as a map-style loader's."""
+    script = write_script(tmp_path, "train.py", ITERABLE_SEEDED)
+    want = as_written(tmp_path, script, "--killed-from", "4")
+    proc, got, results, report = online(tmp_path, script, "--killed-from", "4", flags=["--allow-resharding"])
+    failures = results["online"]["failures"]
+    assert failures and all(f["kind"] == "killed" and f["replayed_batches"] for f in failures), failures
+    extra = {f["epoch"]: f["replayed_batches"] * 16 for f in failures}  # (batches of 16)
+    assert [e["n"] for e in got["epochs"]] == [e["n"] + extra.get(k, 0) for k, e in enumerate(want["epochs"], 1)]
+    assert [e["samples"] for k, e in enumerate(got["epochs"], 1) if k not in extra] == \
+        [e["samples"] for k, e in enumerate(want["epochs"], 1) if k not in extra]
+    for said in (proc.stderr, report):
+        assert f"epoch {failures[0]['epoch']} started again from its first sample" in said
+        assert "fetched again" not in said
+
+
 def test_a_tfdata_pipelines_report_names_autotunes_choices(tmp_path, tensorflow, no_leftovers):
     script = write_script(tmp_path, "train.py", TFDATA_AUTOTUNE)
     out = tmp_path / "out"

@@ -428,6 +428,11 @@ class OnlineLoader:
         if problem:
             self.check_failed(f"at a hand-back, {problem}")
 
+    def replays_on_failure(self) -> Optional[int]:
+        """The batches of this epoch that a pool started now would deliver again (None: none; the
+        feed hands back what the failed pool took and never delivered)."""
+        return None
+
     def recover(self, exc: BaseException, now: Callable[[], float]) -> Any:
         """A pool failed mid-epoch: a kill or a hang goes back to a safe config;
         the dataset's own error is raised again from the script's own config,
@@ -441,7 +446,7 @@ class OnlineLoader:
                 self.had_batch(self.pool)
             raise exc
         signals = self.pool.worker_signals() if self.pool is not None else []
-        self.tuning.failed(self, failed, kind or "error", exc, signals)
+        self.tuning.failed(self, failed, kind or "error", exc, signals, replayed=self.replays_on_failure())
         fallback = self.script_config if kind is None else self.tuning.safe_config(self, failed)
         # an error raised in a worker is the batch the loop had: fetched again with the script's settings
         self._drop_pool(again=1 if kind is None else 0, check=False)

@@ -37,6 +37,12 @@ class EpochSwitchedLoader(TorchOnlineLoader):
     # the run says; no order is claimed for it.
     checks_order = False
 
+    def replays_on_failure(self) -> Optional[int]:
+        """A pool that failed mid-epoch took its place in the stream with it: the pool that takes
+        over (the script's own settings) starts the dataset's iterator again, so the batches the
+        loop had of this epoch come again (then the rest of it)."""
+        return self.ledger.received if self.ledger is not None else 0
+
     def serve(self, config: Dict[str, Any]) -> Any:
         if self.pool is not None and self.pool_epoch == self.epochs:  # this epoch's pool serves it to its end
             config = self.pool.config

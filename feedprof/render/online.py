@@ -70,16 +70,25 @@ def online_lines(result: TuneResult) -> List[str]:
                      f"and kept it for the rest of the run")
     else:
         lines.append("the run ended before the search settled; the pick is from what was measured")
-    for f in o.failures:
-        lines.append(f"{config_words(f.config, result.framework)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]}): "
-                     f"the batches in flight were fetched again with the script's own settings and the run "
-                     f"went on; no config with as many workers was tried after")
+    lines += [_failure_line(f, result.framework) for f in o.failures]
     lines += _untuned_lines(result, unchanged=False) + autotune_lines(result.run)
     if o.workers_changed and o.switch_at == "epoch":
         lines.append("the loader's settings changed between epochs only: an IterableDataset decides what each "
                      "worker yields, so each epoch's samples (their batches and their order) were those of the "
                      "worker count in force, as --allow-resharding allowed")
     return lines + _check_lines(result)
+
+
+def _failure_line(f: Any, framework: str) -> str:
+    failed = f"{config_words(f.config, framework)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]})"
+    after = "the run went on; no config with as many workers was tried after"
+    if f.replayed_batches is None:
+        return f"{failed}: the batches in flight were fetched again with the script's own settings and {after}"
+    epoch = f"epoch {f.epoch}" if f.epoch else "its epoch"
+    again = (f"the {f.replayed_batches} batch(es) the loop had of it came again, then the rest of it"
+             if f.replayed_batches else "the loop had had none of it yet")
+    return (f"{failed}: an IterableDataset's iterator cannot go on where dead workers were, so {epoch} started "
+            f"again from its first sample with the script's own settings ({again}); {after}")
 
 
 def _check_lines(result: TuneResult) -> List[str]:

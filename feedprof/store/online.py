@@ -64,6 +64,9 @@ class OnlineFailure:
     signals: Tuple[int, ...] = ()  # what ended its dead workers (9: SIGKILL, the OOM killer; 7: SIGBUS, /dev/shm)
     taken_bytes: Optional[int] = None  # kind memory: what the job had taken, against budget_bytes
     budget_bytes: Optional[int] = None
+    epoch: Optional[int] = None  # the tuned loader's epoch when it failed (1: the first)
+    replayed_batches: Optional[int] = None  # an IterableDataset's: its epoch started again with the script's own
+    #   settings (a dataset's iterator cannot go on where dead workers were), so the loop had these batches again
 
 
 @dataclass(frozen=True)

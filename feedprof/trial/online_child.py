@@ -264,14 +264,16 @@ class OnlineTuning:
             self._say("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
 
     def failed(self, ol: Any, config: Dict[str, Any], kind: str, exc: BaseException,
-               signals: Optional[List[int]] = None) -> None:
-        """A pool of the tuned loader broke (another loader's pool breaking is only recovered)."""
+               signals: Optional[List[int]] = None, replayed: Optional[int] = None) -> None:
+        """A pool of the tuned loader broke (another loader's pool breaking is only recovered).
+        ``replayed``: the batches of the epoch the loop will have again (an IterableDataset's)."""
         if ol is not self.target:
             self._followers.discard(ol.loader_id)  # (another loader: back to its own settings for good)
             return
         self._banned_until_seq[config_key(config)] = self.seq
         self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
-                  error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq)
+                  error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq,
+                  replayed_batches=replayed, epoch=ol.epochs)
 
     def epoch_ended(self, ol: Any, left: bool = False) -> None:
         """An epoch ended: exhausted, or ``left`` by the loop (a break). Either way the time until

@@ -165,7 +165,9 @@ class Decider:
         if kind == "online_failure":
             self.history.failures.append(OnlineFailure(rank=rank, config=ev["config"], kind=ev["kind"],
                                                        error=ev.get("error", ""), t_s=ev["t_s"],
-                                                       signals=tuple(ev.get("signals") or ())))
+                                                       signals=tuple(ev.get("signals") or ()),
+                                                       replayed_batches=ev.get("replayed_batches"),
+                                                       epoch=ev.get("epoch")))
             self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
             return True
         if kind == "online_target":
