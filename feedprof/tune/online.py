@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -32,6 +33,7 @@ from feedprof.tune.space import Space, make_space
 
 DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
+JOB_MEMORY_EVERY_S = 2.0  # the job's own memory (PSS of every process: ~5 ms each) is read at most this often
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,10 @@ class Decider:
     memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
     _available0_bytes: int = 0
     _broke_current: bool = False
-    _taken_bytes: int = 0
+    _taken_bytes: int = 0  # what the job's processes held at the last reading (record/tree_memory.py)
+    _job_read_s: Optional[float] = None
+    _job_read: str = ""  # the config in force at that reading (a reading is that config's alone)
+    local_pids: Dict[int, int] = field(default_factory=dict)  # rank -> its process, where it runs on this node
     _offsets: Dict[str, int] = field(default_factory=dict)
     rank_cpus: Dict[int, int] = field(default_factory=dict)  # rank -> CPUs it may use, as it reported
     order_checks: List[OnlineOrderCheck] = field(default_factory=list)
@@ -98,15 +103,30 @@ class Decider:
             self._decide()
 
     def _memory_over_budget(self) -> bool:
-        """Has the job taken more of the machine's memory than the budget since it started
-        (cheap: one system reading per poll)? Only a config with workers is left for it."""
+        """Has the job taken more memory than the budget? Only a config with workers is left for it.
+        Each poll reads what the machine has free (cheap); once it has lost more than the budget
+        since the start, the job's own processes are read (record/tree_memory.py, at most every
+        JOB_MEMORY_EVERY_S): memory another program took is no failure of the config in force."""
         if self.memory_budget_bytes is None or self.current is None or not workers(self.current) \
                 or self.history.failed(self.current):  # (left once already: the child is on its way)
             return False
         import psutil
 
-        self._taken_bytes = self._available0_bytes - psutil.virtual_memory().available
+        if not self._in_force(self.current) \
+                or self._available0_bytes - psutil.virtual_memory().available <= self.memory_budget_bytes:
+            return False
+        now_s, key = self.clock.now_s(), config_key(self.current)
+        if self._job_read != key or self._job_read_s is None or now_s - self._job_read_s >= JOB_MEMORY_EVERY_S:
+            from feedprof.record.tree_memory import tree_bytes
+
+            roots = list(self.local_pids.values()) or [p.pid for p in psutil.Process().children()]
+            self._job_read, self._job_read_s, self._taken_bytes = key, now_s, tree_bytes(roots)
         return self._taken_bytes > self.memory_budget_bytes
+
+    def _in_force(self, config: Dict[str, Any]) -> bool:
+        """Has the job said it serves ``config`` (its last switch)? Until then its memory is the
+        last config's, whose workers may still be ending."""
+        return bool(self.switches) and config_key(self.switches[-1].config) == config_key(config)
 
     def _leave_for_memory(self) -> None:
         """Leave the config in force before its memory breaks the run: a failure of that config,
@@ -128,13 +148,19 @@ class Decider:
                 changed = self._on_event(rank, ev) or changed
         return changed
 
+    def _on_started(self, rank: int, ev: Dict[str, Any]) -> bool:
+        if ev.get("cpus"):
+            self.rank_cpus[rank] = int(ev["cpus"])  # what that rank may use (its share of its node)
+        if ev.get("pid") and ev.get("node") in (None, "", socket.gethostname()):  # (a PID names a process here only)
+            self.local_pids[rank] = int(ev["pid"])
+        return False
+
     def _on_event(self, rank: int, ev: Dict[str, Any]) -> bool:
         kind = ev.get("event")
         if kind in ("online_order", "online_randomness", "online_hold", "online_epoch_end"):
             return self._on_check(rank, kind, ev)
-        if kind == "started" and ev.get("cpus"):
-            self.rank_cpus[rank] = int(ev["cpus"])  # what that rank may use (its share of its node)
-            return False
+        if kind == "started":
+            return self._on_started(rank, ev)
         if kind == "online_window":
             w = OnlineWindow(rank=rank, config=ev["config"], batches=ev["batches"], samples=ev["samples"],
                              wait_s=ev["wait_s"], t_start_s=ev["t_start_s"], t_end_s=ev["t_end_s"],

@@ -1,0 +1,47 @@
+"""record/tree_memory.py on real processes: a job's memory counted once, however many forked
+workers share it (what an online memory budget is held to)."""
+import subprocess
+import sys
+import time
+
+import psutil
+
+from feedprof.record.tree_memory import tree_bytes
+
+MIB = 1 << 20
+
+FORKS_SHARING = """
+import os, sys, time
+held = bytearray(os.urandom(1 << 20)) * 200  # 200 MiB, every page touched
+for _ in range(4):
+    if os.fork() == 0:  # a worker: shares the parent's pages until it writes them
+        time.sleep(60)
+        os._exit(0)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_forked_children_sharing_a_parents_pages_count_them_once():
+    proc = subprocess.Popen([sys.executable, "-c", FORKS_SHARING], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tree = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert len(tree) == 5
+        rss = sum(psutil.Process(pid).memory_info().rss for pid in tree)
+        held = tree_bytes([proc.pid])
+        assert rss > 900 * MIB  # RSS counts the 200 MiB in each of the five
+        assert 190 * MIB < held < 320 * MIB, held / MIB  # counted once (plus the interpreters)
+        assert abs(tree_bytes([proc.pid, tree[1]]) - held) < 16 * MIB  # a child named twice: counted once
+    finally:
+        for pid in [c.pid for c in psutil.Process(proc.pid).children()]:
+            psutil.Process(pid).kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_processes_that_ended_count_nothing():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    time.sleep(0.1)
+    assert tree_bytes([proc.pid]) == 0
