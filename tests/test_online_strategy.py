@@ -151,16 +151,18 @@ def test_a_rung_that_gains_under_gain_ends_the_climb_and_the_search_refines_belo
 def test_a_count_the_best_leads_narrowly_is_no_floor_for_the_refinement():
     """Measured in a DDP run (ddp_io.py, 2 ranks on 2 cores): the climb read 22 workers at
     252/263 b/s, then 32 at 269/287 (8 % more, each window ±6-7 %), and settled on 32; the
-    independent harness found 8 workers faster than 22. A lead under NARROW is no proof that
+    independent harness found 8 workers faster than 22. A lead under rules.ONLINE.refine_floor_lead is no proof that
     fewer workers are slower: the search bisects below 22 too, from the last count clearly slower."""
     h = RunHistory(baseline=BASE, windows=[window(BASE, 37, 0.94, load_cpu_s=0.01)])  # one worker: ~39 b/s
     twenty_two, thirty_two = with_workers(BASE, 22), with_workers(BASE, 32)
-    h.windows += [window(twenty_two, 252, 0.4, t=2, workers_cpu_s=0.2), window(twenty_two, 263, 0.4, t=3, workers_cpu_s=0.2),
-                  window(thirty_two, 269, 0.35, t=4, workers_cpu_s=0.3), window(thirty_two, 287, 0.35, t=5, workers_cpu_s=0.3)]
+    h.windows += [window(twenty_two, 252, 0.4, t=2, workers_cpu_s=0.2),
+                  window(twenty_two, 263, 0.4, t=3, workers_cpu_s=0.2),
+                  window(thirty_two, 269, 0.35, t=4, workers_cpu_s=0.3),
+                  window(thirty_two, 287, 0.35, t=5, workers_cpu_s=0.3)]
     step = decide(h, LIMITS, thirty_two, 60)
     assert step.why == "refine" and step.config["num_workers"] == 16  # between 0 (clearly slower) and 32
     clearly = RunHistory(baseline=BASE, windows=list(h.windows[:1]))  # 22 at 231: 17 % under 32, a floor
-    clearly.windows += [window(twenty_two, 230, 0.4, t=2, workers_cpu_s=0.2), window(twenty_two, 232, 0.4, t=3, workers_cpu_s=0.2),
-                        *h.windows[3:]]
+    clearly.windows += [window(twenty_two, 230, 0.4, t=2, workers_cpu_s=0.2),
+                        window(twenty_two, 232, 0.4, t=3, workers_cpu_s=0.2), *h.windows[3:]]
     step = decide(clearly, LIMITS, thirty_two, 60)
     assert step.final and step.config == thirty_two  # 27 would save under a quarter of 32's workers

@@ -8,7 +8,7 @@ NOTE [ The online search ]
            at least double), capped by the CPU rule and by any kill; stop when a rung is
            within 10 % of the ceiling, gains < GAIN, or the cap is reached
     refine: bisect below the best for the cheapest count within noise of it, from the
-            highest count it clearly beats (by NARROW: a narrower lead may be noise)
+            highest count it clearly beats (rules.ONLINE.refine_floor_lead: a narrower lead may be noise)
     confirm: the pick and the fastest measured once more each, interleaved (A B A B),
              so drift hits both; then settle on the cheapest within noise
     the explore budget spent ─► settle on the pick so far
@@ -33,7 +33,6 @@ from feedprof.tune.space import Space
 NEED = 2  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
 GAIN = 0.05  # a climb that gains less is flat
-NARROW = 2 * GAIN  # a lead this small over another count is within two windows' noise (±6-7 % each, one sd)
 MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = 0.90
@@ -291,10 +290,9 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
     n_best, top = workers(best), h.rate(best) or 0.0
     tol = h.noise()
     sound = [c for c in h.measured() if not h.failed(c) and workers(c) < n_best]
-    # the bisection's floor is a count clearly slower than the best: a narrow lead may be noise
-    # (ddp_io's 22 workers read 8 % under 32 and the independent harness found 8 faster than
-    # both), so the counts below a narrowly beaten one are still tried
-    slower = [workers(c) for c in sound if (h.rate(c) or 0.0) < (1 - max(tol, NARROW)) * top]
+    # the bisection's floor is a count clearly slower than the best (rules.Mode.refine_floor_lead)
+    floor = (1 - max(tol, rules.ONLINE.refine_floor_lead)) * top
+    slower = [workers(c) for c in sound if (h.rate(c) or 0.0) < floor]
     within = [workers(c) for c in sound if (h.rate(c) or 0.0) >= (1 - tol) * top]
     lo = max(slower, default=0)
     hi = min(within, default=n_best)
