@@ -112,8 +112,8 @@ class Decider:
             return False
         import psutil
 
-        if not self._in_force(self.current) \
-                or self._available0_bytes - psutil.virtual_memory().available <= self.memory_budget_bytes:
+        if self._available0_bytes - psutil.virtual_memory().available <= self.memory_budget_bytes \
+                or not self._in_force(self.current):
             return False
         now_s, key = self.clock.now_s(), config_key(self.current)
         if self._job_read != key or self._job_read_s is None or now_s - self._job_read_s >= JOB_MEMORY_EVERY_S:
@@ -124,9 +124,12 @@ class Decider:
         return self._taken_bytes > self.memory_budget_bytes
 
     def _in_force(self, config: Dict[str, Any]) -> bool:
-        """Has the job said it serves ``config`` (its last switch)? Until then its memory is the
-        last config's, whose workers may still be ending."""
-        return bool(self.switches) and config_key(self.switches[-1].config) == config_key(config)
+        """Has every rank on this node said it serves ``config`` (its last switch)? Until then the
+        job's memory is partly the last config's, whose workers may still be ending."""
+        key, last = config_key(config), {}
+        for s in self.switches:
+            last[s.rank] = config_key(s.config)
+        return bool(last) and all(last.get(rank) == key for rank in (set(self.local_pids) or set(last)))
 
     def _leave_for_memory(self) -> None:
         """Leave the config in force before its memory breaks the run: a failure of that config,
