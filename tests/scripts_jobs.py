@@ -2,6 +2,7 @@
 them, sleep-bound so that verdicts are unambiguous on a shared 2-core machine."""
 
 DDP = '''
+import gc
 import os
 import time
 
@@ -37,6 +38,10 @@ def main():
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+    # (gloo's abort at exit under load: see SLURM_DDP in tests/scripts_jobs.py)
+    dist.barrier()
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
@@ -185,7 +190,7 @@ wait
 # script's own --workers 0; each rank writes what it saw (per-epoch digests of the samples,
 # the weights) to REPORT.<rank>.
 SLURM_DDP = '''
-import argparse, hashlib, json, os, time
+import argparse, gc, hashlib, json, os, time
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
@@ -238,5 +243,11 @@ w = hashlib.sha256(model.module.weight.detach().numpy().tobytes()).hexdigest()[:
 if args.report:
     with open(f"{args.report}.{rank}", "w") as fh:
         json.dump({"epochs": digests, "weights": w, "train_s": time.time() - t0}, fh)
+# torch 2.13's gloo can abort a rank at exit when the machine is busy (SIGABRT: "terminate called
+# without an active exception"; 2 of 15 runs of SLURM_DDP beside 2 busy cores): every collective
+# done and the DDP model gone before the group is destroyed, 0 of 30
+dist.barrier()
+del model, opt
+gc.collect()
 dist.destroy_process_group()
 '''

@@ -214,7 +214,7 @@ sys.exit(args.exit)
 '''
 
 DDP = '''
-import argparse, hashlib, json, os, time
+import argparse, gc, hashlib, json, os, time
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, Dataset
@@ -260,6 +260,10 @@ for epoch in range(args.epochs):
 w = hashlib.sha256(model.module.weight.detach().numpy().tobytes()).hexdigest()[:16]
 with open(f"{args.report}.{rank}", "w") as fh:
     json.dump({"epochs": digests, "weights": w, "train_s": time.time() - t0}, fh)
+# (gloo's abort at exit under load: see SLURM_DDP in tests/scripts_jobs.py)
+dist.barrier()
+del model, opt
+gc.collect()
 dist.destroy_process_group()
 '''
 

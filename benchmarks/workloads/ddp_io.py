@@ -8,6 +8,7 @@ ranks' workers share the 2 cores.
     torchrun --nproc-per-node 2 benchmarks/workloads/ddp_io.py [--epochs 6]
 """
 import argparse
+import gc
 import time
 
 import torch
@@ -51,6 +52,10 @@ def main():
             opt.step()
         if dist.get_rank() == 0:
             print(f"epoch {epoch} done", flush=True)
+    # (gloo's abort at exit under load: see SLURM_DDP in tests/scripts_jobs.py)
+    dist.barrier()
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 

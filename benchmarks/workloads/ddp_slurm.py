@@ -9,6 +9,7 @@ rank. Best: several workers per rank (they wait rather than compute).
         --master-port P benchmarks/workloads/ddp_slurm.py
 """
 import argparse
+import gc
 import os
 import time
 
@@ -59,6 +60,10 @@ def main():
             opt.zero_grad()
             nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+    # (gloo's abort at exit under load: see SLURM_DDP in tests/scripts_jobs.py)
+    dist.barrier()
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
