@@ -125,16 +125,20 @@ def run_side_by_side(cmds, cwd, timeout=240, env=None):
     meets is told apart from a feedprof that never ends."""
     full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
     logs = [(Path(cwd) / f"side{k}.out", Path(cwd) / f"side{k}.err") for k in range(len(cmds))]
-    procs = [subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=open(out, "w"), stderr=open(err, "w"))
-             for cmd, (out, err) in zip(cmds, logs)]
-    deadline = time.monotonic() + timeout
+    procs = []
     try:
+        for cmd, (out, err) in zip(cmds, logs):
+            with open(out, "w") as out_fh, open(err, "w") as err_fh:
+                procs.append(subprocess.Popen(cmd, cwd=cwd, env=full_env, stdout=out_fh, stderr=err_fh))
+        deadline = time.monotonic() + timeout
         codes = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:
         ended = [p.poll() for p in procs]
         for p in procs:
             p.kill()
             p.wait()
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
         said = "\n".join(f"--- command {k} ({'still running' if code is None else f'exit {code}'}) said:\n"
                          f"{err.read_text()[-2000:]}" for k, ((_, err), code) in enumerate(zip(logs, ended)))
         pytest.fail(f"side-by-side commands ran past {timeout} s\n{said}")

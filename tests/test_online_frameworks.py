@@ -110,12 +110,29 @@ def test_an_iterable_dataset_whose_pool_is_killed_mid_epoch_has_that_epoch_again
     failures = results["online"]["failures"]
     assert failures and all(f["kind"] == "killed" and f["replayed_batches"] for f in failures), failures
     extra = {f["epoch"]: f["replayed_batches"] * 16 for f in failures}  # (batches of 16)
-    assert [e["n"] for e in got["epochs"]] == [e["n"] + extra.get(k, 0) for k, e in enumerate(want["epochs"], 1)]
+    assert [e["n"] for e in got["epochs"]] == [e["n"] + extra.get(k, 0) for k, e in enumerate(want["epochs"], 1)], \
+        (failures, results["online"]["switches"])
     assert [e["samples"] for k, e in enumerate(got["epochs"], 1) if k not in extra] == \
         [e["samples"] for k, e in enumerate(want["epochs"], 1) if k not in extra]
     for said in (proc.stderr, report):
-        assert f"epoch {failures[0]['epoch']} started again from its first sample" in said
+        assert f"epoch {failures[0]['epoch']} started again from its first sample" in said, (failures, said[-3000:])
         assert "fetched again" not in said
+
+
+def test_an_iterable_dataset_in_a_job_of_several_ranks_is_not_switched(tmp_path, torch, no_leftovers):
+    """Two ranks under torchrun: a pool that failed mid-epoch would start one rank's epoch again
+    and the ranks' steps would no longer pair up, so even with --allow-resharding the loader
+    keeps the script's own settings, and the summary says why."""
+    script = write_script(tmp_path, "train.py", ITERABLE_SEEDED)
+    out = tmp_path / "out"
+    proc = run_feedprof(["tune", "--online", "--allow-resharding", "--out", str(out), "--", sys.executable, "-m",
+                         "torch.distributed.run", "--nproc-per-node", "2", script, "--report",
+                         str(tmp_path / "online.json"), "--epochs", "3"], env=QUIET_TF, timeout=400)
+    assert proc.returncode == 0, proc.stderr
+    online_record = json.loads((out / "results.json").read_text())["online"]
+    assert {h["why"] for h in online_record["holds"]} == {"iterable_ranks"}
+    assert {s["config"]["num_workers"] for s in online_record["switches"]} <= {0}
+    assert "IterableDataset in a job of several ranks" in proc.stderr
 
 
 def test_a_tfdata_pipelines_report_names_autotunes_choices(tmp_path, tensorflow, no_leftovers):

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 from feedprof.frameworks.contract import SwitchAllowed
 from feedprof.frameworks.torch_online import OnlineLoader, online_capable
 from feedprof.store.codes import Framework, SwitchAt
+from feedprof.store.online import ITERABLE_RANKS
 
 
 class TorchOnlineLoader(OnlineLoader):
@@ -36,6 +37,12 @@ class EpochSwitchedLoader(TorchOnlineLoader):
     # accounting applies. Its samples follow the worker count, as --allow-resharding allowed and
     # the run says; no order is claimed for it.
     checks_order = False
+
+    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Any:
+        ep = super().epoch(own)
+        if _world_size() > 1:  # a replayed epoch would give this rank more steps than the others
+            self.hold(ITERABLE_RANKS)
+        return ep
 
     def replays_on_failure(self) -> Optional[int]:
         """A pool that failed mid-epoch took its place in the stream with it: the pool that takes
@@ -67,6 +74,20 @@ class TorchSwitcher:
 
         cls = EpochSwitchedLoader if isinstance(loader.dataset, tud.IterableDataset) else TorchOnlineLoader
         return cls(loader, tuning, loader_id, script_config, chain=chain)
+
+
+def _world_size() -> int:
+    """The job's ranks: torch.distributed's, or the launcher's WORLD_SIZE before it is set up."""
+    import os
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1
 
 
 def _own_iterator(loader: Any) -> Optional[str]:

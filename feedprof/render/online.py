@@ -7,7 +7,7 @@ from feedprof.render.autotune_words import autotune_lines
 from feedprof.render.online_checks import carry_lines, hold_lines, order_lines, randomness_lines
 from feedprof.render.words import config_words
 from feedprof.store import TuneResult
-from feedprof.units import fmt_pct, fmt_rate, fmt_seconds
+from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
 FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker",
           "memory": "the job's memory passed the budget"}
@@ -82,6 +82,10 @@ def online_lines(result: TuneResult) -> List[str]:
 def _failure_line(f: Any, framework: str) -> str:
     failed = f"{config_words(f.config, framework)} failed at {fmt_seconds(f.t_s)} ({FAILED[f.kind]})"
     after = "the run went on; no config with as many workers was tried after"
+    if f.kind == "memory":  # (no pool failed: feedprof left the config at the next batch)
+        took = f" ({fmt_bytes(f.taken_bytes)} of {fmt_bytes(f.budget_bytes)})" if f.taken_bytes and f.budget_bytes else ""
+        return (f"{config_words(f.config, framework)} was left at {fmt_seconds(f.t_s)}: the job's memory passed the "
+                f"budget{took}, so the best measured config with fewer workers took over at the next batch; {after}")
     if f.replayed_batches is None:
         return f"{failed}: the batches in flight were fetched again with the script's own settings and {after}"
     epoch = f"epoch {f.epoch}" if f.epoch else "its epoch"

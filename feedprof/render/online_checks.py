@@ -102,6 +102,10 @@ def randomness_lines(o: OnlineRecord) -> List[str]:
 HOLD_WORDS: Dict[str, Callable[[OnlineHold, Callable[[Dict[str, Any]], str]], str]] = {
     "check_failed": lambda h, d: (f"a check failed at {fmt_seconds(h.t_s)} ({h.detail}): "
                                   "the script's own settings from then on"),
+    "iterable_ranks": lambda h, d: (
+        "it is an IterableDataset in a job of several ranks: a pool that failed mid-epoch would start that "
+        "rank's epoch again, so its ranks would no longer take the same number of steps (their collectives "
+        f"would pair up wrongly); it kept {d(h.config)}, as written"),
     "persistent_first_epoch": lambda h, d: (
         f"it keeps its workers (persistent_workers=True): workers started later would see the dataset as the "
         f"main process has it then, and the script's own see it as it was when they started; it was switched "

@@ -155,6 +155,8 @@ class OnlineRandomness:
 
 CHECK_FAILED = "check_failed"  # OnlineHold.why: a count or a batch did not match
 PERSISTENT_FIRST_EPOCH = "persistent_first_epoch"  # OnlineHold.why: new workers would fork with today's dataset
+ITERABLE_RANKS = "iterable_ranks"  # OnlineHold.why: an IterableDataset in a job of several ranks (a failed pool's
+#   epoch starts again on its rank alone, and the ranks' steps would no longer pair up)
 
 
 @dataclass(frozen=True)

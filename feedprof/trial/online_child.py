@@ -273,7 +273,7 @@ class OnlineTuning:
         self._banned_until_seq[config_key(config)] = self.seq
         self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
                   error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq,
-                  replayed_batches=replayed, epoch=ol.epochs)
+                  replayed_batches=replayed, epoch=ol.counts[0])
 
     def epoch_ended(self, ol: Any, left: bool = False) -> None:
         """An epoch ended: exhausted, or ``left`` by the loop (a break). Either way the time until

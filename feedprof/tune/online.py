@@ -71,7 +71,7 @@ class Decider:
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
     on_decision: Optional[Callable[[Step, float, str], None]] = None  # told each decision, its time, the framework
-    memory_budget_bytes: Optional[int] = None  # what the job may take beyond what it held at the start
+    memory_budget_bytes: Optional[int] = None  # what the job's processes may hold (80 % of what was free at the start)
     _available0_bytes: int = 0
     _broke_current: bool = False
     _taken_bytes: int = 0  # what the job's processes held at the last reading (record/tree_memory.py)
@@ -129,7 +129,8 @@ class Decider:
         key, last = config_key(config), {}
         for s in self.switches:
             last[s.rank] = config_key(s.config)
-        return bool(last) and all(last.get(rank) == key for rank in (set(self.local_pids) or set(last)))
+        ranks = set(self.local_pids) & set(last) or set(last)  # (a rank that never switches holds no other pool)
+        return bool(last) and all(last[rank] == key for rank in ranks)
 
     def _leave_for_memory(self) -> None:
         """Leave the config in force before its memory breaks the run: a failure of that config,
