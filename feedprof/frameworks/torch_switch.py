@@ -77,17 +77,18 @@ class TorchSwitcher:
 
 
 def _world_size() -> int:
-    """The job's ranks: torch.distributed's, or the launcher's WORLD_SIZE before it is set up."""
+    """The job's ranks: torch.distributed's, or, before it is set up, its launcher's (record/ranks.py
+    reads torchrun, srun, MPI and Horovod alike)."""
     import os
 
     import torch.distributed as dist
 
+    from feedprof.record.ranks import rank_from_env
+
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
+    info = rank_from_env(os.environ)
+    return info.world_size if info is not None else 1
 
 
 def _own_iterator(loader: Any) -> Optional[str]:

@@ -60,9 +60,9 @@ def _own_rng(x: r.OrderChanges, loader: str) -> str:
     return (f"The dataset's random draws change from the second epoch on with {' and '.join(x.knobs)}: the dataset "
             f"of {loader} holds its own {held}. As written, every epoch's fresh workers start from the main "
             "process's copy of it, so each epoch repeats the same stream of draws (the same augmentations, "
-            "whatever samples they fall on), unless a worker_init_fn reseeds it; persistent workers carry their copies on, so a seeded run draws "
-            "other ones from the second epoch on. Often that is what was meant; runs compared with earlier ones "
-            "differ.")
+            "whatever samples they fall on), unless a worker_init_fn reseeds it; persistent workers carry their "
+            "copies on, so a seeded run draws other ones from the second epoch on. Often that is what was meant; "
+            "runs compared with earlier ones differ.")
 
 
 def _in_order_gain(x: r.InOrderGain, describe: Callable) -> str:

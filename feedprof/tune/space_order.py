@@ -50,7 +50,7 @@ def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
     rng = getattr(loader, "shuffle_rng", "") or ""
     out: List[Reason] = []
     turns_on_persistent = bool(config.get("num_workers") and config.get("persistent_workers")
-                               and not (script.get("num_workers") and script.get("persistent_workers")))
+                               and not script.get("persistent_workers"))
     if turns_on_persistent and rng in ("global", "loader"):
         out.append(OrderChanges(knobs=("persistent_workers",), cause="persistent_workers", shuffle_rng=rng,
                                 site=site))
