@@ -101,6 +101,27 @@ def test_a_retreat_goes_to_the_best_config_with_fewer_workers():
     assert retreat(h, four) == BASE
 
 
+def test_a_kept_config_that_breaks_is_left_and_the_words_say_it_failed(tmp_path):
+    """A worker of the settled config killed: the run goes back to the best config with fewer
+    workers, and the progress line says the config failed (not that its memory passed a budget,
+    which is the other way a config is left)."""
+    from feedprof.render.online import decision_line
+    from feedprof.tune.online import Decider, OnlineOptions
+
+    h = io_bound_baseline()
+    four, sixteen = with_workers(BASE, 4), with_workers(BASE, 16)
+    h.windows += [window(four, 80, 0.5, t=2), window(four, 82, 0.5, t=3),
+                  window(sixteen, 190, 0.05, t=4), window(sixteen, 185, 0.05, t=5)]
+    said = []
+    decider = Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=OnlineOptions(), history=h, current=sixteen,
+                      final=True, on_decision=lambda step, t_s, fw: said.append(decision_line(step.config, step.why,
+                                                                                               step.final, t_s, fw)))
+    decider._on_event(0, {"event": "online_failure", "config": sixteen, "kind": "killed", "t_s": 6.0, "signals": [9]})
+    decider.poll()
+    assert decider.current == four and len(said) == 1
+    assert "failed" in said[0] and "memory" not in said[0], said
+
+
 def test_one_window_of_a_loop_that_mostly_waits_is_enough_to_climb():
     h = RunHistory(baseline=BASE, windows=[window(BASE, 20, 0.9, load_cpu_s=0.01)])
     assert decide(h, LIMITS, BASE, 60).why == "climb"

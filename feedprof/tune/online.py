@@ -98,7 +98,7 @@ class Decider:
             self._leave_for_memory()
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
-            self._write(Step(retreat(self.history, self.current or {}, self.space), final=True, why="retreat"))
+            self._write(Step(retreat(self.history, self.current or {}, self.space), final=True, why="retreat_failed"))
         elif not self.final and (changed or self.explore_left_s() <= 0):  # (a silent config cannot hold it)
             self._decide()
 
@@ -140,7 +140,7 @@ class Decider:
                                                    t_s=self.clock.now_s() - self.origin_s,
                                                    taken_bytes=self._taken_bytes,
                                                    budget_bytes=self.memory_budget_bytes))
-        self._write(Step(retreat(self.history, failed, self.space), final=self.final, why="retreat"))
+        self._write(Step(retreat(self.history, failed, self.space), final=self.final, why="retreat_memory"))
 
     def _read_events(self) -> bool:
         changed = False
