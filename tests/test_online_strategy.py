@@ -1,6 +1,6 @@
 """The online search as a function of the windows measured so far (no processes, no clock)."""
 from feedprof.store.online import OnlineFailure, OnlineWindow
-from feedprof.tune.online_strategy import RunHistory, Limits, decide, pick, with_workers, worker_cap
+from feedprof.tune.online_strategy import RunHistory, Limits, decide, pick, with_workers, worker_cap, workers
 
 BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}
 LIMITS = Limits(cpu_cap=2, max_workers=32)
@@ -129,12 +129,40 @@ def test_one_window_of_a_loop_that_mostly_waits_is_enough_to_climb():
     assert decide(barely, LIMITS, BASE, 60).config == BASE
 
 
-def test_no_refinement_where_fewer_workers_cannot_supply_enough():
+def test_the_refinement_never_tries_a_count_that_cannot_supply_enough():
+    """The bisection starts from the fewest workers that could supply what the best delivers: 5
+    (half of 10) could supply ~110 b/s at most and is not tried; 8 could (~178) and is."""
     h = io_bound_baseline()  # 20 b/s waiting 0.9 s of every second: one worker supplies ~22 b/s
-    ten = with_workers(BASE, 10)
+    ten, eight = with_workers(BASE, 10), with_workers(BASE, 8)
     h.windows += [window(ten, 150, 0.1, t=2, workers_cpu_s=0.5), window(ten, 148, 0.1, t=3, workers_cpu_s=0.5)]
-    step = decide(h, Limits(cpu_cap=2, max_workers=10), ten, 60)
-    assert step.final and step.config == ten  # 5 workers could supply ~110 b/s at most: not tried
+    limits = Limits(cpu_cap=2, max_workers=10)
+    step = decide(h, limits, ten, 60)
+    assert step.why == "refine" and step.config == eight
+    h.windows += [window(eight, 120, 0.3, t=4, workers_cpu_s=0.4), window(eight, 121, 0.3, t=5, workers_cpu_s=0.4)]
+    step = decide(h, limits, eight, 60)
+    assert step.final and step.config == ten  # 8 read clearly slower: 9 would save too little to try
+
+
+def test_the_refinement_finds_fewer_workers_that_are_faster():
+    """Past the CPUs every worker also costs the step CPU: the climb's 24 workers read 234 b/s
+    where 19 read 249 (benchmarks/online_policy_sim.py's io_peaked). The bisection starts from
+    the fewest that could supply the best's rate (15, at ~15 b/s a worker), tries 19, and the
+    run keeps 19."""
+    h = RunHistory(baseline=BASE, windows=[window(BASE, 14.4, 0.95, load_cpu_s=0.01)])
+    rates = {24: 234, 32: 210, 19: 249, 17: 231}
+    for t, n in enumerate((24, 32)):
+        h.windows += [window(with_workers(BASE, n), rates[n], 0.2, t=2 * t + k, workers_cpu_s=0.05 * n)
+                      for k in (1, 2)]
+    current, tried = with_workers(BASE, 32), []
+    for _ in range(8):
+        step = decide(h, LIMITS, current, 60)
+        if step.final:
+            break
+        current = step.config
+        tried.append(workers(current))
+        h.windows += [window(current, rates[workers(current)], 0.2, t=20 + len(tried) + k,
+                             workers_cpu_s=0.05 * workers(current)) for k in (0, 1)]
+    assert tried == [19, 17] and step.final and workers(step.config) == 19
 
 
 def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
@@ -162,7 +190,8 @@ def test_a_rung_that_gains_under_gain_ends_the_climb_and_the_search_refines_belo
     h.windows += [window(fifteen, 186, 0.35, t=2, workers_cpu_s=0.15), window(fifteen, 188, 0.35, t=3, workers_cpu_s=0.15),
                   window(thirty, 193, 0.35, t=4, workers_cpu_s=0.3), window(thirty, 195, 0.35, t=5, workers_cpu_s=0.3)]
     step = decide(h, LIMITS, thirty, 60)
-    assert step.why == "refine" and step.config["num_workers"] == 7  # not a climb to 32
+    assert step.why == "refine" and step.config["num_workers"] == 9  # not a climb to 32: between 5 (the fewest
+    # that could supply 15's rate, at ~39 b/s a worker) and 15
     gaining = io_bound_baseline()
     gaining.windows += [window(fifteen, 150, 0.35, t=2, workers_cpu_s=0.15), window(fifteen, 150, 0.35, t=3, workers_cpu_s=0.15),
                         window(thirty, 170, 0.3, t=4, workers_cpu_s=0.3), window(thirty, 171, 0.3, t=5, workers_cpu_s=0.3)]
@@ -181,9 +210,27 @@ def test_a_count_the_best_leads_narrowly_is_no_floor_for_the_refinement():
                   window(thirty_two, 269, 0.35, t=4, workers_cpu_s=0.3),
                   window(thirty_two, 287, 0.35, t=5, workers_cpu_s=0.3)]
     step = decide(h, LIMITS, thirty_two, 60)
-    assert step.why == "refine" and step.config["num_workers"] == 16  # between 0 (clearly slower) and 32
+    assert step.why == "refine" and step.config["num_workers"] == 19  # between 7 (the fewest that could
+    # supply 32's rate) and 32, not from 22
     clearly = RunHistory(baseline=BASE, windows=list(h.windows[:1]))  # 22 at 231: 17 % under 32, a floor
     clearly.windows += [window(twenty_two, 230, 0.4, t=2, workers_cpu_s=0.2),
                         window(twenty_two, 232, 0.4, t=3, workers_cpu_s=0.2), *h.windows[3:]]
     step = decide(clearly, LIMITS, thirty_two, 60)
-    assert step.final and step.config == thirty_two  # 27 would save under a quarter of 32's workers
+    assert step.why == "refine" and step.config["num_workers"] == 28  # from 25 (22's ~10.5 b/s a worker
+    # supplies 32's rate from 25 on) to 32: 28 saves an eighth of 32's workers
+
+
+def test_on_noiseless_windows_the_explorer_ends_within_a_worker_of_the_best_count():
+    """benchmarks/online_policy_sim.py's models of an I/O-bound loader on 2 CPUs (each worker past
+    them costs the step CPU): with windows that read the true rate, the run ends on the best count
+    or one more (within the pick's tolerance), never on the climb's overshoot."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import online_policy_sim as sim
+
+    for name, model in sim.WORKLOADS.items():
+        rates = {n: sim.true_rate(n, *model) for n in range(33)}
+        n, _ = sim.simulate(0, model, noise=0.0, drift=0.0, run_s=60.0, explore_s=60.0)
+        assert rates[n] >= 0.97 * max(rates.values()), (name, n, max(rates, key=rates.get))

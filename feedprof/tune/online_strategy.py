@@ -9,6 +9,7 @@ NOTE [ The online search ]
            within 10 % of the ceiling, gains < GAIN, or the cap is reached
     refine: bisect below the best for the cheapest count within noise of it, from the
             highest count it clearly beats (rules.ONLINE.refine_floor_lead: a narrower lead may be noise)
+            or the fewest workers that could supply its rate, whichever is more
     confirm: the pick and the fastest measured once more each, interleaved (A B A B),
              so drift hits both; then settle on the cheapest within noise
     the explore budget spent ─► settle on the pick so far
@@ -37,6 +38,7 @@ MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
+REFINE_SAVES = 8  # a refinement tries a count at least an eighth (and 2) under the best's
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -296,12 +298,15 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
     within = [workers(c) for c in sound if (h.rate(c) or 0.0) >= (1 - tol) * top]
     lo = max(slower, default=0)
     hi = min(within, default=n_best)
-    mid = (lo + hi) // 2
-    # every refinement runs the real job on fewer workers for a while: only where it saves a good
-    # part of them, and where what `mid` workers can supply at most is not already too little
-    if not (lo < mid < hi and hi - mid >= max(2, hi // 4)) or _tried(h, mid, base, space):
-        return None
-    if mid * _supply_per_worker(h, with_workers(base, lo, space)) < (1 - tol) * top:
+    # every refinement runs the real job on fewer workers for a while: never below the fewest
+    # that could supply what the best delivers (what one worker supplies, from the slower count),
+    # and only where it saves a part of them worth the windows (past the CPUs each worker also
+    # costs the step CPU: fewer can be faster, not only cheaper)
+    supply = _supply_per_worker(h, with_workers(base, lo, space))
+    least = math.ceil((1 - tol) * top / supply) if 0 < supply < math.inf else lo + 1
+    mid = (max(lo, least - 1) + hi) // 2
+    if not (lo < mid < hi and mid >= least and hi - mid >= max(2, hi // REFINE_SAVES)) \
+            or _tried(h, mid, base, space):
         return None
     return Step(with_workers(base, mid, space), why="refine")
 
