@@ -48,3 +48,34 @@ def test_processes_that_ended_count_nothing():
     proc.wait()
     time.sleep(0.1)
     assert tree_bytes([proc.pid]) == 0
+
+
+MAPS_A_FILE = """
+import mmap, sys, time
+with open(sys.argv[1], "rb") as fh:
+    mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+total = sum(mapped[i] for i in range(0, len(mapped), 4096))  # every page resident
+held = bytearray(64 << 20)  # 64 MiB of its own, zeroed: touched below
+for i in range(0, len(held), 4096):
+    held[i] = 1
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_memory_mapped_files_pages_are_not_the_jobs_memory(tmp_path):
+    """A dataset read through mmap (numpy memmap, Arrow) is page cache the kernel reclaims: 300 MiB
+    of it resident count nothing; the process's own 64 MiB count."""
+    data = tmp_path / "dataset.bin"
+    with open(data, "wb") as fh:
+        for _ in range(300):
+            fh.write(b"\x01" * MIB)
+    proc = subprocess.Popen([sys.executable, "-c", MAPS_A_FILE, str(data)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert psutil.Process(proc.pid).memory_full_info().pss > 300 * MIB  # PSS counts the mapped file
+        held = tree_bytes([proc.pid])
+        assert 60 * MIB < held < 150 * MIB, held / MIB
+    finally:
+        proc.kill()
+        proc.wait()

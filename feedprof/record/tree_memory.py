@@ -1,8 +1,11 @@
 """What a job's processes hold, each counted once: the figure a memory budget is held to.
 
 PSS splits the pages forked workers share with their parent among them (RSS counts each in
-every worker, so a dozen workers of a 1 GB process read as 12 GB); USS where the kernel gives
-no PSS; RSS where neither can be read (another user's process). Reading PSS walks every
+every worker, so a dozen workers of a 1 GB process read as 12 GB). Only anonymous and shared
+memory count (``Pss_Anon + Pss_Shmem`` of /proc/PID/smaps_rollup, Linux 5.7+): the pages of a
+memory-mapped file (a numpy memmap, an Arrow dataset) are page cache the kernel reclaims under
+pressure, not memory the job takes from the machine. Where the kernel splits no PSS: psutil's
+PSS, else USS; RSS where none can be read (another user's process). Reading PSS walks every
 mapping, ~5 ms per torch process (PLATFORM: ``memory_full_info``): read it rarely.
 """
 from __future__ import annotations
@@ -30,6 +33,9 @@ def tree_bytes(root_pids: Iterable[int]) -> int:
 
 
 def _held_bytes(proc: psutil.Process) -> int:
+    held = _anon_and_shmem_pss_bytes(proc.pid)
+    if held is not None:
+        return held
     try:
         full = proc.memory_full_info()
         return int(getattr(full, "pss", 0) or full.uss)
@@ -40,3 +46,20 @@ def _held_bytes(proc: psutil.Process) -> int:
             return 0
     except psutil.Error:  # ended meanwhile
         return 0
+
+
+def _anon_and_shmem_pss_bytes(pid: int) -> "int | None":
+    """``Pss_Anon + Pss_Shmem`` (+ ``SwapPss``: swapped-out anonymous pages are still the job's),
+    or None where the kernel's rollup does not split PSS (or the process cannot be read)."""
+    fields = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as fh:
+            for line in fh:
+                name, _, rest = line.partition(":")
+                if name in ("Pss_Anon", "Pss_Shmem", "SwapPss"):
+                    fields[name] = int(rest.split()[0]) * 1024  # (kB)
+    except (OSError, ValueError):
+        return None
+    if "Pss_Anon" not in fields:
+        return None
+    return sum(fields.values())
