@@ -170,7 +170,8 @@ def _draws_by_epoch(DataLoader, np, workers, persistent, epochs=2):
 def test_a_dataset_s_own_generator_repeats_in_fresh_workers_and_goes_on_in_persistent_ones(e2e, torch, DataLoader):
     """The claim the own_rng words make, on a real DataLoader: in the main process one stream runs
     over the whole run; 2 fresh workers start alike (batch 0 and batch 1, one from each, are equal)
-    and start again every epoch; persistent workers go on from the second epoch."""
+    and start again every epoch; persistent workers go on from the second epoch; 4 workers give
+    batch 2 other draws than 2 workers do (own_rng_workers)."""
     np = pytest.importorskip("numpy")
     main = _draws_by_epoch(DataLoader, np, 0, False)
     assert main[0] != main[1] and len(set(main[0])) == 16
@@ -179,6 +180,8 @@ def test_a_dataset_s_own_generator_repeats_in_fresh_workers_and_goes_on_in_persi
     assert fresh[0] == fresh[1]  # every epoch the same draws again
     kept = _draws_by_epoch(DataLoader, np, 2, True)
     assert kept[0] == fresh[0] and kept[1] != kept[0]  # carried on from the second epoch
+    four = _draws_by_epoch(DataLoader, np, 4, False)
+    assert four[0][:4] == fresh[0][:4] and four[0][8:12] != fresh[0][8:12]  # batch 2: the third worker's first draws
 
 
 def test_describe_names_the_generators_a_dataset_holds(torch, DataLoader):
@@ -203,8 +206,9 @@ def test_a_pick_that_moves_or_keeps_a_dataset_s_own_generator_says_its_draws_cha
                           script_config=script)
     persistent = {"num_workers": 4, "persistent_workers": True, "prefetch_factor": 2, "pin_memory": False}
     (finding,) = order_findings(persistent, loader)
-    knobs = ("num_workers", "persistent_workers") if script_workers == 0 else ("persistent_workers",)
-    assert finding == OrderChanges(knobs=knobs, cause="own_rng", site="train.py:12", generators=own)
+    cause = "own_rng" if script_workers == 0 else "own_rng_workers"  # (the script's 2 workers: 4 is another count)
+    assert finding == OrderChanges(knobs=("num_workers", "persistent_workers"), cause=cause, site="train.py:12",
+                                   generators=own)
     words = say(finding)
     assert "numpy.random.Generator" in words and "train.py:12" in words
     if script_workers == 0:
@@ -212,8 +216,15 @@ def test_a_pick_that_moves_or_keeps_a_dataset_s_own_generator_says_its_draws_cha
         (fresh,) = order_findings({**persistent, "persistent_workers": False}, loader)
         assert fresh.knobs == ("num_workers",) and "start again from it every epoch" in say(fresh)
     else:
-        assert "from the second epoch on" in words and "repeats the same stream" in words
-        assert order_findings({**persistent, "persistent_workers": False}, loader) == []  # as written: fresh workers
+        assert "fall on other samples" in words and "carry on from the second epoch" in words
+        (fresh,) = order_findings({**persistent, "persistent_workers": False}, loader)  # 2 -> 4 fresh workers
+        assert fresh == OrderChanges(knobs=("num_workers",), cause="own_rng_workers", site="train.py:12",
+                                     generators=own)
+        assert "carry on" not in say(fresh)
+        (kept,) = order_findings({**persistent, "num_workers": 2}, loader)  # the script's 2, now persistent
+        assert kept.cause == "own_rng" and kept.knobs == ("persistent_workers",)
+        assert "repeats the same stream" in say(kept)
+        assert order_findings({**persistent, "num_workers": 2, "persistent_workers": False}, loader) == []
     assert order_findings({**persistent, "num_workers": 0, "persistent_workers": False}, loader) == []
 
 

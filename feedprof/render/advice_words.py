@@ -33,7 +33,7 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
                 "is ready, not in the sampler's order (the same samples each epoch, in another order; a run is "
                 "no longer repeatable batch for batch).")
     loader = f"the loader at {x.site}" if x.site else "the loader"
-    if x.cause == "own_rng":
+    if x.cause in ("own_rng", "own_rng_workers"):
         return _own_rng(x, loader)
     source = ("torch's global random generator (it has no generator=)" if x.shuffle_rng == "global"
               else "its generator=, the one its iterator also draws the workers' seed from")
@@ -48,6 +48,13 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
 
 def _own_rng(x: r.OrderChanges, loader: str) -> str:
     held = " and ".join(x.generators) or "a random generator"
+    if x.cause == "own_rng_workers":
+        carried = (" With persistent workers the copies also carry on from the second epoch instead of starting "
+                   "again every epoch." if "persistent_workers" in x.knobs else "")
+        return (f"The dataset's random draws fall on other samples with another worker count: the dataset of "
+                f"{loader} holds its own {held}, each worker draws from its own copy of it (unless a worker_init_fn "
+                "reseeds it), and batches go to the workers in turn, so each batch gets another worker's draws "
+                f"(the same augmentations, on other samples).{carried} Runs compared with earlier ones differ.")
     if "num_workers" in x.knobs:
         restart = ("" if "persistent_workers" in x.knobs
                    else ", and without persistent workers they start again from it every epoch")

@@ -15,6 +15,8 @@ NOTE [ Settings that change the order of samples ]
     num_workers > 0 (from 0)   the same generator drew in the main process, one stream over the run;
                               in workers each starts from a copy of it (unless a worker_init_fn reseeds
                               it): their streams begin alike, and restart every epoch unless persistent.
+    num_workers N -> M         batches go to the workers in turn, each drawing from its own copy: with
+                              another count each batch gets another worker's draws (own_rng_workers).
     in_order=False            batches are handed over as they are ready (torch >= 2.6): a slow sample no
                               longer holds back every batch behind it (head-of-line blocking), but the
                               order changes. Measured where the wait shows that blocking; recommended
@@ -55,9 +57,13 @@ def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
         out.append(OrderChanges(knobs=("persistent_workers",), cause="persistent_workers", shuffle_rng=rng,
                                 site=site))
     own = tuple(getattr(loader, "own_rng", ()) or ())
-    if own and config.get("num_workers") and not script.get("num_workers"):  # its draws leave the main process
+    n, n_script = config.get("num_workers") or 0, script.get("num_workers") or 0
+    if own and n and not n_script:  # its draws leave the main process
         knobs = ("num_workers", "persistent_workers") if config.get("persistent_workers") else ("num_workers",)
         out.append(OrderChanges(knobs=knobs, cause="own_rng", site=site, generators=own))
+    elif own and n and n != n_script:  # batches go to the workers in turn: each gets another worker's draws
+        knobs = ("num_workers", "persistent_workers") if turns_on_persistent else ("num_workers",)
+        out.append(OrderChanges(knobs=knobs, cause="own_rng_workers", site=site, generators=own))
     elif own and turns_on_persistent:
         out.append(OrderChanges(knobs=("persistent_workers",), cause="own_rng", site=site, generators=own))
     if config.get("num_workers") and config.get("in_order") is False and script.get("in_order") is not False:
