@@ -79,3 +79,22 @@ def test_an_online_run_recommends_what_its_search_would_pick(tmp_path):
     result = online_result("train.py", [], HostInfo(), "", 30.0, None, decider, None, complete=True)
     assert pick(decider.history) == with_workers(BASE, 12)
     assert result.recommendation.config == with_workers(BASE, 12)
+
+
+def test_an_online_result_has_no_ceiling_trial_and_says_nothing_of_a_replayed_batch(tmp_path):
+    """No batch is replayed in a real run: the ceiling (the step time when data is ready) is a
+    figure of the recommendation, not a trial, and the report's table has no row that says
+    "one cached batch replayed"."""
+    from feedprof.render.html import render_tune
+    from feedprof.render.progress import CEILING_TEXT
+    from feedprof.store import HostInfo
+    from feedprof.tune.online import Decider, OnlineOptions
+    from feedprof.tune.online_result import online_result
+    from tests.test_online_strategy import LIMITS
+
+    decider = Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=OnlineOptions(), history=online(RATES))
+    result = online_result("train.py", [], HostInfo(), "", 30.0, None, decider, None, complete=True)
+    assert Role.CEILING not in {t.role for t in result.trials}
+    assert result.recommendation.ceiling_batches_per_s == pytest.approx(decider.history.ceiling())
+    assert result.recommendation.fraction_of_ceiling is not None
+    assert CEILING_TEXT not in render_tune(result)

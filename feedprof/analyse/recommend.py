@@ -228,7 +228,8 @@ class Figures:
 
 
 def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
-            fits: Optional[Callable[[Config], bool]] = None) -> Optional[Figures]:
+            fits: Optional[Callable[[Config], bool]] = None,
+            ceiling_batches_per_s: Optional[float] = None) -> Optional[Figures]:
     cap = worker_cap(all_trials, space.workers)
     trials = usable(all_trials, cap, space.workers)  # a config past the cap is never picked, nor a baseline
     if fits is not None:  # as the budget stands now (memory growth learned after a config ran)
@@ -253,7 +254,7 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
                 None)
     b_score = reported(base)[0] if base else None
     pick_score, confirm_windows = reported(chosen)
-    ceiling = score(next((t for t in all_trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
+    ceiling = ceiling_batches_per_s if ceiling_batches_per_s is not None else ceiling_of(all_trials)
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if ceiling is not None and pick_score > ceiling:
         ceiling = pick_score
@@ -265,6 +266,11 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
                    ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap,
                    pick_score=pick_score, confirm_windows=confirm_windows)
+
+
+def ceiling_of(trials: Sequence[Trial]) -> Optional[float]:
+    """The compute ceiling an offline tune measured: its ceiling trial's rate (one cached batch replayed)."""
+    return score(next((t for t in trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
 
 
 def reported(m: Measured) -> Tuple[float, int]:
@@ -389,12 +395,15 @@ def _cores(cpu_pct: Optional[float]) -> Optional[float]:
 def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
               cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None,
               fits: Optional[Callable[[Config], bool]] = None,
-              nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
+              nothing_tried: Optional[NothingTried] = None,
+              ceiling_batches_per_s: Optional[float] = None) -> Optional[Recommendation]:
     """The recommendation, without its paste-ready code (the tuner knows the
     script); ``fits``: does a config fit the memory budget as learned so far;
     ``nothing_tried``: the tune stopped before any loader setting was tried
-    (the tuner's figures: what ran took, what a trial takes, the budget to give)."""
-    f = figures(trials, space, tol, fits)
+    (the tuner's figures: what ran took, what a trial takes, the budget to give);
+    ``ceiling_batches_per_s``: the compute ceiling where no trial measured it (an
+    online run: the step time when data is ready), else the ceiling trial's."""
+    f = figures(trials, space, tol, fits, ceiling_batches_per_s)
     if f is None:
         return None
     verdict = verdict_of(f, tol, nothing_tried if not tried_a_setting(trials) else None)

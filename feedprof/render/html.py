@@ -242,9 +242,11 @@ def render_tune(result: TuneResult) -> str:
     if chart.bars:
         body.append("<h2>Throughput of every config tried</h2>")
         body.append(plots.draw_throughput(chart))
+        ceiling = ("the step time while data was ready, from the run's windows" if result.online is not None
+                   else "one cached batch replayed")
         body.append("<p class=\"note\">Batches per second in steady state with per-epoch start-up amortised; "
                     "whiskers span the slowest and fastest chunk of the window. Green: recommended; orange: "
-                    "the script's own settings. Dashed: the compute ceiling (one cached batch replayed), "
+                    f"the script's own settings. Dashed: the compute ceiling ({ceiling}), "
                     "dotted: the baseline.</p>")
     if result.online is not None:
         body += online_section(result)

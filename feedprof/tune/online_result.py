@@ -1,6 +1,6 @@
 """An online tune's results.json: every config the real run explored is a
 trial whose figures come from its windows; the compute ceiling is the step
-time when data is ready; the recommendation and its paste line are made as
+time when data is ready (a figure of the recommendation: no trial replays a batch); the recommendation and its paste line are made as
 an offline tune makes them (analyse/recommend.py, the space's paste)."""
 from __future__ import annotations
 
@@ -86,23 +86,17 @@ def _trials(h: RunHistory, decider: Any, space: Any) -> List[Trial]:
         phase = Phase.BASELINE if base else PHASE_OF_WHY.get(whys.get(config_key(config), ""), Phase.SEARCH)
         trials.append(trial_from_run(len(trials), role, config, _config_run(h, config, decider.framework), phase=phase,
                                      config_text=space.describe(config)))
-    ceiling = h.ceiling()
-    if ceiling and h.baseline is not None:
-        run = Run(kind=RunKind.TRIAL, summary=Summary(framework=decider.framework, batches_per_s=ceiling,
-                                                effective_batches_per_s=ceiling, n_chunks=len(h.windows)))
-        trials.append(trial_from_run(len(trials), Role.CEILING, dict(h.baseline), run, phase=Phase.CEILING))
-    return trials
+    return trials  # (no ceiling trial: no batch is replayed in a real run; recommend() is given its figure)
 
 
 def _settled(trials: List[Trial], decider: Any) -> List[Trial]:
     """What the recommendation is made from: once the search settled, the config the run kept
-    (measured over the rest of the run) against the baseline and the ceiling, and whatever broke
-    (its hazards); before that, every config measured, by the online pick's own rule."""
+    (measured over the rest of the run) against the baseline, and whatever broke (its hazards);
+    before that, every config measured, by the online pick's own rule."""
     if not decider.final or decider.current is None or decider.held_why:  # (held: what it kept was not chosen)
         return trials
     kept = config_key(decider.current)
-    return [t for t in trials if config_key(t.config) == kept or t.role in (Role.BASELINE, Role.CEILING)
-            or t.state != TrialState.OK]
+    return [t for t in trials if config_key(t.config) == kept or t.role == Role.BASELINE or t.state != TrialState.OK]
 
 
 def _caveats(decider: Any, limits: Limits) -> List[Reason]:
@@ -202,7 +196,8 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         trials = _trials(h, decider, space)
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers))
         rec = recommend(_settled(trials, decider), space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
-                        nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
+                        nothing_tried=NothingTried() if decider.held_why else None,  # (replaced by the caveats)
+                        ceiling_batches_per_s=h.ceiling())  # (the step time when data is ready)
         if rec is not None and h.pools_carried:
             rec = _persistent(rec, h, space)
         if rec is not None and caveats:
