@@ -97,4 +97,5 @@ def test_an_online_result_has_no_ceiling_trial_and_says_nothing_of_a_replayed_ba
     assert Role.CEILING not in {t.role for t in result.trials}
     assert result.recommendation.ceiling_batches_per_s == pytest.approx(decider.history.ceiling())
     assert result.recommendation.fraction_of_ceiling is not None
-    assert CEILING_TEXT not in render_tune(result)
+    page = render_tune(result)
+    assert CEILING_TEXT not in page and "trials in" not in page and "configs tried in the run" in page

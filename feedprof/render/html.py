@@ -227,8 +227,10 @@ def _code_words(text: str) -> str:
 def render_tune(result: TuneResult) -> str:
     extra = [("Training loader", f"<code>{esc(result.loader_site or 'not found')}</code> "
               f"({esc(result.framework or 'unknown framework')})"),
-             ("Tune", esc(f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
-                          f"(budget {fmt_seconds(result.budget_s)})" +
+             ("Tune", esc((f"{len(result.trials)} configs tried in the run, {fmt_seconds(result.duration_s)} "
+                           f"(explore budget {fmt_seconds(result.budget_s)})" if result.online is not None else
+                           f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
+                           f"(budget {fmt_seconds(result.budget_s)})") +
                           ("" if result.complete else f" — stopped early: {say(result.stop_reason, result.framework)}")))]
     body = _title("tune", result.script, result.argv)
     body.append(tune_verdict(result))
@@ -254,7 +256,7 @@ def render_tune(result: TuneResult) -> str:
         body.append("<h2>Utilisation over time, every trial</h2>")
         body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
                                 no_gpu(result.host))
-    body.append("<h2>All trials</h2>")
+    body.append("<h2>Every config the run tried</h2>" if result.online is not None else "<h2>All trials</h2>")
     body.append(trials_table(result))
     if result.notes:
         body.append("<h2>How the search went</h2><ul class=\"reasons\">" +
