@@ -1,7 +1,7 @@
 """The online explorer's picks on simulated windows: how often it settles within 5 % of the best
 worker count when each window reads the true rate with noise and the machine drifts.
 
-    python benchmarks/online_policy_sim.py [--seeds 300] [--noise 0.07] [--drift 0.05] [--run-s 60]
+    python benchmarks/online_policy_sim.py [--seeds 300] [--noise 0.07] [--drift 0.03] [--run-s 60]
 
 No processes, no clock: tune/online_strategy.decide is asked after every window, as the real
 run's decider asks it, and told windows drawn from a model of an I/O-bound loader on a small

@@ -33,7 +33,7 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
                 "is ready, not in the sampler's order (the same samples each epoch, in another order; a run is "
                 "no longer repeatable batch for batch).")
     loader = f"the loader at {x.site}" if x.site else "the loader"
-    if x.cause in ("own_rng", "own_rng_workers"):
+    if x.cause in ("own_rng", "own_rng_workers", "own_rng_main"):
         return _own_rng(x, loader)
     source = ("torch's global random generator (it has no generator=)" if x.shuffle_rng == "global"
               else "its generator=, the one its iterator also draws the workers' seed from")
@@ -48,6 +48,11 @@ def _order(x: r.OrderChanges, describe: Callable) -> str:
 
 def _own_rng(x: r.OrderChanges, loader: str) -> str:
     held = " and ".join(x.generators) or "a random generator"
+    if x.cause == "own_rng_main":
+        return (f"The dataset's random draws change with 0 workers: the dataset of {loader} holds its own {held}, "
+                "which as written each worker drew from a copy of (its streams beginning alike, and starting again "
+                "every epoch unless persistent); in the main process it draws one stream over the whole run. Runs "
+                "compared with earlier ones differ.")
     if x.cause == "own_rng_workers":
         carried = (" With persistent workers the copies also carry on from the second epoch instead of starting "
                    "again every epoch." if "persistent_workers" in x.knobs else "")

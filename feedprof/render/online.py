@@ -123,7 +123,7 @@ def _untuned_lines(result: TuneResult, unchanged: bool) -> List[str]:
 STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, as fast",
               "confirm": "measuring again, interleaved with its rival", "measuring": "measuring",
               "retreat_memory": "leaving a config whose memory passed the budget",
-              "retreat_failed": "leaving the kept config: it failed (a worker killed or hung)",
+              "retreat_failed": "leaving the kept config: it failed (a worker was killed, hung or raised an error)",
               "settled": "settled: kept for the rest of the run", "budget": "explore budget spent: kept for the rest",
               "not_input_bound": "not input-bound: the script's own settings are kept", "baseline": "measuring",
               "held": "no more switching (the summary says why): kept for the rest of the run"}

@@ -198,7 +198,9 @@ class Decider:
                                                        signals=tuple(ev.get("signals") or ()),
                                                        replayed_batches=ev.get("replayed_batches"),
                                                        epoch=ev.get("epoch")))
-            self._broke_current = self.current is not None and config_key(ev["config"]) == config_key(self.current)
+            # (a failure while exploring is the explorer's to weigh; only the kept config's is a retreat)
+            self._broke_current = self.final and self.current is not None \
+                and config_key(ev["config"]) == config_key(self.current)
             return True
         if kind == "online_target":
             if rank == 0:

@@ -38,7 +38,7 @@ MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
-REFINE_SAVES = 8  # a refinement tries a count at least an eighth (and 2) under the best's
+REFINE_SAVES = 8  # a refinement tries a count at least an eighth (and 2) under the cheapest within noise
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -302,8 +302,10 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
     # that could supply what the best delivers (what one worker supplies, from the slower count),
     # and only where it saves a part of them worth the windows (past the CPUs each worker also
     # costs the step CPU: fewer can be faster, not only cheaper)
-    supply = _supply_per_worker(h, with_workers(base, lo, space))
-    least = math.ceil((1 - tol) * top / supply) if 0 < supply < math.inf else lo + 1
+    supply = _supply_per_worker(h, with_workers(base, lo, space), space)
+    if supply <= 0:  # (the slower count delivered nothing: no figure to bisect from)
+        return None
+    least = math.ceil((1 - tol) * top / supply) if supply < math.inf else lo + 1
     mid = (max(lo, least - 1) + hi) // 2
     if not (lo < mid < hi and mid >= least and hi - mid >= max(2, hi // REFINE_SAVES)) \
             or _tried(h, mid, base, space):
@@ -311,13 +313,14 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
     return Step(with_workers(base, mid, space), why="refine")
 
 
-def _supply_per_worker(h: RunHistory, slower: Dict[str, Any]) -> float:
+def _supply_per_worker(h: RunHistory, slower: Dict[str, Any], space: Optional[Space] = None) -> float:
     """Batches per second one worker can supply at most, from a config that kept the loop
-    waiting: at 0 workers, one over the wait per batch (the loading alone); at n workers, its
-    rate over n (n workers supplied it, and the loop still waited for them)."""
+    waiting: where the loop loads itself (torch's 0 workers, Keras's 1), one over the wait per
+    batch (the loading alone); at n workers, its rate over n (n workers supplied it, and the loop
+    still waited for them)."""
     n = workers(slower)
-    if n:
-        return (h.rate(slower) or 0.0) / n
+    if not (space.loads_in_loop(slower) if space is not None else n == 0):
+        return (h.rate(slower) or 0.0) / max(n, 1)
     ws = h.of(slower)
     wait_s, batches = sum(w.wait_s for w in ws), sum(w.batches for w in ws)
     return batches / wait_s if wait_s > 0 else float("inf")

@@ -16,7 +16,8 @@ NOTE [ Settings that change the order of samples ]
                               in workers each starts from a copy of it (unless a worker_init_fn reseeds
                               it): their streams begin alike, and restart every epoch unless persistent.
     num_workers N -> M         batches go to the workers in turn, each drawing from its own copy: with
-                              another count each batch gets another worker's draws (own_rng_workers).
+                              another count each batch gets another worker's draws (own_rng_workers);
+                              N -> 0: one stream in the main process over the run (own_rng_main).
     in_order=False            batches are handed over as they are ready (torch >= 2.6): a slow sample no
                               longer holds back every batch behind it (head-of-line blocking), but the
                               order changes. Measured where the wait shows that blocking; recommended
@@ -64,6 +65,8 @@ def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
     elif own and n and n != n_script:  # batches go to the workers in turn: each gets another worker's draws
         knobs = ("num_workers", "persistent_workers") if turns_on_persistent else ("num_workers",)
         out.append(OrderChanges(knobs=knobs, cause="own_rng_workers", site=site, generators=own))
+    elif own and not n and n_script:  # back into the main process: one stream where each worker had a copy
+        out.append(OrderChanges(knobs=("num_workers",), cause="own_rng_main", site=site, generators=own))
     elif own and turns_on_persistent:
         out.append(OrderChanges(knobs=("persistent_workers",), cause="own_rng", site=site, generators=own))
     if config.get("num_workers") and config.get("in_order") is False and script.get("in_order") is not False:

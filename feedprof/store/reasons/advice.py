@@ -30,7 +30,8 @@ class OrderChanges(Reason):
     second epoch on), "in_order" (batches are handed over as they are ready), "own_rng" (persistent workers
     carry on the random ``generators`` the dataset holds, where each epoch's fresh workers started from the
     main process's copy: the dataset's draws change from the second epoch on), "own_rng_workers" (another
-    worker count: batches go to the workers in turn, so each gets another worker's copy's draws). ``shuffle_rng``: where the
+    worker count: batches go to the workers in turn, so each gets another worker's copy's draws), "own_rng_main"
+    (0 workers where the script had some: one stream in the main process). ``shuffle_rng``: where the
     loader at ``site`` draws its order (LoaderRecord.shuffle_rng)."""
 
     code: ClassVar[str] = "order_changes"
