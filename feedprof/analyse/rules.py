@@ -60,12 +60,18 @@ class Mode:
     # shared machine: a lead under 10 % may be noise, so the counts below it are still tried
     # (ddp_io: 22 workers read 8 % under 32, and the independent harness found 8 faster than both).
     refine_floor_lead: float
+    # The least share of the workers a refinement step must save to be tried (never under 2).
+    # Offline any count below the pick is worth a trial: the ladder's budget bounds them. Online
+    # each step runs the real job on fewer workers for two windows: only where it saves an eighth,
+    # and (online only) never below the fewest workers that could supply the best's rate, read
+    # from a slower count's rate per worker: a window there is training time lost for certain.
+    refine_min_saving: float
 
 
 OFFLINE = Mode(name="offline", pick_tolerance=0.03, replays_a_batch=True, jump_margin=0.97, min_windows=1,
-               refine_floor_lead=0.0)
+               refine_floor_lead=0.0, refine_min_saving=0.0)
 ONLINE = Mode(name="online", pick_tolerance=0.03, replays_a_batch=False, jump_margin=1.10, min_windows=2,
-              refine_floor_lead=0.10)
+              refine_floor_lead=0.10, refine_min_saving=0.125)
 
 
 def cpu_bound(workers: int, workers_cores: Optional[float], runq_cores: Optional[float],

@@ -38,7 +38,6 @@ MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = 0.90
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
-REFINE_SAVES = 8  # a refinement tries a count at least an eighth (and 2) under the cheapest within noise
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -307,7 +306,7 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
         return None
     least = math.ceil((1 - tol) * top / supply) if supply < math.inf else lo + 1
     mid = (max(lo, least - 1) + hi) // 2
-    if not (lo < mid < hi and mid >= least and hi - mid >= max(2, hi // REFINE_SAVES)) \
+    if not (lo < mid < hi and mid >= least and hi - mid >= max(2, int(hi * rules.ONLINE.refine_min_saving))) \
             or _tried(h, mid, base, space):
         return None
     return Step(with_workers(base, mid, space), why="refine")
