@@ -60,11 +60,12 @@ class Mode:
     # shared machine: a lead under 10 % may be noise, so the counts below it are still tried
     # (ddp_io: 22 workers read 8 % under 32, and the independent harness found 8 faster than both).
     refine_floor_lead: float
-    # The least share of the workers a refinement step must save to be tried (never under 2).
-    # Offline any count below the pick is worth a trial: the ladder's budget bounds them. Online
-    # each step runs the real job on fewer workers for two windows: only where it saves an eighth,
-    # and (online only) never below the fewest workers that could supply the best's rate, read
-    # from a slower count's rate per worker: a window there is training time lost for certain.
+    # The least share of the workers a refinement step must save to be tried, of the cheapest count
+    # already within noise of the best. Offline (0, not read) the ladder bisects to any count below
+    # the pick, its trials bounded by MAX_REFINE. Online each step runs the real job on fewer
+    # workers for two windows: only where it saves an eighth (and at least 2 workers), and never
+    # below the fewest workers that could supply the best's rate, read from a slower count's rate
+    # per worker: a window there is training time lost for certain.
     refine_min_saving: float
 
 
