@@ -1,7 +1,7 @@
 """Online tuning against the alternatives, in whole-run wall time (timed from outside).
 
     python benchmarks/online_vs_offline.py [io_pretrain io_epochs_val ...] [--scale 1.0] [--budget 60]
-        [--grid 2,4,8,16,32] [--out benchmarks/results/online-vs-offline-cpu-2core.json]
+        [--grid 2,4,8,16,32] [--out benchmarks/results/online-vs-offline-cpu-2core.json] [--append]
 
 For each workload (benchmarks/workloads/NAME.py, written with num_workers=0):
 
@@ -184,6 +184,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--reuse", default=None, metavar="JSON",
                     help="keep the as-written, grid and offline runs of this earlier result; re-run online, and "
                          "its best config and offline pick around it (best_s_now, offline_pick_run_s_now)")
+    ap.add_argument("--append", action="store_true",
+                    help="add this run's rows to those already in --out (each row keeps its command and time)")
     a = ap.parse_args(argv)
     earlier = {}
     if a.reuse:
@@ -192,11 +194,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     unknown = [w for w in a.workloads if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s) {unknown}; known: {sorted(WORKLOADS)}")
+    kept: List[Dict[str, Any]] = []
+    if a.append and os.path.exists(a.out):
+        with open(a.out, encoding="utf-8") as fh:
+            kept = json.load(fh).get("rows", [])
+    command = "python benchmarks/online_vs_offline.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows: List[Dict[str, Any]] = []
     for name in a.workloads:
-        rows.append(workload_row(name, a.scale, a.budget, [int(n) for n in a.grid.split(",")], earlier.get(name)))
-        with open(a.out, "w", encoding="utf-8") as fh:
-            json.dump({"scale": a.scale, "rows": rows}, fh, indent=1)
+        row = workload_row(name, a.scale, a.budget, [int(n) for n in a.grid.split(",")], earlier.get(name))
+        row.update(scale=a.scale, command=command, finished=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+        rows.append(row)
+        with open(a.out, "w", encoding="utf-8") as fh:  # (after every workload: an interrupted run keeps its rows)
+            json.dump({"rows": kept + rows}, fh, indent=1)
     print(table(rows))
     return 0
 
