@@ -102,3 +102,44 @@ def test_memory_another_program_takes_meanwhile_is_no_failure_of_the_config(tmp_
     assert [f for f in online["failures"] if f["kind"] == "memory"] == []
     assert _results(out)["recommendation"]["config"]["num_workers"] > 0
     assert "memory passed the budget" not in err
+
+
+def test_the_job_is_read_now_and_then_while_the_machine_has_memory_free(tmp_path, monkeypatch):
+    """Another program may free memory while the job grows: the machine's free memory then shows
+    no loss, yet the job passes its budget. The job is read once per config in force and every
+    JOB_MEMORY_IDLE_EVERY_S after (not every poll): a job over the budget is left for fewer workers."""
+    import psutil
+
+    from feedprof.record import tree_memory
+    from feedprof.store.online import OnlineSwitch
+    from feedprof.tune import online
+    from tests.fakes import FakeClock
+    from tests.test_online_strategy import LIMITS, io_bound_baseline, window, with_workers
+
+    class Free:  # the machine has lost nothing since the start
+        available = 8 << 30
+
+    readings, held = [], {"bytes": 50 * MIB}
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Free())
+    monkeypatch.setattr(tree_memory, "tree_bytes", lambda roots: readings.append(roots) or held["bytes"])
+    h = io_bound_baseline()
+    four, eight = with_workers(h.baseline, 4), with_workers(h.baseline, 8)
+    h.windows += [window(four, 80, 0.5, t=2), window(four, 82, 0.5, t=3)]
+    clock, steps = FakeClock(), []
+    decider = online.Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=online.OnlineOptions(), clock=clock,
+                             history=h, current=eight, final=True, memory_budget_bytes=100 * MIB,
+                             on_decision=lambda step, t_s, fw: steps.append(step))
+    decider._available0_bytes, decider.local_pids = Free.available, {0: 1}
+    decider.switches.append(OnlineSwitch(rank=0, t_s=4.0, config=eight, why="settled"))
+    for _ in range(10):  # 10 polls, a second apart, under the budget: one reading
+        decider.poll()
+        clock.t += 1.0
+    assert len(readings) == 1 and steps == []
+    held["bytes"] = 300 * MIB  # the job grew; the machine still shows nothing lost
+    for _ in range(int(online.JOB_MEMORY_IDLE_EVERY_S) + 1):
+        decider.poll()
+        clock.t += 1.0
+    assert len(readings) == 2
+    assert [(s.config, s.why) for s in steps] == [(four, "retreat_memory")]
+    (failure,) = decider.history.failures
+    assert failure.kind == "memory" and failure.taken_bytes == 300 * MIB

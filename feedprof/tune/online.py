@@ -34,6 +34,7 @@ from feedprof.tune.space import Space, make_space
 DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
 JOB_MEMORY_EVERY_S = 2.0  # the job's own memory (PSS of every process: ~5 ms each) is read at most this often
+JOB_MEMORY_IDLE_EVERY_S = 30.0  # ... and this often while the machine has lost less than the budget
 
 
 @dataclass(frozen=True)
@@ -106,17 +107,18 @@ class Decider:
         """Has the job taken more memory than the budget? Only a config with workers is left for it.
         Each poll reads what the machine has free (cheap); once it has lost more than the budget
         since the start, the job's own processes are read (record/tree_memory.py, at most every
-        JOB_MEMORY_EVERY_S): memory another program took is no failure of the config in force."""
+        JOB_MEMORY_EVERY_S): memory another program took is no failure of the config in force.
+        The job is also read once per config in force and then every JOB_MEMORY_IDLE_EVERY_S, as
+        the machine's free memory cannot show a job that grew while another program freed some."""
         if self.memory_budget_bytes is None or self.current is None or not workers(self.current) \
-                or self.history.failed(self.current):  # (left once already: the child is on its way)
-            return False
+                or self.history.failed(self.current) or not self._in_force(self.current):
+            return False  # (failed: left once already, the child is on its way)
         import psutil
 
-        if self._available0_bytes - psutil.virtual_memory().available <= self.memory_budget_bytes \
-                or not self._in_force(self.current):
-            return False
+        dropped = self._available0_bytes - psutil.virtual_memory().available > self.memory_budget_bytes
         now_s, key = self.clock.now_s(), config_key(self.current)
-        if self._job_read != key or self._job_read_s is None or now_s - self._job_read_s >= JOB_MEMORY_EVERY_S:
+        every_s = JOB_MEMORY_EVERY_S if dropped else JOB_MEMORY_IDLE_EVERY_S
+        if self._job_read != key or self._job_read_s is None or now_s - self._job_read_s >= every_s:
             from feedprof.record.tree_memory import tree_bytes
 
             roots = list(self.local_pids.values()) or [p.pid for p in psutil.Process().children()]
