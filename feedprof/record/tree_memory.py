@@ -10,7 +10,7 @@ mapping, ~5 ms per torch process (PLATFORM: ``memory_full_info``): read it rarel
 """
 from __future__ import annotations
 
-from typing import Iterable, Set
+from typing import Iterable, Optional, Set
 
 import psutil
 
@@ -48,7 +48,7 @@ def _held_bytes(proc: psutil.Process) -> int:
         return 0
 
 
-def _anon_and_shmem_pss_bytes(pid: int) -> "int | None":
+def _anon_and_shmem_pss_bytes(pid: int) -> Optional[int]:
     """``Pss_Anon + Pss_Shmem`` (+ ``SwapPss``: swapped-out anonymous pages are still the job's),
     or None where the kernel's rollup does not split PSS (or the process cannot be read)."""
     fields = {}

@@ -225,10 +225,11 @@ def _code_words(text: str) -> str:
 
 
 def render_tune(result: TuneResult) -> str:
+    online = result.online is not None  # (its configs were tried in the real run: no trials, no replayed batch)
     extra = [("Training loader", f"<code>{esc(result.loader_site or 'not found')}</code> "
               f"({esc(result.framework or 'unknown framework')})"),
              ("Tune", esc((f"{len(result.trials)} configs tried in the run, {fmt_seconds(result.duration_s)} "
-                           f"(explore budget {fmt_seconds(result.budget_s)})" if result.online is not None else
+                           f"(explore budget {fmt_seconds(result.budget_s)})" if online else
                            f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
                            f"(budget {fmt_seconds(result.budget_s)})") +
                           ("" if result.complete else f" — stopped early: {say(result.stop_reason, result.framework)}")))]
@@ -244,19 +245,19 @@ def render_tune(result: TuneResult) -> str:
     if chart.bars:
         body.append("<h2>Throughput of every config tried</h2>")
         body.append(plots.draw_throughput(chart))
-        ceiling = ("the step time while data was ready, from the run's windows" if result.online is not None
+        ceiling = ("the step time while data was ready, from the run's windows" if online
                    else "one cached batch replayed")
         body.append("<p class=\"note\">Batches per second in steady state with per-epoch start-up amortised; "
                     "whiskers span the slowest and fastest chunk of the window. Green: recommended; orange: "
                     f"the script's own settings. Dashed: the compute ceiling ({ceiling}), "
                     "dotted: the baseline.</p>")
-    if result.online is not None:
+    if online:
         body += online_section(result)
     else:
         body.append("<h2>Utilisation over time, every trial</h2>")
         body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
                                 no_gpu(result.host))
-    body.append("<h2>Every config the run tried</h2>" if result.online is not None else "<h2>All trials</h2>")
+    body.append("<h2>Every config the run tried</h2>" if online else "<h2>All trials</h2>")
     body.append(trials_table(result))
     if result.notes:
         body.append("<h2>How the search went</h2><ul class=\"reasons\">" +

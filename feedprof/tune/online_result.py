@@ -1,7 +1,8 @@
 """An online tune's results.json: every config the real run explored is a
 trial whose figures come from its windows; the compute ceiling is the step
-time when data is ready (a figure of the recommendation: no trial replays a batch); the recommendation and its paste line are made as
-an offline tune makes them (analyse/recommend.py, the space's paste)."""
+time when data is ready (a figure of the recommendation: no trial replays a
+batch); the recommendation and its paste line are made as an offline tune
+makes them (analyse/recommend.py, the space's paste)."""
 from __future__ import annotations
 
 import dataclasses

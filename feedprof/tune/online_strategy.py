@@ -191,11 +191,17 @@ def _cpu_bound(h: RunHistory, config: Dict[str, Any], limits: Limits, space: Opt
     """The offline rule on a config's windows: its workers' CPU, or, where it loads in the loop
     itself, the CPU the loop spent while it waited for the batch."""
     n, ws = workers(config), h.of(config)
-    if space.loads_in_loop(config) if space is not None else n == 0:
+    if _loads_in_loop(config, space):
         fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
         return rules.loading_cpu_bound(statistics.median(fractions) if fractions else None)
     cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
     return rules.cpu_bound(n, statistics.median(cores) if cores else None, None, limits.cpu_cap)
+
+
+def _loads_in_loop(config: Dict[str, Any], space: Optional[Space]) -> bool:
+    """Does the loop load each batch itself at this config (torch's 0 workers, Keras's 1)? Without
+    a space: a torch DataLoader's rule."""
+    return space.loads_in_loop(config) if space is not None else workers(config) == 0
 
 
 def pick(h: RunHistory) -> Optional[Dict[str, Any]]:
@@ -318,7 +324,7 @@ def _supply_per_worker(h: RunHistory, slower: Dict[str, Any], space: Optional[Sp
     batch (the loading alone); at n workers, its rate over n (n workers supplied it, and the loop
     still waited for them)."""
     n = workers(slower)
-    if not (space.loads_in_loop(slower) if space is not None else n == 0):
+    if not _loads_in_loop(slower, space):
         return (h.rate(slower) or 0.0) / max(n, 1)
     ws = h.of(slower)
     wait_s, batches = sum(w.wait_s for w in ws), sum(w.batches for w in ws)
