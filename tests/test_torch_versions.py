@@ -109,3 +109,23 @@ def test_the_seeded_online_tests_on_torch_internals_pass_on_every_tested_torch(t
         if proc.returncode != 0 or " passed" not in tail or "skipped" in tail:
             failed[version] = tail
     assert not failed, "\n\n".join(f"torch {v}:\n{tail}" for v, tail in failed.items())
+
+
+def test_a_machine_without_room_for_a_torch_is_told_not_filled(tmp_path, e2e):
+    """tests/torch_venvs on a 64 MB filesystem: each version is said not to fit and nothing is
+    installed (a CUDA build filling the disk fails every test that writes a file)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(small)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        made = subprocess.run([os.path.join(REPO, "tests", "torch_venvs"), str(small / ".venv-torch-")],
+                              capture_output=True, text=True, timeout=60, env={**os.environ, "TMPDIR": str(small)})
+        assert made.returncode == 0, made.stderr
+        for version in OTHERS:
+            assert f"torch=={version} not installed, too little disk: 0 GB free in {small}" in made.stderr
+        assert sorted(os.listdir(small)) == [".venv-torch-making.lock"]
+    finally:
+        subprocess.run(["umount", str(small)])
