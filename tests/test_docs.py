@@ -4,7 +4,8 @@
 - every relative link in README.md and docs/*.md reaches a file, and its #anchor a heading there;
 - README.md is a front page: at most 150 lines;
 - no file cites a document the repository does not contain;
-- no user-facing page names an issue or pull-request number.
+- no user-facing page names an issue or pull-request number;
+- every NOTE diagram in the code is listed, with its file, in docs/architecture.md.
 Each check's helper is also tried on a page made to fail it, so a check that can
 no longer fail is caught too.
 """
@@ -221,3 +222,33 @@ def test_an_issue_number_is_found():
     text = ("targets (issue 11); issue-22's shapes; see #22. Issues 3 and 4; PR 12; pull request #7.\n"
             "[the steps](tune.md#2-steps), `#  role`, ±1%, &#8212;, 22 November 2026, C#7")
     assert issue_numbers(text) == ["issue 11", "issue-22", "#22", "Issues 3", "PR 12", "pull request #7"]
+
+
+# ------------------------------------------------------------ the NOTE diagrams
+
+_NOTE = re.compile(r"NOTE \[ (.+?) \]")
+
+
+def _notes_in_code() -> Set[Tuple[str, str]]:
+    found = set()
+    for top in ("feedprof", "benchmarks"):
+        for root, _, names in os.walk(os.path.join(REPO, top)):
+            for name in names:
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    with open(path, encoding="utf-8") as fh:
+                        found |= {(m.group(1), _rel(path)) for m in _NOTE.finditer(fh.read())}
+    return found
+
+
+def _notes_listed(text: str) -> Set[Tuple[str, str]]:
+    return set(re.findall(r"^\| (.+?) \| `([^`]+)` \|$", text, re.M))
+
+
+def test_every_note_diagram_is_listed_with_its_file():
+    with open(os.path.join(DOCS, "architecture.md"), encoding="utf-8") as fh:
+        listed = _notes_listed(fh.read())
+    in_code = _notes_in_code()
+    assert in_code - listed == set(), "NOTEs missing from docs/architecture.md's table"
+    assert {n for n in listed if n[1].endswith(".py")} - in_code == set(), "rows whose NOTE is gone"
+    assert _notes_listed("| A | `x.py` |\n") == {("A", "x.py")}  # (the reader can find a row)

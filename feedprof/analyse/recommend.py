@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from feedprof.analyse import evidence, noise, stats
+from feedprof.analyse import evidence, noise, rules, stats
 from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, between_epochs, classify, training_loader, workers_of
 from feedprof.analyse.evidence import ConfigEvidence, config_key
@@ -26,7 +26,7 @@ from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAre
                               PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import InputBound, Recommendation, Role, Run, Trial, TrialState, VerdictKind
 
-PICK_TOLERANCE = 0.03  # configs within 3 % of the best count as equally fast
+PICK_TOLERANCE = rules.OFFLINE.pick_tolerance  # configs within 3 % of the best count as equally fast
 SPREAD_LIMIT = 0.25  # a window whose chunks spread more than ±25 % failed to measure its config
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
 

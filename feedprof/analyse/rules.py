@@ -16,6 +16,23 @@ NOTE [ One decision core ]
     offline: LadderStrategy asks, a trial child measures, the tuner tells (tune/tuner.py)
     online:  the explorer decides between batches of the real run (tune/online.py)
 
+    How the next config is chosen, step by step (the rule, or the Mode field where they differ):
+
+    step        offline: LadderStrategy (trials)          online: decide (windows of the run)
+    start       the script's own settings, then one        the script's own settings, min_windows of them;
+                batch replayed: the compute ceiling        the ceiling is the step time when data is ready
+    climb       rungs 0, 2, 4, 8, ... and a jump to the    a jump to the predicted count     jump_target,
+                predicted count                                                              jump_margin
+    past CPUs   only while the workers leave CPU idle      the same                          cpu_bound
+    stop        near the ceiling, or a gain < MIN_GAIN     the same                          near_ceiling,
+                                                                                             MIN_GAIN
+    caps        a kill, a hang, memory over budget         the same                          caps_workers
+    refine      the wider gap around the pick, bisected    below the best, from the fewest   refine_floor_lead,
+                (a cheaper count; a peak above)            workers that could supply it      refine_min_saving
+    confirm     the pick and its rival, interleaved        the pick and the fastest, A B A B
+    pick        the cheapest within tolerance of the       the same, the tolerance never     pick, noise_floor,
+                fastest                                    under the run's noise             pick_tolerance
+
 What may differ between offline and online: the fields of ``Mode``, each with its reason
 (OFFLINE and ONLINE below). Everything else is one rule.
 """
@@ -27,6 +44,7 @@ from typing import Callable, Dict, Hashable, Optional, Sequence, TypeVar
 
 BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running, or waiting for a CPU) computes
 SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
+MIN_GAIN = 0.05  # a climb whose rung gains less over the rungs below is flat (both searches stop climbing)
 CAPPING_FAILURES = ("killed", "hung", "memory")  # a config that ended so rules out every config with as many workers
 
 T = TypeVar("T")
@@ -34,7 +52,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Mode:
-    """Where offline and online must decide differently, and why."""
+    """Where offline and online must decide differently, and why. (What each can measure differs
+    too, outside these rules: the compute ceiling. Offline a trial replays one cached batch, so the
+    loader costs nothing; online a replayed batch would train the model on repeated data, so the
+    step time when data is ready, a window's wall time less its data wait, stands in for it.)"""
 
     name: str
     # How close to the fastest a cheaper config may be and still be picked. Offline a trial costs
@@ -42,14 +63,15 @@ class Mode:
     # real run pays any slowdown, and no config is measured again afterwards: the same 3 %, but
     # never less than the run's own noise (an online window is 0.5 s, a trial's 2 s).
     pick_tolerance: float
-    # The compute ceiling. Offline a trial replays one cached batch (the loader costs nothing).
-    # Online a replayed batch would train the model on repeated data: the step time when data is
-    # ready (a window's wall time less its data wait) stands in for it.
-    replays_a_batch: bool
     # How far past the predicted count a jump reaches. Offline the ladder's next rung comes
     # cheaply, so it aims at the count itself (less the tolerance). Online every window at too few
     # workers is real training time lost, so it aims 10 % past it, and refines down afterwards.
     jump_margin: float
+    # The share of the ceiling at which the climb stops: the loader feeds the step. Offline, within
+    # the pick tolerance (1 - the tolerance, which --tolerance sets: the ladder reads its own): a
+    # ceiling trial is the step on a replayed batch. Online the ceiling, the step time when data is
+    # ready, leaves out handing a batch over, so a fed loop reads a few per cent under it: 10 %.
+    near_ceiling: float
     # Windows per config before it is judged. Offline a trial's window is split into chunks;
     # online a config is judged on whole windows of the run (0.5 s each, on every rank).
     min_windows: int
@@ -69,9 +91,9 @@ class Mode:
     refine_min_saving: float
 
 
-OFFLINE = Mode(name="offline", pick_tolerance=0.03, replays_a_batch=True, jump_margin=0.97, min_windows=1,
+OFFLINE = Mode(name="offline", pick_tolerance=0.03, jump_margin=0.97, near_ceiling=0.97, min_windows=1,
                refine_floor_lead=0.0, refine_min_saving=0.0)
-ONLINE = Mode(name="online", pick_tolerance=0.03, replays_a_batch=False, jump_margin=1.10, min_windows=2,
+ONLINE = Mode(name="online", pick_tolerance=0.03, jump_margin=1.10, near_ceiling=0.90, min_windows=2,
               refine_floor_lead=0.10, refine_min_saving=0.125)
 
 

@@ -1,5 +1,7 @@
 """Whether an online loader's worker pool may live on into the next epoch.
 
+NOTE [ Whether an online pool may outlive its epoch ]
+
 A script written without persistent workers starts fresh workers every epoch: each
 forks the dataset as the main process holds it then. feedprof's own pool may serve the
 next epoch too, saving that start (0.4-0.5 s for a dozen workers, every epoch, on each

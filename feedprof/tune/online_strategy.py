@@ -31,12 +31,12 @@ from feedprof.analyse.evidence import ConfigEvidence, config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 from feedprof.tune.space import Space
 
-NEED = 2  # windows per config before it is judged
+NEED = rules.ONLINE.min_windows  # windows per config before it is judged
 CONFIRM = 3  # windows of the pick and its rival before settling
-GAIN = 0.05  # a climb that gains less is flat
+GAIN = rules.MIN_GAIN  # a climb that gains less is flat
 MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
-NEAR_CEILING = 0.90
+NEAR_CEILING = rules.ONLINE.near_ceiling  # a rung this close to the ceiling ends the climb
 NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
@@ -258,8 +258,7 @@ def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[
     higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best and not h.failed(c))
     if higher or _flat(h, best):  # a larger count was not faster, or gained too little: flattened
         return None
-    lanes = max(n_best, 1)
-    want = max(2 * lanes, math.ceil(lanes * ceiling / max(rate, 1e-9) * 1.1))
+    want = rules.jump_target(n_best, rate, ceiling, rules.ONLINE)
     n = min(want, worker_cap(h, limits, space))
     killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and rules.caps_workers(f.kind)]
     if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
@@ -279,7 +278,7 @@ def _flat(h: RunHistory, best: Dict[str, Any]) -> bool:
     return bool(below) and (h.rate(best) or 0.0) < (1 + GAIN) * max(below)
 
 
-def predicted_workers(h: RunHistory, limits: Limits) -> Optional[int]:
+def predicted_workers(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> Optional[int]:
     """Where the script's own settings were all that ran: the count the climb would have tried
     first (the one their wait predicts reaches the ceiling), or None where they do not wait."""
     base, ceiling = h.baseline, h.ceiling()
@@ -287,7 +286,7 @@ def predicted_workers(h: RunHistory, limits: Limits) -> Optional[int]:
     if base is None or not rate or not ceiling or (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
         return None
     return max(workers(base) + 1, min(rules.jump_target(workers(base), rate, ceiling, rules.ONLINE),
-                                      worker_cap(h, limits)))
+                                      worker_cap(h, limits, space)))
 
 
 def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:

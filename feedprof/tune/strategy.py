@@ -15,10 +15,11 @@ NOTE [ Search, not grid ]  (LadderStrategy; each step below is one function)
                           the next rung passes the CPU count and the workers are
                             CPU-bound (beyond it only I/O-bound workers pay off)
                           a trial fails, is killed or rejected
-          (while the CPUs have room: jump straight to the rung predicted to reach
+          (while the CPUs have room: jump straight to the count predicted to reach
            what the ceiling and the CPU budget allow, instead of doubling)
-              └► refine: binary search between the best rung and the rung below
-                         it, for the cheapest config within tolerance
+              └► refine: the wider gap first, bisected: between the pick and the count
+                         below it (a cheaper config within tolerance), and between the
+                         pick and a clearly slower count above it (a peak between)
                   └► secondary knobs at the best config (space.secondary)
                       └► confirm (confirm.py): the pick and its strongest rival within noise are
                            measured again, interleaved; configs are ranked by the
@@ -57,7 +58,7 @@ from feedprof.tune.confirm import CONFIRM_ROUNDS, Confirmation
 from feedprof.tune.history import Proposal, TrialHistory, ok_trials
 from feedprof.tune.space import Config, Space, job_cores
 
-MIN_GAIN = 0.05  # a rung must beat the rungs below by this much to keep climbing
+MIN_GAIN = rules.MIN_GAIN  # a rung must beat the rungs below by this much to keep climbing
 SHORT_EPOCH_S = 10.0  # epochs this short at the compute ceiling: worker start-up is a real share
 MAX_REFINE = 3
 JUMP_MIN_WAIT, JUMP_MAX_STARTUP_S = 0.5, 10.0  # jump while the loop mostly waits, to workers that start this fast
@@ -66,7 +67,7 @@ AGAIN_WINDOW_FACTOR = 2.0  # a trial measured again gets this many times the usu
 
 
 class LadderStrategy(TrialHistory):
-    def __init__(self, space: Space, tol: float = 0.03, min_gain: float = MIN_GAIN,
+    def __init__(self, space: Space, tol: float = rules.OFFLINE.pick_tolerance, min_gain: float = MIN_GAIN,
                  confirm_rounds: int = CONFIRM_ROUNDS):
         super().__init__(space)
         self.tol = tol
@@ -191,10 +192,10 @@ class LadderStrategy(TrialHistory):
             done = self.measured(sp.with_primary(self._base(), n), history)
             if done is None:
                 jump = self._jump_target(below)
-                if jump is not None and jump > n:
-                    while i + 1 < len(rungs) and rungs[i] < jump:
+                if jump is not None and jump > n:  # to the predicted count itself, as the online climb
+                    n = min(jump, rungs[-1])  # (a rung past it can overshoot the peak of a curve that falls)
+                    while i + 1 < len(rungs) and rungs[i + 1] <= n:
                         i += 1
-                    n = rungs[i]
                     if self.cap is not None and n > self.cap.max_workers:
                         return self._below_cap(history)
                     notes.append(JumpedAhead(knob=sp.primary, n=n))
@@ -312,15 +313,30 @@ class LadderStrategy(TrialHistory):
         n = sp.primary_of(best.config)
         # the largest measured count below the pick (any knobs): the pick is the
         # cheapest within tolerance, so everything measured below it is slower
-        lower = [sp.primary_of(t.config) for t in self._ok(history) if sp.primary_of(t.config) < n]
-        if not lower:
+        lo = max((sp.primary_of(t.config) for t in self._ok(history) if sp.primary_of(t.config) < n), default=None)
+        hi = self._slower_above(best, history)
+        # the wider gap first (a section search): below, a cheaper count may do as well; above, a
+        # clearly slower count leaves a peak between the two unmeasured (the online climb aims there)
+        gaps = sorted((g for g in ((lo, n), (n, hi)) if None not in g and g[1] - g[0] >= 2),
+                      key=lambda g: (g[0] - g[1], g[0]))
+        for a, b in gaps:
+            config = sp.with_primary(best.config, (a + b) // 2)
+            if self.measured(config, history) is None:
+                return Proposal(config, Role.SEARCH, Phase.REFINE)
+        return None
+
+    def _slower_above(self, best: Measured, history: Sequence[Trial]) -> Optional[int]:
+        """The least count above the pick, where it measured clearly slower (past the tolerance).
+        None for a pick without workers: 1 worker rarely beats none where 2 did not (ladder_rungs)."""
+        sp = self.space
+        n, rate = sp.primary_of(best.config), best.score
+        if n == 0:
             return None
-        lo = max(lower)
-        mid = (lo + n) // 2
-        config = sp.with_primary(best.config, mid)
-        if mid <= lo or mid >= n or self.measured(config, history) is not None:
+        above = [t for t in self._ok(history) if sp.primary_of(t.config) > n and t.role != Role.CEILING]
+        least = min(above, key=lambda t: sp.primary_of(t.config), default=None)
+        if least is None or (score(least) or 0.0) >= rate * (1 - self.tol):
             return None
-        return Proposal(config, Role.SEARCH, Phase.REFINE)
+        return sp.primary_of(least.config)
 
     # -- secondary knobs ------------------------------------------------------
 
