@@ -251,3 +251,18 @@ def test_on_noiseless_windows_the_explorer_ends_within_3_percent_of_the_best_cou
         rates = {n: sim.true_rate(n, *model) for n in range(33)}
         n, _ = sim.simulate(0, model, noise=0.0, drift=0.0, run_s=60.0, explore_s=60.0)
         assert rates[n] >= 0.97 * max(rates.values()), (name, n, max(rates, key=rates.get))
+
+
+def test_a_keras_loop_that_loads_itself_and_waits_on_io_is_predicted_past_the_cpus():
+    """Keras's workers=1 loads in the loop's own thread: its windows' CPU while it waited says I/O,
+    so the count predicted for the held run's caveat goes past the 2 CPUs (torch's rule, which
+    reads workers=1 as a worker with no CPU measured, stopped it at 2)."""
+    from feedprof.tune.online_strategy import predicted_workers
+    from feedprof.tune.space_tf import KerasSpace
+
+    base = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
+    space = KerasSpace(base, cpu_cap=2, max_primary=32, cuda_used=None)
+    h = RunHistory(baseline=base)
+    h.windows += [window(base, 20, 0.9, t=0, load_cpu_s=0.01), window(base, 20, 0.9, t=1, load_cpu_s=0.01)]
+    assert predicted_workers(h, LIMITS, space) > LIMITS.cpu_cap
+    assert predicted_workers(h, LIMITS) == LIMITS.cpu_cap  # (without the space: torch's rule)

@@ -100,7 +100,7 @@ def _settled(trials: List[Trial], decider: Any) -> List[Trial]:
     return [t for t in trials if config_key(t.config) == kept or t.role == Role.BASELINE or t.state != TrialState.OK]
 
 
-def _caveats(decider: Any, limits: Limits) -> List[Reason]:
+def _caveats(decider: Any, limits: Limits, space: Any) -> List[Reason]:
     """Why the advice is not simply the search's: the tuned loader's switch moves draws from the
     script's random streams in its own process (not switched: the advice is what the windows of its
     own settings predict; or switched with --allow-rng-change), its workers' augmentation moved
@@ -113,13 +113,13 @@ def _caveats(decider: Any, limits: Limits) -> List[Reason]:
         held = not main[0].allowed
         out.append(RandomDrawsMove(where=main[0].where, streams=main[0].streams, held=held,
                                    moved=any(r.moved_at_s is not None for r in main),
-                                   predicted_workers=predicted_workers(decider.history, limits) if held else None))
+                                   predicted_workers=predicted_workers(decider.history, limits, space) if held else None))
     out += [RandomDrawsMove(where=r.where, streams=r.streams, held=False, moved=True)
             for r in seen if r.where == "rng_workers"][:1]
     held = next((h for h in decider.holds if h.target and h.why == decider.held_why), None)
     if held is not None and not main:  # (a hold after the search settled changed nothing it chose)
         out.append(SwitchingStopped(why=held.why, detail=held.detail,
-                                    predicted_workers=predicted_workers(decider.history, limits)))
+                                    predicted_workers=predicted_workers(decider.history, limits, space)))
     return out
 
 
@@ -195,7 +195,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         space = make_space(decider.framework, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         trials = _trials(h, decider, space)
-        caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers))
+        caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers), space)
         rec = recommend(_settled(trials, decider), space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
                         nothing_tried=NothingTried() if decider.held_why else None,  # (replaced by the caveats)
                         ceiling_batches_per_s=h.ceiling())  # (the step time when data is ready)
