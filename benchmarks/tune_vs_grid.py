@@ -54,7 +54,7 @@ import tempfile
 import time
 
 from feedprof.analyse.diagnose import training_loader
-from feedprof.analyse.recommend import score
+from feedprof.analyse.measured import score
 from feedprof.store.codec import write_text_atomic
 from feedprof.record.host import usable_cpu_count
 from feedprof.store import Phase, Role

@@ -2,7 +2,7 @@
 failures, whether an offline trial or a stretch of the real run measured it; and one pick over it."""
 import pytest
 
-from feedprof.analyse import evidence, recommend
+from feedprof.analyse import evidence, measured
 from feedprof.analyse.evidence import ConfigEvidence
 from feedprof.store import Role, TrialState
 from feedprof.store.online import OnlineFailure
@@ -33,11 +33,11 @@ def cost(config):
 def test_one_evidence_set_gives_one_pick_online_and_offline():
     h, trials = online(RATES), offline(RATES)
     run_side = h.evidence()
-    trial_side = [m.evidence for m in recommend.measured_configs(trials)]
+    trial_side = [m.evidence for m in measured.measured_configs(trials)]
     assert [e.config for e in run_side] == [e.config for e in trial_side]
     assert [e.rate for e in run_side] == pytest.approx([e.rate for e in trial_side])
     assert {e.source for e in run_side} == {"run"} and {e.source for e in trial_side} == {"trials"}
-    assert pick(h) == recommend.pick(trials, cost).config == with_workers(BASE, 12)
+    assert pick(h) == measured.pick(trials, cost).config == with_workers(BASE, 12)
     assert fastest(h) == evidence.fastest(trial_side).config == with_workers(BASE, 16)
 
 
@@ -63,7 +63,7 @@ def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
     for t, (n, rate) in enumerate(RATES.items()):
         h.windows += [window(with_workers(BASE, n), rate * f, 0.5, t=3 * t + k) for k, f in enumerate((0.92, 1, 1.08))]
     assert pick(h) == with_workers(BASE, 8)
-    assert recommend.pick(offline(RATES), cost).config == with_workers(BASE, 12)
+    assert measured.pick(offline(RATES), cost).config == with_workers(BASE, 12)
 
 
 def test_an_online_run_recommends_what_its_search_would_pick(tmp_path):

@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
-from feedprof.analyse.recommend import recommend, score, sustained
+from feedprof.analyse.measured import score, sustained
+
+from feedprof.analyse.recommend import recommend
 from feedprof.store import LoaderRecord, Phase, Role, TrialState, Window
 from feedprof.tune.space import TorchSpace
 from tests.records import make_trial

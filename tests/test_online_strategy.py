@@ -185,7 +185,7 @@ def test_the_refinement_finds_fewer_workers_that_are_faster():
 def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
     """Tight windows (no noise to widen the tolerance): the online policy picks what the offline
     rule picks from the same rates (analyse/rules.py), and the tolerances are one."""
-    from feedprof.analyse import recommend, rules
+    from feedprof.analyse import measured, rules
 
     rates = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}
     h = RunHistory(baseline=BASE)
@@ -193,8 +193,8 @@ def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
         config = with_workers(BASE, n)
         h.windows += [window(config, rate, 0.5, t=2 * t, workers_cpu_s=0.2 * n),
                       window(config, rate, 0.5, t=2 * t + 1, workers_cpu_s=0.2 * n)]
-    offline = rules.pick(rates, lambda n: (n,), recommend.PICK_TOLERANCE)
-    assert recommend.PICK_TOLERANCE == rules.OFFLINE.pick_tolerance == rules.ONLINE.pick_tolerance
+    offline = rules.pick(rates, lambda n: (n,), measured.PICK_TOLERANCE)
+    assert measured.PICK_TOLERANCE == rules.OFFLINE.pick_tolerance == rules.ONLINE.pick_tolerance
     assert pick(h)["num_workers"] == offline == 12
 
 

@@ -1,7 +1,9 @@
 """The search on simulated workloads: no processes, a throughput model per case."""
 import pytest
 
-from feedprof.analyse.recommend import pick, recommend
+from feedprof.analyse.measured import pick
+
+from feedprof.analyse.recommend import recommend
 from feedprof.store.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
 from feedprof.store import Phase, Role, TrialState
 from feedprof.tune.space import TorchSpace, ladder_rungs

@@ -17,7 +17,7 @@ from feedprof.store import InputBound, Trial
 
 
 def trainer_advice(baseline: Optional[Trial], measured: Sequence[Any], verdict: Any) -> Optional[Reason]:
-    """``measured``: analyse.recommend.Measured configs; ``verdict``: the recommendation's."""
+    """``measured``: analyse.measured.Measured configs; ``verdict``: the recommendation's."""
     run = baseline.run if baseline is not None else None
     said = next((n for n in (run.notes if run is not None else ()) if isinstance(n, TrainerSuggestedWorkers)), None)
     if said is None:

@@ -1,6 +1,6 @@
 """What is known of a config, whichever search measured it: the rate it is ranked by, the rates
 of its measurements (their spread is the noise), how long the loop waited, and whether it failed.
-Offline the measurements are its trials (analyse/recommend.py ``evidence_of``); online they are
+Offline the measurements are its trials (analyse/measured.py ``evidence_of``); online they are
 stretches of the real run (tune/online_strategy.py ``RunHistory.evidence``). Both searches pick from
 it with one rule (``pick``, over analyse/rules.pick), so the same evidence gives the same pick.
 """

@@ -13,7 +13,8 @@ from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, wait_fraction
 from feedprof.analyse.limits import repeats_records
-from feedprof.analyse.recommend import keeps_own_settings, score
+from feedprof.analyse.measured import score
+from feedprof.analyse.recommend import keeps_own_settings
 from feedprof.render import plots
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
 from feedprof.render.progress import NO_PASTE_TEXT, config_cell, paste_shown

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader
-from feedprof.analyse.recommend import config_key, score
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.measured import score
 from feedprof.store import Run, TuneResult
 
 INK = "#0a0b0c"  # sentinel for text and axes: becomes currentColor

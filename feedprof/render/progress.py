@@ -25,7 +25,8 @@ import time
 from typing import IO, Any, List, Optional
 
 from feedprof.analyse.limits import repeats_records
-from feedprof.analyse.recommend import keeps_own_settings, score
+from feedprof.analyse.measured import score
+from feedprof.analyse.recommend import keeps_own_settings
 from feedprof.render.leftovers import format_tune_leftovers
 from feedprof.render.words import config_words, gpu_status, headline, say
 from feedprof.store import GpuStatus, LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult, TuneStart

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 from feedprof.analyse.diagnose import workers_of
-from feedprof.analyse.recommend import config_key
+from feedprof.analyse.evidence import config_key
 
 POLL_S = 0.05  # how often the decision file is looked at
 HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...

@@ -11,8 +11,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from feedprof.analyse import noise
 from feedprof.analyse import stats
-from feedprof.analyse.recommend import (Measured, batches_per_epoch, config_key, figures, measured_configs, pick,
-                                         score, sustained)
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.measured import Measured, batches_per_epoch, measured_configs, pick, score, sustained
+from feedprof.analyse.recommend import figures
 from feedprof.store.reasons import Reason, RivalsRemeasured
 from feedprof.store import Phase, Role, Trial
 from feedprof.tune.history import TrialHistory, Proposal

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Protocol, Sequence
 
-from feedprof.analyse.recommend import score, sound
+from feedprof.analyse.measured import score, sound
 from feedprof.store.reasons import Reason
 from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.space import Config, Space

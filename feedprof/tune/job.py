@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from feedprof import defaults
-from feedprof.analyse.recommend import PICK_TOLERANCE
+from feedprof.analyse.measured import PICK_TOLERANCE
 from feedprof.store.reasons import Reason
 from feedprof.store import TuneResult
 from feedprof.trial.launch import Launch

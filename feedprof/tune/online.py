@@ -26,7 +26,7 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store.online import (OnlineCarry, OnlineFailure, OnlineHold, OnlineLoaderMode, OnlineOrderCheck, OnlineRandomness,
                                    OnlineSwitch, OnlineWarmup, OnlineWindow)
 from feedprof.trial.protocol import read_events
-from feedprof.analyse.recommend import config_key
+from feedprof.analyse.evidence import config_key
 from feedprof.store.codes import Framework, SwitchAt
 from feedprof.tune.online_strategy import RunHistory, Limits, Step, decide, retreat, workers
 from feedprof.tune.space import Space, make_space

@@ -9,8 +9,9 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import classify
-from feedprof.analyse.evidence import ConfigEvidence
-from feedprof.analyse.recommend import config_key, recommend, trial_from_run
+from feedprof.analyse.evidence import ConfigEvidence, config_key
+from feedprof.analyse.measured import trial_from_run
+from feedprof.analyse.recommend import recommend
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed,
                                     RandomDrawsMove, Reason, SamplesFollowWorkers, ScriptFailed, SharedMemoryExhausted,

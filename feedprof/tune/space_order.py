@@ -103,7 +103,7 @@ def head_of_line(trial: Trial) -> Optional[bool]:
 def in_order_gain(pick: Trial, trials: Sequence[Trial], allowed: bool, key: Any) -> Optional[InOrderGain]:
     """in_order=False against in-order delivery at the same other settings: the pick's own pair where it was
     measured, else the pair where out-of-order delivery measured fastest."""
-    from feedprof.analyse.recommend import score
+    from feedprof.analyse.measured import score
 
     pairs = []
     for t in trials:

@@ -146,7 +146,8 @@ class TfDataSpace(Space):
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """Never below AUTOTUNE: a cheaper static setting within tolerance but
         slower than AUTOTUNE as measured loses to it."""
-        from feedprof.analyse.recommend import config_key, measured_configs
+        from feedprof.analyse.evidence import config_key
+        from feedprof.analyse.measured import measured_configs
 
         configs = measured_configs(trials)
         auto = next((m for m in configs if m.config.get("num_parallel_calls") == "AUTOTUNE"), None)

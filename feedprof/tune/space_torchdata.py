@@ -59,7 +59,7 @@ class NodesSpace(Space):
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """The pick, and threads against processes at its worker count where both were measured."""
-        from feedprof.analyse.recommend import measured_configs
+        from feedprof.analyse.measured import measured_configs
 
         cfg = self.legalize(pick.config)
         measured = [(self.legalize(m.config), m) for m in measured_configs(trials)]

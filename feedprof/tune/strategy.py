@@ -31,7 +31,7 @@ NOTE [ Search, not grid ]  (LadderStrategy; each step below is one function)
                            from this one), across an epoch boundary where an
                            epoch is short enough to afford it
 
-Before any step: a trial whose window spread (analyse/recommend.sound) is a
+Before any step: a trial whose window spread (analyse/measured.sound) is a
 measurement that failed, and a ladder rung that reads well below a rung
 beneath it breaks the curve; either is measured again, in a longer window,
 before it decides anything (its spread window is then left out).
@@ -50,7 +50,7 @@ from typing import List, Optional, Sequence, Set
 
 from feedprof.analyse import rules
 from feedprof.analyse.limits import usable, worker_cap
-from feedprof.analyse.recommend import Measured, measured_configs, pick, relative_spread, score, sound
+from feedprof.analyse.measured import Measured, measured_configs, pick, relative_spread, score, sound
 from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
                               MeasuredAgain, PastCpuCount, ReachedCeiling, Reason, WorkersCapped, said_once)
 from feedprof.store import Phase, Role, Trial, TrialState

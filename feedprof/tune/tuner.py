@@ -26,7 +26,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.recommend import epoch_gap_s, keeps_own_settings, recommend, trial_from_run, tried_a_setting
+from feedprof.analyse.measured import epoch_gap_s, trial_from_run
+from feedprof.analyse.recommend import keeps_own_settings, recommend, tried_a_setting
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
                                     Reason, TuneInterruptedEarly)

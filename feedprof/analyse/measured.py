@@ -1,0 +1,159 @@
+"""What a config measured, read from its trials: the rate it is ranked by (``score``: steady
+throughput, per-epoch costs charged), what a stopwatch saw (``sustained``), whether a window
+measured its config at all (``sound``), and its trials pooled (``Measured``) into the one evidence
+record both searches pick from (analyse/evidence.py). The search (tune/) reads trials through
+this; analyse/recommend.py turns the pick into figures and reasons.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from feedprof.analyse import evidence, noise, rules, stats
+from feedprof.analyse.diagnose import between_epochs, training_loader
+from feedprof.analyse.evidence import ConfigEvidence, config_key
+from feedprof.store import Role, Run, Trial, TrialState
+
+PICK_TOLERANCE = rules.OFFLINE.pick_tolerance  # configs within 3 % of the best count as equally fast
+SPREAD_LIMIT = 0.25  # a window whose chunks spread more than ±25 % failed to measure its config
+
+Config = Dict[str, Any]
+
+
+def score(trial: Optional[Trial]) -> Optional[float]:
+    """What configs are ranked by: steady throughput (the median over the
+    window's chunks: robust to a hiccup) with per-epoch costs amortised."""
+    if trial is None or trial.state != TrialState.OK:
+        return None
+    rate = trial.effective_batches_per_s if trial.effective_batches_per_s is not None else trial.batches_per_s
+    return charge_epoch_gap(rate, trial)
+
+
+def sustained(trial: Trial) -> Optional[float]:
+    """What a config is reported at: the window's batches over its wall time
+    (what a stopwatch around the loop sees), per-epoch costs amortised."""
+    if trial.state != TrialState.OK or trial.sustained_batches_per_s is None:
+        return score(trial)
+    return charge_epoch_gap(trial.sustained_batches_per_s, trial)
+
+
+def charge_epoch_gap(rate: Optional[float], trial: Trial) -> Optional[float]:
+    """``rate`` with the time between epochs that another trial measured
+    (trial.epoch_gap_s) spread over this trial's epoch."""
+    bpe = batches_per_epoch(trial)
+    if not rate or not trial.epoch_gap_s or not bpe:
+        return rate
+    return 1 / (1 / rate + trial.epoch_gap_s / bpe)
+
+
+def batches_per_epoch(trial: Trial) -> Optional[int]:
+    rec = training_loader(trial.run) if trial.run is not None else None
+    return rec.batches_per_epoch if rec is not None else None
+
+
+def epoch_gap_s(trial: Trial) -> Optional[float]:
+    """The time between epochs outside the loader that a trial saw itself (None: it crossed no boundary)."""
+    rec = training_loader(trial.run) if trial.run is not None and trial.state == TrialState.OK else None
+    return between_epochs(rec) if rec is not None else None
+
+
+def relative_spread(trial: Trial) -> Optional[float]:
+    """Half the range of the window's chunk rates over their median (0.1 = ±10 %)."""
+    rate, low, high = trial.batches_per_s, trial.batches_per_s_low, trial.batches_per_s_high
+    return 0.5 * (high - low) / rate if rate and low is not None and high is not None else None
+
+
+def sound(trial: Trial) -> bool:
+    """Did the window measure its config? One whose chunks spread past
+    SPREAD_LIMIT caught something else (start-up, another job's burst)."""
+    spread = relative_spread(trial)
+    return spread is None or spread <= SPREAD_LIMIT
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One config with every trial of it: repeats (confirm trials) are pooled."""
+
+    config: Config
+    trials: Tuple[Trial, ...]
+    score: float  # median over the trials
+    latest: Trial
+
+    @property
+    def relative_spread(self) -> float:
+        """Half the relative range of chunk throughputs and repeats (0.1 = ±10 %)."""
+        lows, highs = [], []
+        for t in self.trials:
+            s = score(t)
+            scale = s / t.batches_per_s if s and t.batches_per_s else 1.0
+            lows += [(t.batches_per_s_low or t.batches_per_s or s) * scale, s]
+            highs += [(t.batches_per_s_high or t.batches_per_s or s) * scale, s]
+        return 0.5 * (max(highs) - min(lows)) / self.score if self.score else 0.0
+
+    @property
+    def evidence(self) -> ConfigEvidence:
+        """What the pick reads, as the online search has it of a stretch of the real run."""
+        return evidence_of(self)
+
+
+def evidence_of(m: Measured) -> ConfigEvidence:
+    """A config's trials as the one evidence record (analyse/evidence.py)."""
+    runs = [t.run.summary for t in m.trials if t.run is not None and t.run.summary is not None]
+    waits = [t.data_wait_fraction for t in m.trials if t.data_wait_fraction is not None]
+    cores = [t.workers_cpu_pct / 100 for t in m.trials if t.workers_cpu_pct is not None]
+    return ConfigEvidence(
+        config=m.config, rate=m.score, rates=tuple(scores(m)), measurements=len(m.trials),
+        wait_fraction=stats.median(waits), source="trials",
+        steady_rate=stats.median([t.batches_per_s for t in m.trials if t.batches_per_s]),
+        startup_s=stats.median([s.epoch_startup_s for s in runs if s.epoch_startup_s is not None]),
+        batches=sum(s.batches_measured for s in runs),
+        samples=sum(s.batches_measured * (s.batch_size or 0) for s in runs),
+        wall_s=sum(s.measured_s for s in runs), wait_s=sum(s.data_wait_s or 0.0 for s in runs),
+        workers_cores=stats.median(cores))
+
+
+def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
+    """Successful, non-ceiling trials grouped by config, in first-measured
+    order. A window that spread (``sound``) is left out where its config has
+    another that did not: it was measured again because it failed."""
+    groups: Dict[tuple, List[Trial]] = {}
+    for t in trials:
+        if t.role not in (Role.CEILING, Role.PROBE) and score(t):
+            groups.setdefault(config_key(t.config), []).append(t)
+    kept = [[t for t in group if sound(t)] or group for group in groups.values()]
+    return [Measured(config=dict(group[0].config), trials=tuple(group),
+                     score=stats.median([score(t) for t in group]), latest=group[-1])
+            for group in kept]
+
+
+def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Optional[Measured]:
+    """Among configs within ``tol`` of the fastest, the cheapest (analyse/evidence.pick: the online pick's too)."""
+    by_key = {config_key(m.config): m for m in measured_configs(trials)}
+    chosen = evidence.pick([m.evidence for m in by_key.values()], cost, tol)
+    return by_key[config_key(chosen.config)] if chosen is not None else None
+
+
+def run_noise(trials: Sequence[Trial]) -> Optional[float]:
+    """This tune's run-to-run noise, from the configs it measured more than once."""
+    return noise.repeat_noise([[score(t) for t in m.trials] for m in measured_configs(trials)])
+
+
+def scores(m: Measured) -> List[float]:
+    return [score(t) for t in m.trials]
+
+
+def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -> Optional[Measured]:
+    """A cheaper config, measured repeatedly like ``chosen``, that ``chosen``
+    cannot be told apart from on this run's noise (the cheapest such), or None."""
+    measured_noise = run_noise(trials)
+    if measured_noise is None or len(chosen.trials) < 2:
+        return None
+    cheaper = [m for m in measured_configs(trials) if len(m.trials) >= 2 and cost(m.config) < cost(chosen.config)
+               and not noise.told_apart(scores(m), scores(chosen), measured_noise)]
+    return min(cheaper, key=lambda m: cost(m.config), default=None)
+
+
+def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: Any) -> Trial:
+    """The tune's row for one trial: its config and state, and the full run (its figures come from it)."""
+    return Trial(index=index, role=role, config=dict(config), state=run.outcome.state,
+                 cause=None if run.outcome.state == TrialState.OK else run.outcome.cause, run=run, **fields)
