@@ -53,3 +53,14 @@ def test_the_noise_floor():
     assert rules.noise_floor([], 0.05, 0.15) == 0.05
     assert rules.noise_floor([0.02, 0.08, 0.3], 0.05, 0.15) == 0.08
     assert rules.noise_floor([0.4], 0.05, 0.15) == 0.15
+
+
+def test_one_charge_for_what_an_epoch_costs_beyond_its_batches():
+    """100 batches at 100 b/s take 1 s; a second more per epoch halves the rate, whoever charges it:
+    a trial's time to its first batch (diagnose), a gap another trial saw between epochs
+    (measured), the online run's workers started anew (online_strategy, rules.charge_per_epoch)."""
+    from feedprof.analyse.diagnose import effective_rate
+
+    assert rules.charge_per_epoch(100.0, 100, 1.0) == pytest.approx(50.0)
+    assert effective_rate(100.0, 100, 1.0 + 1 / 100.0) == pytest.approx(50.0)  # (the first batch's own 10 ms)
+    assert effective_rate(100.0, 100, None) == 100.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Sequence, Tuple
 
-from feedprof.analyse import stats
+from feedprof.analyse import rules, stats
 from feedprof.analyse.hazards import run_hazards
 from feedprof.store.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
                               WaitNotObservable, said_once)
@@ -99,7 +99,8 @@ def effective_rate(batches_per_s: Optional[float], batches_per_epoch: Optional[i
     """Throughput with one epoch's start-up spread over the epoch's batches."""
     if batches_per_s is None or not batches_per_epoch or startup_s is None or batches_per_s <= 0:
         return batches_per_s
-    return batches_per_epoch / (startup_s + (batches_per_epoch - 1) / batches_per_s)
+    # (the start-up is the time to the first batch: what it costs beyond that batch at the rate)
+    return rules.charge_per_epoch(batches_per_s, batches_per_epoch, startup_s - 1 / batches_per_s)
 
 
 def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:

@@ -43,7 +43,7 @@ def charge_epoch_gap(rate: Optional[float], trial: Trial) -> Optional[float]:
     bpe = batches_per_epoch(trial)
     if not rate or not trial.epoch_gap_s or not bpe:
         return rate
-    return 1 / (1 / rate + trial.epoch_gap_s / bpe)
+    return rules.charge_per_epoch(rate, bpe, trial.epoch_gap_s)
 
 
 def batches_per_epoch(trial: Trial) -> Optional[int]:

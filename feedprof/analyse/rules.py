@@ -134,6 +134,12 @@ def jump_target(workers: int, rate: float, ceiling: float, mode: Mode, job_cores
     return max(2 * lanes, needed)
 
 
+def charge_per_epoch(rate: float, batches_per_epoch: int, extra_s: float) -> float:
+    """The rate with what each epoch costs beyond its batches at ``rate`` (workers started anew,
+    time between epochs) spread over the epoch's batches: what a whole epoch delivers."""
+    return batches_per_epoch / (batches_per_epoch / rate + extra_s)
+
+
 def noise_floor(spreads: Sequence[float], least: float, most: float) -> float:
     """How far apart two configs' rates must be to be told apart: the typical relative spread of
     one config's measurements, never under ``least`` nor over ``most``."""

@@ -83,7 +83,7 @@ class RunHistory:
         if steady is None or not cost or per_epoch is None or not per_epoch.batches_per_epoch or self.pools_carried:
             return steady
         bpe = self.batches_per_epoch or per_epoch.batches_per_epoch  # (what the loop has of one, where it breaks out)
-        return bpe / (bpe / steady + cost)
+        return rules.charge_per_epoch(steady, bpe, cost)
 
     def n_windows(self, config: Dict[str, Any]) -> int:
         ranks: Dict[int, int] = {}
