@@ -64,3 +64,9 @@ def test_one_charge_for_what_an_epoch_costs_beyond_its_batches():
     assert rules.charge_per_epoch(100.0, 100, 1.0) == pytest.approx(50.0)
     assert effective_rate(100.0, 100, 1.0 + 1 / 100.0) == pytest.approx(50.0)  # (the first batch's own 10 ms)
     assert effective_rate(100.0, 100, None) == 100.0
+
+
+def test_the_offline_ladder_reads_its_tolerance_where_its_mode_says_so():
+    """The ladder aims its jump and stops near the ceiling at 1 - its tolerance (--tolerance moves
+    both): OFFLINE's fields must say the same of the default, or the one list of differences lies."""
+    assert OFFLINE.jump_margin == OFFLINE.near_ceiling == pytest.approx(1 - OFFLINE.pick_tolerance)

@@ -24,8 +24,9 @@ NOTE [ One decision core ]
     climb       rungs 0, 2, 4, 8, ... and a jump to the    a jump to the predicted count     jump_target,
                 predicted count                                                              jump_margin
     past CPUs   only while the workers leave CPU idle      the same                          cpu_bound
-    stop        near the ceiling, or a gain < MIN_GAIN     the same                          near_ceiling,
-                                                                                             MIN_GAIN
+    stop        near the ceiling; a gain < MIN_GAIN (one   near the ceiling; a gain <        near_ceiling,
+                flat rung forgiven while CPU is idle);     MIN_GAIN; the best barely waits;  MIN_GAIN
+                a trial that failed                        a larger count measured already
     caps        a kill, a hang, memory over budget         the same                          caps_workers
     refine      the wider gap around the pick, bisected    below the best, from the fewest   refine_floor_lead,
                 (a cheaper count; a peak above)            workers that could supply it      refine_min_saving

@@ -332,9 +332,10 @@ class LadderStrategy(TrialHistory):
         n, rate = sp.primary_of(best.config), best.score
         if n == 0:
             return None
-        above = [t for t in self._ok(history) if sp.primary_of(t.config) > n and t.role != Role.CEILING]
-        least = min(above, key=lambda t: sp.primary_of(t.config), default=None)
-        if least is None or (score(least) or 0.0) >= rate * (1 - self.tol):
+        # configs as the pick reads them (repeats pooled, a window that spread left out)
+        above = [m for m in measured_configs(self._ok(history)) if sp.primary_of(m.config) > n]
+        least = min(above, key=lambda m: sp.primary_of(m.config), default=None)
+        if least is None or least.score >= rate * (1 - self.tol):
             return None
         return sp.primary_of(least.config)
 
