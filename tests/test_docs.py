@@ -231,13 +231,10 @@ _NOTE = re.compile(r"NOTE \[ (.+?) \]")
 
 def _notes_in_code() -> Set[Tuple[str, str]]:
     found = set()
-    for top in ("feedprof", "benchmarks"):
-        for root, _, names in os.walk(os.path.join(REPO, top)):
-            for name in names:
-                if name.endswith(".py"):
-                    path = os.path.join(root, name)
-                    with open(path, encoding="utf-8") as fh:
-                        found |= {(m.group(1), _rel(path)) for m in _NOTE.finditer(fh.read())}
+    for path in _repository_files():
+        if path.endswith(".py") and _rel(path).split(os.sep)[0] in ("feedprof", "benchmarks"):
+            with open(path, encoding="utf-8") as fh:
+                found |= {(m.group(1), _rel(path)) for m in _NOTE.finditer(fh.read())}
     return found
 
 
