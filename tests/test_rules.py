@@ -1,4 +1,6 @@
 """analyse/rules.py: the rules both searches decide by, and the one list of where they differ."""
+import math
+
 import pytest
 
 from feedprof.analyse import rules
@@ -70,3 +72,16 @@ def test_the_offline_ladder_reads_its_tolerance_where_its_mode_says_so():
     """The ladder aims its jump and stops near the ceiling at 1 - its tolerance (--tolerance moves
     both): OFFLINE's fields must say the same of the default, or the one list of differences lies."""
     assert OFFLINE.jump_margin == OFFLINE.near_ceiling == pytest.approx(1 - OFFLINE.pick_tolerance)
+
+
+def test_what_one_worker_supplies_and_the_fewest_that_supply_a_rate():
+    # the loop loading itself: 10 batches/s with 80 % of the time waiting is 12.5 batches/s of loading
+    assert rules.supply_per_worker(10.0, 0, True, 0.8) == pytest.approx(12.5)
+    # 4 workers that kept the loop waiting delivered 40: 10 each at most
+    assert rules.supply_per_worker(40.0, 4, False, 0.5) == pytest.approx(10.0)
+    # a loop that barely waited says nothing of its workers' supply
+    assert rules.supply_per_worker(40.0, 4, False, 0.01) == math.inf
+    assert rules.fewest_workers_to_supply(95.0, 10.0) == 10
+    assert rules.fewest_workers_to_supply(100.0, 10.0) == 10  # (exactly: no float ceiling past it)
+    assert rules.fewest_workers_to_supply(100.0, math.inf) is None
+    assert rules.fewest_workers_to_supply(100.0, 0.0) is None

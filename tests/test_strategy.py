@@ -200,11 +200,21 @@ def test_refinement_finds_a_cheaper_config_within_tolerance():
         if role == Role.CEILING:
             return 100.0, 0.0, 0.0
         n = config["num_workers"]
-        return {0: 10.0, 2: 40.0, 3: 79.0, 4: 80.0}.get(n, 80.5), 10.0 * n, 0.2
+        return {0: 10.0, 2: 54.0, 3: 79.0, 4: 80.0}.get(n, 80.5), 10.0 * n, 0.2
 
     space, strat, trials = simulate(plateau, {"num_workers": 0}, cpu_cap=8)
     assert 3 in [t.config["num_workers"] for t in trials if t.phase == Phase.REFINE]  # halfway between 2 and 4
     assert pick(trials, space.cost).config["num_workers"] == 3  # as good as 4, for less
+
+
+def test_refinement_never_tries_fewer_workers_than_could_supply_the_pick():
+    # 6.5 batches/s per worker: the rung at 10 reads 65, so the pick's 100 (16 workers) needs at
+    # least 15 of them within tolerance; bisecting from 10 tried 13 and 14 first, trials lost for certain
+    space, strat, trials = simulate(lambda c, r: io_bound(c, r, per_worker=6.5), {"num_workers": 0}, cpu_cap=2)
+    chosen = pick(trials, space.cost).config["num_workers"]
+    refined = [t.config["num_workers"] for t in trials if t.phase == Phase.REFINE]
+    assert chosen >= 15
+    assert all(n >= 15 for n in refined), refined
 
 
 def test_secondary_knobs_only_where_they_can_matter():

@@ -28,8 +28,9 @@ NOTE [ One decision core ]
                 flat rung forgiven while CPU is idle);     MIN_GAIN; the best barely waits;  MIN_GAIN
                 a trial that failed                        a larger count measured already
     caps        a kill, a hang, memory over budget         the same                          caps_workers
-    refine      the wider gap around the pick, bisected    below the best, from the fewest   refine_floor_lead,
-                (a cheaper count; a peak above)            workers that could supply it      refine_min_saving
+    refine      the wider gap around the pick, bisected    below the best, bisected          refine_floor_lead,
+                (a cheaper count; a peak above)                                              refine_min_saving
+                both: never below the fewest workers that could supply the best's rate       fewest_workers_to_supply
     confirm     the pick and its rival, interleaved        the pick and the fastest, A B A B
     pick        the cheapest within tolerance of the       the same, the tolerance never     pick, noise_floor,
                 fastest                                    under the run's noise             pick_tolerance
@@ -46,6 +47,7 @@ from typing import Callable, Dict, Hashable, Optional, Sequence, TypeVar
 BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running, or waiting for a CPU) computes
 SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
 MIN_GAIN = 0.05  # a climb whose rung gains less over the rungs below is flat (both searches stop climbing)
+WAITING = 0.05  # a loop that waits less than this share of its time for data is not held back by its loader
 CAPPING_FAILURES = ("killed", "hung", "memory")  # a config that ended so rules out every config with as many workers
 
 T = TypeVar("T")
@@ -86,9 +88,8 @@ class Mode:
     # The least share of the workers a refinement step must save to be tried, of the cheapest count
     # already within noise of the best. Offline (0, not read) the ladder bisects to any count below
     # the pick, its trials bounded by MAX_REFINE. Online each step runs the real job on fewer
-    # workers for two windows: only where it saves an eighth (and at least 2 workers), and never
-    # below the fewest workers that could supply the best's rate, read from a slower count's rate
-    # per worker: a window there is training time lost for certain.
+    # workers for two windows: only where it saves an eighth (and at least 2 workers). (Neither
+    # goes below the fewest workers that could supply the best's rate: fewest_workers_to_supply.)
     refine_min_saving: float
 
 
@@ -139,6 +140,28 @@ def charge_per_epoch(rate: float, batches_per_epoch: int, extra_s: float) -> flo
     """The rate with what each epoch costs beyond its batches at ``rate`` (workers started anew,
     time between epochs) spread over the epoch's batches: what a whole epoch delivers."""
     return batches_per_epoch / (batches_per_epoch / rate + extra_s)
+
+
+def supply_per_worker(rate: float, workers: int, loads_in_loop: bool,
+                      wait_fraction: Optional[float]) -> float:
+    """Batches per second one worker can supply at most, from a config that kept the loop
+    waiting: where the loop loads each batch itself (torch's 0 workers, Keras's 1), one over the
+    wait per batch (the loading alone: ``rate`` over the wait's share); at n workers, ``rate``
+    over n (n workers supplied it, and the loop still waited for them). inf: the loop barely
+    waited (under WAITING), so its rate says nothing of what the workers could supply."""
+    if wait_fraction is not None and wait_fraction < WAITING:
+        return math.inf
+    if not loads_in_loop:
+        return rate / max(workers, 1)
+    return rate / wait_fraction if wait_fraction else math.inf
+
+
+def fewest_workers_to_supply(rate: float, per_worker: float) -> Optional[int]:
+    """The fewest workers that could supply ``rate`` at ``per_worker`` each: a refinement never
+    tries fewer (both searches; a window there is time lost for certain). None: not known."""
+    if per_worker <= 0 or math.isinf(per_worker):
+        return None
+    return math.ceil(rate / per_worker - 1e-9)
 
 
 def noise_floor(spreads: Sequence[float], least: float, most: float) -> float:

@@ -20,7 +20,6 @@ job's: the slowest rank's median window, per config.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -37,7 +36,7 @@ GAIN = rules.MIN_GAIN  # a climb that gains less is flat
 MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = rules.ONLINE.near_ceiling  # a rung this close to the ceiling ends the climb
-NOT_INPUT_BOUND = 0.05  # data-wait fraction under which loader settings cannot help
+NOT_INPUT_BOUND = rules.WAITING  # data-wait fraction under which loader settings cannot help
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -309,7 +308,7 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
     supply = _supply_per_worker(h, with_workers(base, lo, space), space)
     if supply <= 0:  # (the slower count delivered nothing: no figure to bisect from)
         return None
-    least = math.ceil((1 - tol) * top / supply) if supply < math.inf else lo + 1
+    least = rules.fewest_workers_to_supply((1 - tol) * top, supply) or lo + 1
     mid = (max(lo, least - 1) + hi) // 2
     if not (lo < mid < hi and mid >= least and hi - mid >= max(2, int(hi * rules.ONLINE.refine_min_saving))) \
             or _tried(h, mid, base, space):
@@ -318,16 +317,15 @@ def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Opti
 
 
 def _supply_per_worker(h: RunHistory, slower: Dict[str, Any], space: Optional[Space] = None) -> float:
-    """Batches per second one worker can supply at most, from a config that kept the loop
-    waiting: where the loop loads itself (torch's 0 workers, Keras's 1), one over the wait per
-    batch (the loading alone); at n workers, its rate over n (n workers supplied it, and the loop
-    still waited for them)."""
-    n = workers(slower)
-    if not _loads_in_loop(slower, space):
-        return (h.rate(slower) or 0.0) / max(n, 1)
+    """What one worker can supply at most (rules.supply_per_worker), from the windows of a config
+    that kept the loop waiting."""
     ws = h.of(slower)
-    wait_s, batches = sum(w.wait_s for w in ws), sum(w.batches for w in ws)
-    return batches / wait_s if wait_s > 0 else float("inf")
+    wall_s = sum(w.wall_s for w in ws)
+    wait_fraction = sum(w.wait_s for w in ws) / wall_s if wall_s else None
+    if not _loads_in_loop(slower, space):
+        return rules.supply_per_worker(h.rate(slower) or 0.0, workers(slower), False, wait_fraction)
+    rate = sum(w.batches for w in ws) / wall_s if wall_s else 0.0
+    return rules.supply_per_worker(rate, workers(slower), True, wait_fraction)
 
 
 def _confirm(h: RunHistory) -> Optional[Step]:

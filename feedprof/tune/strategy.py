@@ -18,8 +18,9 @@ NOTE [ Search, not grid ]  (LadderStrategy; each step below is one function)
           (while the CPUs have room: jump straight to the count predicted to reach
            what the ceiling and the CPU budget allow, instead of doubling)
               └► refine: the wider gap first, bisected: between the pick and the count
-                         below it (a cheaper config within tolerance), and between the
-                         pick and a clearly slower count above it (a peak between)
+                         below it (a cheaper config within tolerance; never below the
+                         fewest workers that could supply the pick's rate), and between
+                         the pick and a clearly slower count above it (a peak between)
                   └► secondary knobs at the best config (space.secondary)
                       └► confirm (confirm.py): the pick and its strongest rival within noise are
                            measured again, interleaved; configs are ranked by the
@@ -314,6 +315,8 @@ class LadderStrategy(TrialHistory):
         # the largest measured count below the pick (any knobs): the pick is the
         # cheapest within tolerance, so everything measured below it is slower
         lo = max((sp.primary_of(t.config) for t in self._ok(history) if sp.primary_of(t.config) < n), default=None)
+        if lo is not None:  # never below the fewest workers that could supply the pick's rate
+            lo = max(lo, (self._fewest_to_supply(best, lo, history) or 0) - 1)
         hi = self._slower_above(best, history)
         # the wider gap first (a section search): below, a cheaper count may do as well; above, a
         # clearly slower count leaves a peak between the two unmeasured (the online climb aims there)
@@ -324,6 +327,19 @@ class LadderStrategy(TrialHistory):
             if self.measured(config, history) is None:
                 return Proposal(config, Role.SEARCH, Phase.REFINE)
         return None
+
+    def _fewest_to_supply(self, best: Measured, lo: int, history: Sequence[Trial]) -> Optional[int]:
+        """The fewest workers that could supply the pick's rate (rules.fewest_workers_to_supply),
+        from what one worker supplied at ``lo``, the fastest config measured with that count."""
+        sp = self.space
+        at_lo = [m for m in measured_configs(self._ok(history)) if sp.primary_of(m.config) == lo]
+        slower = max(at_lo, key=lambda m: m.score, default=None)
+        if slower is None:
+            return None
+        e, in_loop = slower.evidence, sp.loads_in_loop(slower.config)
+        rate = (e.steady_rate if in_loop else e.rate) or 0.0
+        per_worker = rules.supply_per_worker(rate, lo, in_loop, e.wait_fraction)
+        return rules.fewest_workers_to_supply((1 - self.tol) * best.score, per_worker)
 
     def _slower_above(self, best: Measured, history: Sequence[Trial]) -> Optional[int]:
         """The least count above the pick, where it measured clearly slower (past the tolerance).
