@@ -4,6 +4,12 @@
 #
 #   benchmarks/gpu_run.sh OUTDIR
 #
+# Where a package is missing there (jsonschema, which the suite's JSON check needs after every
+# test that writes files), bring its wheels in .whl/ at the repository's root: they are
+# installed into /tmp/gpu-run-site first. On a machine where pip works:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+#       -d .whl jsonschema jsonschema-specifications referencing rpds-py
+#
 # 1. the machine: GPUs, Python, torch, cores;
 # 2. the real-GPU tests (-m gpu): tests/test_gpu.py and tests/test_real_gpu.py;
 # 3. benchmarks/gpu_check.py: feedprof's NVML sampler next to nvidia-smi;
@@ -17,6 +23,14 @@ out=${1:?usage: benchmarks/gpu_run.sh OUTDIR}
 mkdir -p "$out"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 PY=${PYTHON:-python3}
+if compgen -G ".whl/*.whl" >/dev/null; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu-run-site \
+        .whl/*.whl && export PYTHONPATH=/tmp/gpu-run-site:$PYTHONPATH
+fi
+if ! $PY -c "import jsonschema" 2>/dev/null; then
+    echo "jsonschema is missing: every test that writes files would error at teardown (see above)" >&2
+    exit 2
+fi
 {
     nvidia-smi -L
     $PY -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__,

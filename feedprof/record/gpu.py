@@ -224,7 +224,7 @@ def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
 def memory_info(nv: Any, h: Any, try_v2: bool = True) -> Tuple[Any, bool]:
     """The device's memory as nvidia-smi shows it (or None), and whether to ask v2 next time.
     NVML's v2 query leaves out what the driver reserves for itself, which v1 counts as used: on an
-    H200 v1 read 1249 MiB used where nvidia-smi read 621 (benchmarks/results/gpu-sampler-nvidia-h200.json)."""
+    H200 v1 read 1249 MiB used where nvidia-smi read 621 (docs/benchmarks.md, "On a GPU")."""
     v2 = getattr(nv, "nvmlMemory_v2", None) if try_v2 else None
     if v2 is not None:
         try:
