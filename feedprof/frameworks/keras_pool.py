@@ -195,8 +195,11 @@ class QueuedPool:
         return [index for index, _ in self.ahead]
 
     def close(self) -> None:
-        for _, future in self.ahead:
-            future.cancel()
+        if isinstance(self.workers, _Threads):
+            # (a process pool's executor cancels what has not started itself: a future cancelled here
+            # too, as its ended workers break the pool, makes its manager thread raise in the user's run)
+            for _, future in self.ahead:
+                future.cancel()
         self.workers.close()
 
     def worker_pids(self) -> List[int]:
