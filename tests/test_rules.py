@@ -47,8 +47,13 @@ def test_the_same_evidence_gives_the_same_pick_offline_and_online():
 
 
 def test_what_ends_a_config_caps_the_workers_or_not():
-    assert all(rules.caps_workers(k) for k in ("killed", "hung", "memory"))
-    assert not rules.caps_workers("error")
+    # 8 workers ended so, where at most 4 ran well: every config with 8 or more is ruled out
+    assert all(rules.caps_workers(k, 8, 4) for k in ("killed", "hung", "memory", "worker_hazard"))
+    assert not rules.caps_workers("error", 8, 4)  # (that config alone)
+    # where 16 workers ran well with other settings, only a kill still caps
+    assert rules.caps_workers("killed", 8, 16)
+    assert not any(rules.caps_workers(k, 8, 16) for k in ("hung", "memory", "worker_hazard", "error"))
+    assert set(rules.FAILURE_KINDS) == {"killed", "hung", "memory", "worker_hazard", "error"}
 
 
 def test_the_noise_floor():

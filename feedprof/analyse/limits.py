@@ -5,10 +5,12 @@ NOTE [ Worker limits ]
     trials ─► duplication_in: an IterableDataset whose records repeat once per
               worker (a run's first batches: analyse/hazards.py; or an epoch
               that held more batches with more workers)   ─► at most 1 worker
-           ─► a trial killed by a signal (SIGKILL: RAM, SIGBUS: /dev/shm),
-              failed of a worker hazard (too many open files, CUDA in a
-              forked worker), or rejected as over budget, at N workers,
-              where no trial with as many ran well        ─► at most N - 1
+           ─► a trial killed by a signal (SIGKILL: RAM, SIGBUS: /dev/shm)
+              at N workers; one that timed out, failed of a worker hazard
+              (too many open files, CUDA in a forked worker) or was rejected
+              as over budget, where no trial with as many ran well
+              (rules.caps_workers, the online search's rule too)
+                                                          ─► at most N - 1
            ─► worker_cap: the tightest of these, as a WorkersCapped finding
            ─► usable(trials, cap): the trials a recommendation may pick from
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from feedprof.analyse import rules
 from feedprof.analyse.diagnose import training_loader, workers_of
 from feedprof.analyse.hazards import (complete_epoch_batches, duplicated, fds_near_limit, longest_epoch_batches,
                                       memory_growth, worker_uss_series)
@@ -94,12 +97,23 @@ def worker_cap(trials: Sequence[Trial], workers_of: WorkersOf) -> Optional[Worke
     ran = max((_workers(t, workers_of) for t in trials if t.state == TrialState.OK and t.role != Role.CEILING),
               default=-1)
     for t in trials:
-        n = _workers(t, workers_of)
-        hit = t.state == TrialState.KILLED or (
-            (_bad(t) or t.state in (TrialState.REJECTED, TrialState.TIMEOUT)) and n > ran)
-        if t.role != Role.CEILING and n >= 1 and hit:
+        n, kind = _workers(t, workers_of), failure_kind(t)
+        if t.role != Role.CEILING and n >= 1 and kind and rules.caps_workers(kind, n, ran):
             caps.append(WorkersCapped(max_workers=n - 1, config=dict(t.config), state=t.state.value, because=t.cause))
     return min(caps, key=lambda c: c.max_workers, default=None)
+
+
+def failure_kind(trial: Trial) -> str:
+    """How a trial ended, as rules.FAILURE_KINDS names it ("" if it ran well)."""
+    if trial.state == TrialState.KILLED:
+        return "killed"
+    if trial.state == TrialState.TIMEOUT:
+        return "hung"
+    if trial.state == TrialState.REJECTED:
+        return "memory"
+    if trial.state == TrialState.FAILED:
+        return "worker_hazard" if _bad(trial) else "error"
+    return ""
 
 
 def _bad(trial: Trial) -> bool:

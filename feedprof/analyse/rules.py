@@ -10,7 +10,7 @@ NOTE [ One decision core ]
     workers' CPU (and their wait for a CPU), its start-up, its failures
       ─► cpu_bound ─► may the workers outnumber the CPUs?
       ─► jump_target ─► the worker count predicted to reach the ceiling, within the CPU budget
-      ─► capping ─► a kill, a hang, memory: no config with as many workers after it
+      ─► capping ─► a kill (a hang, memory: past what ran well): no config with as many workers after it
       ─► pick ─► the cheapest config within tolerance of the fastest (tolerance >= the noise;
                  evidence.pick, for both searches)
     offline: LadderStrategy asks, a trial child measures, the tuner tells (tune/tuner.py)
@@ -27,7 +27,9 @@ NOTE [ One decision core ]
     stop        near the ceiling; a gain < MIN_GAIN (one   near the ceiling; a gain <        near_ceiling,
                 flat rung forgiven while CPU is idle);     MIN_GAIN; the best barely waits;  MIN_GAIN
                 a trial that failed                        a larger count measured already
-    caps        a kill, a hang, memory over budget         the same                          caps_workers
+    caps        a kill; a hang, memory over budget, an     the same                          caps_workers
+                error more workers cause, past the most
+                workers that ran well
     refine      the wider gap around the pick, bisected    below the best, bisected          refine_floor_lead,
                 (a cheaper count; a peak above)                                              refine_min_saving
                 both: never below the fewest workers that could supply the best's rate       fewest_workers_to_supply
@@ -48,7 +50,11 @@ BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running,
 SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
 MIN_GAIN = 0.05  # a climb whose rung gains less over the rungs below is flat (both searches stop climbing)
 WAITING = 0.05  # a loop that waits less than this share of its time for data is not held back by its loader
-CAPPING_FAILURES = ("killed", "hung", "memory")  # a config that ended so rules out every config with as many workers
+# How a config ended (offline a trial's state and cause, online a failure seen in the run): killed
+# (SIGKILL: RAM; SIGBUS: /dev/shm), hung (a timeout: no batch in time), memory (over the budget,
+# rejected or stopped), worker_hazard (an error more workers cause: too many open files, CUDA in a
+# forked worker), error (any other error raised loading a batch)
+FAILURE_KINDS = ("killed", "hung", "memory", "worker_hazard", "error")
 
 T = TypeVar("T")
 
@@ -180,7 +186,12 @@ def pick(rates: Dict[Hashable, float], cost: Callable[[Hashable], tuple], tolera
     return min(within, key=lambda k: (cost(k), -rates[k]))
 
 
-def caps_workers(kind: str) -> bool:
-    """Does a config that ended this way rule out every config with as many workers? A kill (RAM,
-    /dev/shm), a hang, memory over the budget: yes. An error raised in a worker: that config alone."""
-    return kind in CAPPING_FAILURES
+def caps_workers(kind: str, workers: int, most_workers_ran: int) -> bool:
+    """Does a config with ``workers`` that ended so (FAILURE_KINDS) rule out every config with as
+    many workers? A kill: yes, whatever ran before it. A hang, memory over the budget, an error more
+    workers cause: yes, unless a config with as many workers ran well (``most_workers_ran``: a
+    deeper prefetch past the open-file limit, say, rules out that config alone). Any other error
+    raised loading a batch: that config alone."""
+    if kind == "killed":
+        return True
+    return kind in ("hung", "memory", "worker_hazard") and workers > most_workers_ran

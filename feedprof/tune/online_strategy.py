@@ -141,6 +141,10 @@ class RunHistory:
             return n >= NEED or first.wait_fraction >= CLEARLY_WAITING
         return n >= NEED
 
+    def most_workers_ran(self) -> int:
+        """The most workers of a config the run measured without a failure (-1: none)."""
+        return max((workers(w.config) for w in self.windows if not self.failed(w.config)), default=-1)
+
     def failed(self, config: Dict[str, Any]) -> bool:
         return any(config_key(f.config) == config_key(config) for f in self.failures)
 
@@ -180,8 +184,9 @@ def worker_cap(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> 
     cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
     if h.restarts_per_epoch and not h.pools_carried and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
         cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
+    ran = h.most_workers_ran()
     for f in h.failures:
-        if rules.caps_workers(f.kind):  # (an error raised in a worker rules out that config alone)
+        if rules.caps_workers(f.kind, workers(f.config), ran):  # (an error in a worker: that config alone)
             cap = min(cap, workers(f.config) - 1)
     return max(cap, 0)
 
@@ -259,7 +264,9 @@ def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[
         return None
     want = rules.jump_target(n_best, rate, ceiling, rules.ONLINE)
     n = min(want, worker_cap(h, limits, space))
-    killed = [workers(f.config) for f in h.failures if workers(f.config) > n_best and rules.caps_workers(f.kind)]
+    ran = h.most_workers_ran()
+    killed = [workers(f.config) for f in h.failures
+              if workers(f.config) > n_best and rules.caps_workers(f.kind, workers(f.config), ran)]
     if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
         n = min(n, (n_best + min(killed)) // 2)
     if n <= n_best or _tried(h, n, base, space):
