@@ -60,6 +60,16 @@ def test_a_kill_caps_the_workers_and_the_next_try_bisects():
     assert worker_cap(h, LIMITS) == 19
 
 
+def test_a_hang_caps_the_workers_only_past_the_most_that_ran_well():
+    h = io_bound_baseline()
+    sixteen, eight, twenty = with_workers(BASE, 16), with_workers(BASE, 8), with_workers(BASE, 20)
+    h.windows += [window(sixteen, 150, 0.1, t=2, workers_cpu_s=0.5), window(sixteen, 150, 0.1, t=3, workers_cpu_s=0.5)]
+    h.failures.append(OnlineFailure(rank=0, config=eight, kind="hung", error="", t_s=4))
+    assert worker_cap(h, LIMITS) == 32  # 16 ran well: the hang at 8 rules out that config alone
+    h.failures.append(OnlineFailure(rank=0, config=twenty, kind="hung", error="", t_s=5))
+    assert worker_cap(h, LIMITS) == 19  # past what ran well: as a kill
+
+
 def test_the_cheapest_within_noise_is_picked_and_confirmed_interleaved():
     h = io_bound_baseline()
     eight, sixteen = with_workers(BASE, 8), with_workers(BASE, 16)
