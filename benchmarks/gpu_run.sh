@@ -28,7 +28,8 @@ if compgen -G ".whl/*.whl" >/dev/null; then
         .whl/*.whl && export PYTHONPATH=/tmp/gpu-run-site:$PYTHONPATH
 fi
 if ! $PY -c "import jsonschema" 2>/dev/null; then
-    echo "jsonschema is missing: every test that writes files would error at teardown (see above)" >&2
+    echo "jsonschema cannot be imported by $PY: every test that writes files would error at teardown" \
+         "(bring its wheels for this Python in .whl/: see the top of this file)" >&2
     exit 2
 fi
 {

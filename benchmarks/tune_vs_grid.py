@@ -22,6 +22,12 @@ For each workload in benchmarks/workloads/:
    should be read against. Each tune's own figures (its pick's throughput,
    its speedup over the script's settings) are set beside the independent
    ones: "agreement".
+4. the best of those and every tune's pick measured again, interleaved, in
+   ``--final-reps`` fresh repetitions: *quality, held out* = a pick / the best
+   on those alone. The best of several noisy contenders reads high in the
+   repetitions it was chosen on (the winner's curse: on a plateau, quality
+   there is biased low by the noise); measured again, apart from its choice,
+   it does not.
 
 The grid runs through the same tuner with ``GridStrategy`` (every config
 cold, a fresh interpreter each, as a sweep by hand would: no fork server,
@@ -167,7 +173,7 @@ def tune_once(script, work, topts, launch, k):
     return result, tuner, tune_s
 
 
-def one(name, reps, out_rows, tunes=3, grid=True):
+def one(name, reps, out_rows, tunes=3, grid=True, final_reps=2):
     script = os.path.join(HERE, "workloads", f"{name}.py")
     launch = workload_launch(script)
     work = tempfile.mkdtemp(prefix=f"feedprof-bench-{name}-")
@@ -201,8 +207,28 @@ def one(name, reps, out_rows, tunes=3, grid=True):
             t.update(judge(medians, contenders, t["recommended"]))
         row["independent"] = summary
         row["load_avg_1m"] = statistics.median(loads)  # how busy the machine was while re-measuring
+        if final_reps:
+            held = held_out(script, contenders, row["grid_best"], [t["recommended"] for t in row["tunes"]],
+                            final_reps, loader, launch)
+            row["held_out"] = held
+            for t in [row, *row["tunes"]]:
+                t["quality_held_out"] = _ratio_of(held["medians"], t["recommended"], row["grid_best"])
     print(verdict_line(row), flush=True)
     out_rows.append(row)
+
+
+def held_out(script, contenders, best, picks, reps, loader, launch):
+    """The best contender and every pick, measured again in ``reps`` fresh interleaved repetitions
+    (apart from the repetitions the best was chosen on): {"medians": {label: b/s}, "load_avg_1m"}."""
+    labels = list(dict.fromkeys([best, *picks]))
+    print(f"  held out: {' | '.join(labels)} again, {reps} repetitions", flush=True)
+    medians, _, loads = remeasure(script, {label: contenders[label] for label in labels}, reps, loader, launch)
+    return {"medians": medians or {}, "load_avg_1m": statistics.median(loads) if loads else None}
+
+
+def _ratio_of(medians, label, best):
+    a, b = medians.get(label), medians.get(best)
+    return a / b if a and b else None
 
 
 def judge(medians, contenders, rec_label):
@@ -244,6 +270,7 @@ def verdict_line(row):
             f"re-measured ({row['grid_best']}; A/A noise floor {100 * row['aa_noise']:.0f} %); tune "
             f"{row['tune_s']:.0f} s{_vs_grid(row)}; feedprof's "
             f"pick rate / independent {_ratio(rate_ag)}, speedup {_ratio(speed_ag)}"
+            + (f"; held out {100 * row['quality_held_out']:.1f} %" if row.get("quality_held_out") else "")
             + (f"; {100 * row['vs_autotune']:.0f} % of AUTOTUNE's throughput" if row.get("vs_autotune") else ""))
 
 
@@ -262,6 +289,8 @@ def main():
     ap.add_argument("--tunes", type=int, default=3, help="tunes per workload (default 3)")
     ap.add_argument("--no-grid", action="store_true",
                     help="no grid: the best configs the tunes measured are re-measured beside their picks")
+    ap.add_argument("--final-reps", type=int, default=2,
+                    help="repetitions of the best and the picks measured again for the held-out quality (0: none)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune-vs-grid-cpu-2core.json"))
     ap.add_argument("--tables", metavar="JSON", help="print the tables of a saved run, run nothing")
     ap.add_argument("--busy", type=float, default=0.0, metavar="CORES",
@@ -278,7 +307,7 @@ def main():
     rows = []
     with BusyLoad(args.busy) as load:
         for name in args.workloads:
-            one(name, args.reps, rows, args.tunes, grid=not args.no_grid)
+            one(name, args.reps, rows, args.tunes, grid=not args.no_grid, final_reps=args.final_reps)
             save(args.out, rows, load.measured())  # after every workload: an interrupted run keeps what it measured
     print_tables(rows)
     if args.busy:
@@ -356,13 +385,15 @@ def print_tables(rows):
         print(f"| {r['workload']} | {num(r['tune_pick_batches_per_s'])} | {num(r.get('independent_pick_per_s'))} | "
               f"{_ratio(rate_ag)} | {num(r['tune_speedup'], '×')} | {num(r.get('independent_speedup'), '×')} | "
               f"{_ratio(speed_ag)} | {num(r.get('load_avg_1m'))} |")
-    print("\n| workload | tune | recommended | quality | feedprof: pick b/s | independent | ratio | tune time |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| workload | tune | recommended | quality | held out | feedprof: pick b/s | independent | ratio "
+          "| tune time |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         for k, t in enumerate(r.get("tunes", ())):
             rate_ag, _ = agreement(t)
             num = lambda x: f"{x:.1f}" if x is not None else "?"  # noqa: E731
             print(f"| {r['workload']} | {k + 1} | {t['recommended']} | {pct(t.get('quality'))} | "
+                  f"{pct(t.get('quality_held_out'))} | "
                   f"{num(t['tune_pick_batches_per_s'])} | {num(t.get('independent_pick_per_s'))} | {_ratio(rate_ag)} | "
                   f"{t['tune_s']:.0f} s ({t['trials']} trials) |")
     tfdata = [r for r in rows if r.get("vs_autotune") is not None]

@@ -117,8 +117,18 @@ def test_closing_a_process_pool_mid_epoch_raises_nothing_in_its_threads(monkeypa
     import signal
     import threading
 
-    raised = []
+    from concurrent.futures import Future
+
+    raised, cancelled_here = [], []
     monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(repr(args.exc_value)))
+    cancel = Future.cancel
+
+    def watched_cancel(future):  # the race's first half, whether or not this run hits it
+        if threading.current_thread() is threading.main_thread():
+            cancelled_here.append(future)
+        return cancel(future)
+
+    monkeypatch.setattr(Future, "cancel", watched_cancel)
     for k in range(6):
         feed = Feed()
         feed.new_epoch(iter(range(48)))
@@ -131,3 +141,4 @@ def test_closing_a_process_pool_mid_epoch_raises_nothing_in_its_threads(monkeypa
         manager.join(10)
         assert not manager.is_alive()
     assert raised == []
+    assert cancelled_here == []  # (only the executor's own thread cancels what had not started)

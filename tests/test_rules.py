@@ -48,12 +48,13 @@ def test_the_same_evidence_gives_the_same_pick_offline_and_online():
 
 def test_what_ends_a_config_caps_the_workers_or_not():
     # 8 workers ended so, where at most 4 ran well: every config with 8 or more is ruled out
-    assert all(rules.caps_workers(k, 8, 4) for k in ("killed", "hung", "memory", "worker_hazard"))
+    assert all(rules.caps_workers(k, 8, 4) for k in ("killed", "memory", "rejected", "hung", "worker_hazard"))
     assert not rules.caps_workers("error", 8, 4)  # (that config alone)
-    # where 16 workers ran well with other settings, only a kill still caps
-    assert rules.caps_workers("killed", 8, 16)
-    assert not any(rules.caps_workers(k, 8, 16) for k in ("hung", "memory", "worker_hazard", "error"))
-    assert set(rules.FAILURE_KINDS) == {"killed", "hung", "memory", "worker_hazard", "error"}
+    # where 16 workers ran well with other settings, a kill and memory measured over budget still cap
+    assert rules.caps_workers("killed", 8, 16) and rules.caps_workers("memory", 8, 16)
+    assert not any(rules.caps_workers(k, 8, 16) for k in ("rejected", "hung", "worker_hazard", "error"))
+    with pytest.raises(ValueError):
+        rules.caps_workers("crashed", 8, 4)
 
 
 def test_the_noise_floor():
@@ -84,8 +85,9 @@ def test_what_one_worker_supplies_and_the_fewest_that_supply_a_rate():
     assert rules.supply_per_worker(10.0, 0, True, 0.8) == pytest.approx(12.5)
     # 4 workers that kept the loop waiting delivered 40: 10 each at most
     assert rules.supply_per_worker(40.0, 4, False, 0.5) == pytest.approx(10.0)
-    # a loop that barely waited says nothing of its workers' supply
+    # a loop that barely waited, or whose wait was not measured, says nothing of its workers' supply
     assert rules.supply_per_worker(40.0, 4, False, 0.01) == math.inf
+    assert rules.supply_per_worker(40.0, 4, False, None) == math.inf
     assert rules.fewest_workers_to_supply(95.0, 10.0) == 10
     assert rules.fewest_workers_to_supply(100.0, 10.0) == 10  # (exactly: no float ceiling past it)
     assert rules.fewest_workers_to_supply(100.0, math.inf) is None

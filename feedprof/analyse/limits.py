@@ -98,22 +98,22 @@ def worker_cap(trials: Sequence[Trial], workers_of: WorkersOf) -> Optional[Worke
               default=-1)
     for t in trials:
         n, kind = _workers(t, workers_of), failure_kind(t)
-        if t.role != Role.CEILING and n >= 1 and kind and rules.caps_workers(kind, n, ran):
+        if t.role != Role.CEILING and n >= 1 and kind is not None and rules.caps_workers(kind, n, ran):
             caps.append(WorkersCapped(max_workers=n - 1, config=dict(t.config), state=t.state.value, because=t.cause))
     return min(caps, key=lambda c: c.max_workers, default=None)
 
 
-def failure_kind(trial: Trial) -> str:
-    """How a trial ended, as rules.FAILURE_KINDS names it ("" if it ran well)."""
+def failure_kind(trial: Trial) -> Optional[str]:
+    """How a trial failed, as rules.FAILURE_KINDS names it (None: it did not)."""
     if trial.state == TrialState.KILLED:
         return "killed"
     if trial.state == TrialState.TIMEOUT:
         return "hung"
-    if trial.state == TrialState.REJECTED:
-        return "memory"
+    if trial.state == TrialState.REJECTED:  # (predicted over the budget: it never ran)
+        return "rejected"
     if trial.state == TrialState.FAILED:
         return "worker_hazard" if _bad(trial) else "error"
-    return ""
+    return None
 
 
 def _bad(trial: Trial) -> bool:

@@ -10,7 +10,7 @@ NOTE [ One decision core ]
     workers' CPU (and their wait for a CPU), its start-up, its failures
       ─► cpu_bound ─► may the workers outnumber the CPUs?
       ─► jump_target ─► the worker count predicted to reach the ceiling, within the CPU budget
-      ─► capping ─► a kill (a hang, memory: past what ran well): no config with as many workers after it
+      ─► capping ─► a kill, memory (a hang: past what ran well): no config with as many workers after it
       ─► pick ─► the cheapest config within tolerance of the fastest (tolerance >= the noise;
                  evidence.pick, for both searches)
     offline: LadderStrategy asks, a trial child measures, the tuner tells (tune/tuner.py)
@@ -27,9 +27,9 @@ NOTE [ One decision core ]
     stop        near the ceiling; a gain < MIN_GAIN (one   near the ceiling; a gain <        near_ceiling,
                 flat rung forgiven while CPU is idle);     MIN_GAIN; the best barely waits;  MIN_GAIN
                 a trial that failed                        a larger count measured already
-    caps        a kill; a hang, memory over budget, an     the same                          caps_workers
-                error more workers cause, past the most
-                workers that ran well
+    caps        a kill; past the most workers that ran     a kill, memory over budget; a     caps_workers
+                well, a hang, a prediction over budget,    hang past the most workers that
+                an error more workers cause                ran well
     refine      the wider gap around the pick, bisected    below the best, bisected          refine_floor_lead,
                 (a cheaper count; a peak above)                                              refine_min_saving
                 both: never below the fewest workers that could supply the best's rate       fewest_workers_to_supply
@@ -49,12 +49,13 @@ from typing import Callable, Dict, Hashable, Optional, Sequence, TypeVar
 BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running, or waiting for a CPU) computes
 SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
 MIN_GAIN = 0.05  # a climb whose rung gains less over the rungs below is flat (both searches stop climbing)
-WAITING = 0.05  # a loop that waits less than this share of its time for data is not held back by its loader
+MIN_WAIT_FRACTION = 0.05  # a loop that waits less than this share of its time is not held back by its loader
 # How a config ended (offline a trial's state and cause, online a failure seen in the run): killed
-# (SIGKILL: RAM; SIGBUS: /dev/shm), hung (a timeout: no batch in time), memory (over the budget,
-# rejected or stopped), worker_hazard (an error more workers cause: too many open files, CUDA in a
-# forked worker), error (any other error raised loading a batch)
-FAILURE_KINDS = ("killed", "hung", "memory", "worker_hazard", "error")
+# (SIGKILL: RAM; SIGBUS: /dev/shm), memory (the job measured over the memory budget: online),
+# rejected (predicted over the budget before it ran: offline), hung (no batch in time),
+# worker_hazard (an error more workers cause: too many open files, CUDA in a forked worker;
+# offline), error (any other error raised loading a batch)
+FAILURE_KINDS = ("killed", "memory", "rejected", "hung", "worker_hazard", "error")
 
 T = TypeVar("T")
 
@@ -153,18 +154,21 @@ def supply_per_worker(rate: float, workers: int, loads_in_loop: bool,
     """Batches per second one worker can supply at most, from a config that kept the loop
     waiting: where the loop loads each batch itself (torch's 0 workers, Keras's 1), one over the
     wait per batch (the loading alone: ``rate`` over the wait's share); at n workers, ``rate``
-    over n (n workers supplied it, and the loop still waited for them). inf: the loop barely
-    waited (under WAITING), so its rate says nothing of what the workers could supply."""
-    if wait_fraction is not None and wait_fraction < WAITING:
+    over n (n workers supplied it, and the loop still waited for them). inf (no bound): the
+    loop's wait was not measured (tf.keras, tf.data through fit), or it barely waited (under
+    MIN_WAIT_FRACTION), so its rate says nothing of what the workers could supply."""
+    if wait_fraction is None or wait_fraction < MIN_WAIT_FRACTION:
         return math.inf
     if not loads_in_loop:
         return rate / max(workers, 1)
-    return rate / wait_fraction if wait_fraction else math.inf
+    return rate / wait_fraction
 
 
 def fewest_workers_to_supply(rate: float, per_worker: float) -> Optional[int]:
     """The fewest workers that could supply ``rate`` at ``per_worker`` each: a refinement never
-    tries fewer (both searches; a window there is time lost for certain). None: not known."""
+    tries fewer (both searches; a window there is time lost for certain). It assumes a worker
+    supplies no more with more workers beside it (they share the CPUs and the storage): a curve
+    that rises faster than linearly is not refined below this. None: not known."""
     if per_worker <= 0 or math.isinf(per_worker):
         return None
     return math.ceil(rate / per_worker - 1e-9)
@@ -188,10 +192,13 @@ def pick(rates: Dict[Hashable, float], cost: Callable[[Hashable], tuple], tolera
 
 def caps_workers(kind: str, workers: int, most_workers_ran: int) -> bool:
     """Does a config with ``workers`` that ended so (FAILURE_KINDS) rule out every config with as
-    many workers? A kill: yes, whatever ran before it. A hang, memory over the budget, an error more
-    workers cause: yes, unless a config with as many workers ran well (``most_workers_ran``: a
-    deeper prefetch past the open-file limit, say, rules out that config alone). Any other error
-    raised loading a batch: that config alone."""
-    if kind == "killed":
+    many workers? A kill, or memory measured over the budget: yes, whatever ran before (memory
+    grows as a run goes on: what ran well earlier says little). A hang, a prediction over the
+    budget, an error more workers cause: yes, unless a config with as many workers ran well
+    (``most_workers_ran``: a deeper prefetch past the open-file limit, say, rules out that config
+    alone). Any other error raised loading a batch: that config alone."""
+    if kind not in FAILURE_KINDS:
+        raise ValueError(f"not a failure kind: {kind!r} (rules.FAILURE_KINDS)")
+    if kind in ("killed", "memory"):
         return True
-    return kind in ("hung", "memory", "worker_hazard") and workers > most_workers_ran
+    return kind in ("rejected", "hung", "worker_hazard") and workers > most_workers_ran

@@ -36,7 +36,7 @@ GAIN = rules.MIN_GAIN  # a climb that gains less is flat
 MAX_NOISE = 0.15
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
 NEAR_CEILING = rules.ONLINE.near_ceiling  # a rung this close to the ceiling ends the climb
-NOT_INPUT_BOUND = rules.WAITING  # data-wait fraction under which loader settings cannot help
+NOT_INPUT_BOUND = rules.MIN_WAIT_FRACTION  # data-wait fraction under which loader settings cannot help
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
@@ -265,10 +265,10 @@ def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[
     want = rules.jump_target(n_best, rate, ceiling, rules.ONLINE)
     n = min(want, worker_cap(h, limits, space))
     ran = h.most_workers_ran()
-    killed = [workers(f.config) for f in h.failures
-              if workers(f.config) > n_best and rules.caps_workers(f.kind, workers(f.config), ran)]
-    if killed:  # between the best that ran and the least that failed: bisect, never step down one by one
-        n = min(n, (n_best + min(killed)) // 2)
+    capping = [workers(f.config) for f in h.failures
+               if workers(f.config) > n_best and rules.caps_workers(f.kind, workers(f.config), ran)]
+    if capping:  # between the best that ran and the least that failed: bisect, never step down one by one
+        n = min(n, (n_best + min(capping)) // 2)
     if n <= n_best or _tried(h, n, base, space):
         return None
     return Step(with_workers(base, n, space), why="climb")

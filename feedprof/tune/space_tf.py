@@ -101,6 +101,11 @@ class TfDataSpace(Space):
 
         return legalize(config)
 
+    def loads_in_loop(self, config: Config) -> bool:
+        """A sequential map (num_parallel_calls unset or 1) with no prefetch: each batch is made
+        inside the loop's own next()."""
+        return config.get("num_parallel_calls") in (None, 1) and not config.get("prefetch")
+
     def primary_of(self, config: Config) -> int:
         npc = config.get("num_parallel_calls")
         if npc == "AUTOTUNE":

@@ -330,7 +330,8 @@ class LadderStrategy(TrialHistory):
 
     def _fewest_to_supply(self, best: Measured, lo: int, history: Sequence[Trial]) -> Optional[int]:
         """The fewest workers that could supply the pick's rate (rules.fewest_workers_to_supply),
-        from what one worker supplied at ``lo``, the fastest config measured with that count."""
+        from what one worker supplied at ``lo``, the fastest config measured with that count (the
+        most per worker: the lowest floor; where its loop barely waited, no floor at all)."""
         sp = self.space
         at_lo = [m for m in measured_configs(self._ok(history)) if sp.primary_of(m.config) == lo]
         slower = max(at_lo, key=lambda m: m.score, default=None)
