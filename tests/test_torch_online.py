@@ -1,7 +1,7 @@
 """The feed that worker pools share in online mode (frameworks/torch_online.py): what one
 pool took but did not deliver is served first by the next, so the loop sees the order once."""
 from feedprof.frameworks.torch_feed import Feed
-from feedprof.frameworks.torch_pool import PoolHung, failure_kind
+from feedprof.frameworks.torch_pool import PoolHung, failure_kind, lost_worker
 
 
 def test_batches_taken_but_not_delivered_are_served_first_by_the_next_pool():
@@ -43,6 +43,16 @@ def test_failures_are_told_from_the_datasets_own_errors():
     assert failure_kind(PoolHung(21.0)) == "hung"
     assert failure_kind(ValueError("corrupt record 37")) is None
     assert failure_kind(RuntimeError("CUDA error")) is None
+
+
+def test_a_broken_channel_from_a_worker_is_told_from_the_datasets_own_error():
+    """A worker killed after it sent a batch: receiving the batch's descriptors fails before its
+    death can be read (then the pool awaits its end, and its signal says killed)."""
+    assert lost_worker(EOFError()) and lost_worker(ConnectionResetError(104, "Connection reset by peer"))
+    assert lost_worker(RuntimeError("received 0 items of ancdata"))
+    wrapped = EOFError("Caught EOFError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):")
+    assert not lost_worker(wrapped)  # the dataset's own EOFError, raised in its worker
+    assert not lost_worker(ValueError("corrupt record 37"))
 
 
 # ------------------------------------------------ what online mode checks (fast: 0 workers, no processes)

@@ -439,13 +439,14 @@ class OnlineLoader:
         exactly as the unmodified run raises it."""
         if self.feed.failed is not None:  # the script's sampler: its error, as without feedprof
             raise exc
-        kind = failure_kind(exc)
+        signals = self.pool.signals_after(exc) if self.pool is not None else []
+        # (a worker killed after it sent a batch breaks the channel first: its signal says killed)
+        kind = failure_kind(exc) or ("killed" if signals else None)
         failed = self.pool.config if self.pool is not None else self.starting
         if kind is None and failed == self.script_config:
             if self.pool is not None:
                 self.had_batch(self.pool)
             raise exc
-        signals = self.pool.worker_signals() if self.pool is not None else []
         self.tuning.failed(self, failed, kind or "error", exc, signals, replayed=self.replays_on_failure())
         fallback = self.script_config if kind is None else self.tuning.safe_config(self, failed)
         # an error raised in a worker is the batch the loop had: fetched again with the script's settings

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 from typing import Any, Callable, Dict, List, Optional
 
 from feedprof.frameworks.torch_worker_draws import WorkerDraws
@@ -13,6 +14,7 @@ from feedprof.frameworks.torch_worker_draws import WorkerDraws
 KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
 TIMED_OUT = "DataLoader timed out after"
 POLL_S = 1.0  # how often a waiting pool checks its workers are alive (torch's own check is every 5 s)
+DEATH_WAIT_S = 1.0  # a worker's channel broke: how long to wait to read whether a signal ended the worker
 
 
 def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, timeout_s: float,
@@ -82,6 +84,15 @@ class Pool:
         codes = [getattr(w, "exitcode", None) for w in getattr(self.it, "_workers", ())] if self.workers else []
         return [-c for c in codes if isinstance(c, int) and c < 0]
 
+    def signals_after(self, exc: BaseException, wait_s: float = DEATH_WAIT_S) -> List[int]:
+        """worker_signals, once ``exc`` has been raised: where it says a worker's channel broke
+        (lost_worker), the workers' ends are awaited briefly, since a worker killed after it sent
+        a batch breaks the channel before its death can be read."""
+        deadline = time.monotonic() + (wait_s if lost_worker(exc) else 0.0)
+        while not self.worker_signals() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.worker_signals()
+
     def next_batch(self, hang_after_s: Optional[float], now: Callable[[], float]) -> Any:
         """The next batch; a pool that is only polling retries until ``hang_after_s``."""
         t0 = now()
@@ -105,9 +116,9 @@ class Pool:
 
     def _had_error(self, exc: BaseException) -> None:
         """The dataset's own error reaches the loop in place of a batch (torch counts it as
-        received); a killed worker or a timeout does not."""
-        if failure_kind(exc) is None and TIMED_OUT not in str(exc) and self.segment is not None \
-                and self.segment.feed.failed is None:
+        received); a killed worker, a broken channel or a timeout does not."""
+        if failure_kind(exc) is None and not lost_worker(exc) and TIMED_OUT not in str(exc) \
+                and self.segment is not None and self.segment.feed.failed is None:
             self.had += 1
 
     def last_had(self) -> Any:
@@ -182,6 +193,17 @@ class PoolHung(Exception):
     def __init__(self, waited_s: float):
         super().__init__(f"no batch for {waited_s:.1f} s")
         self.waited_s = waited_s
+
+
+def lost_worker(exc: BaseException) -> bool:
+    """Did the channel from a worker break, rather than the worker raise? A batch's shared memory
+    is passed as file descriptors from the worker that made it: where that worker is gone (killed
+    after it sent the batch), receiving them ends in a bare EOFError or a connection error, or no
+    descriptors at all. (A dataset's own error comes with its worker's traceback.)"""
+    text = str(exc)
+    if "Original Traceback" in text or "in DataLoader worker process" in text:
+        return False
+    return isinstance(exc, (EOFError, ConnectionError)) or "received 0 items of ancdata" in text
 
 
 def failure_kind(exc: BaseException) -> Optional[str]:
