@@ -12,9 +12,11 @@ from feedprof.tune.strategy import LadderStrategy
 from tests.records import make_trial
 
 
-def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_trials=30, proposals=None):
+def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_trials=30, proposals=None,
+             other_cores=None):
     """Run the strategy against ``model(config) -> (batches/s, workers_cpu_pct, data_wait)``.
-    ``proposals``, if a list, receives every proposal as the strategy made it."""
+    ``proposals``, if a list, receives every proposal as the strategy made it; ``other_cores``:
+    the cores other processes took in every trial (a busy machine)."""
     space = TorchSpace(baseline, cpu_cap=cpu_cap, max_primary=max_workers, cuda_used=cuda)
     strat = LadderStrategy(space)
     trials = []
@@ -27,7 +29,7 @@ def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_tria
         t = make_trial(index=index, role=role, config=space.legalize(config), state=TrialState.OK, phase=phase,
                   batches_per_s=rate, batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
                   workers_cpu_pct=cpu, workers_runq_pct=runq_pct, data_wait_fraction=wait, system_cpu_pct=system_pct,
-                  main_cpu_pct=max(0.0, system_pct * cpu_cap - cpu))
+                  main_cpu_pct=max(0.0, system_pct * cpu_cap - cpu), other_cpu_cores=other_cores)
         trials.append(t)
         strat.tell(t)
 
@@ -414,6 +416,36 @@ def test_confirmation_goes_on_while_the_two_cannot_be_told_apart():
     confirms = [t for t in trials if t.phase == Phase.CONFIRM]
     assert 2 < len(confirms) <= 6 and len(confirms) % 2 == 0
     assert notes_of(strat, RivalsRemeasured)[0].repeats == len(confirms) // 2
+
+
+def test_on_a_busy_machine_rivals_get_longer_windows_and_one_more_round():
+    """The same two configs 4 % apart, ±8 % noise, that two rounds cannot tell apart:
+    quiet, the rivals are measured twice each in windows twice the usual; with a core
+    of other work beside the search, three times each, in windows three times the usual."""
+    def noisy(readings):
+        def model(config, role):
+            if role == Role.CEILING:
+                return 3000.0, 0.0, 0.0
+            n = config["num_workers"]
+            rate = next(readings[n], 100.0) if n in readings else {0: 40.0, 1: 60.0, 3: 80.0}.get(n, 50.0)
+            return rate, 40.0 * n, 0.6
+        return model
+
+    def run(other_cores):
+        readings = {2: iter([100.0, 110.0, 90.0, 112.0, 88.0, 100.0]),
+                    4: iter([104.0, 94.0, 114.0, 92.0, 116.0, 104.0])}
+        proposals = []
+        _, strat, _ = simulate(noisy(readings), {"num_workers": 0}, cpu_cap=8, max_workers=4, proposals=proposals,
+                               other_cores=other_cores)
+        confirms = [p for p in proposals if p.phase == Phase.CONFIRM]
+        return confirms, notes_of(strat, RivalsRemeasured)[0]
+
+    quiet, quiet_note = run(other_cores=0.05)
+    busy, busy_note = run(other_cores=0.9)
+    assert (len(quiet), len(busy)) == (4, 6)
+    assert {p.overrides["window_factor"] for p in quiet} == {2.0}
+    assert {p.overrides["window_factor"] for p in busy} == {3.0}
+    assert (quiet_note.busy, busy_note.busy) == (False, True)
 
 
 # ------------------------------------------------ what more workers break

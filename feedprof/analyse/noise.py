@@ -45,11 +45,22 @@ def told_apart(slower: Sequence[float], faster: Sequence[float], noise: float) -
     return (b - a) / a > Z * noise / math.sqrt(n)
 
 
+def other_cores(trials: Sequence[Trial]) -> Optional[float]:
+    """The cores other processes used on average while ``trials`` ran (None: not measured)."""
+    return stats.mean([t.other_cpu_cores for t in trials
+                       if t.state == TrialState.OK and t.other_cpu_cores is not None])
+
+
+def is_busy(trials: Sequence[Trial]) -> bool:
+    """Did other processes take enough of the CPUs while ``trials`` ran to make their figures noisier?"""
+    mean = other_cores(trials)
+    return mean is not None and mean >= BUSY_CORES
+
+
 def busy_machine(trials: Sequence[Trial], cpus: int) -> Optional[BusyMachine]:
     """Other processes' share of the CPUs while the trials ran, if it was worth saying."""
-    loads = [t.other_cpu_cores for t in trials if t.state == TrialState.OK and t.other_cpu_cores is not None]
-    mean = stats.mean(loads)
-    if mean is None or mean < BUSY_CORES:
+    mean = other_cores(trials)
+    if mean is None or not is_busy(trials):
         return None
     by_name: Dict[str, float] = {}
     for t in trials:

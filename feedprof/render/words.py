@@ -330,7 +330,8 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.MaxWorkersReached: lambda x, d: f"reached the most workers allowed ({x.max_workers}, --max-workers)",
     r.RivalsRemeasured: lambda x, d: (f"{d(x.pick)} and {d(x.rival)} were within {fmt_pct(x.margin)} of each "
                                       f"other: both were measured again" +
-                                      (f" ({x.repeats} times each)" if x.repeats > 1 else "")),
+                                      (f" ({x.repeats} times each)" if x.repeats > 1 else "") +
+                                      (", in longer windows as the machine was busy" if x.busy else "")),
     r.MeasuredAgain: _again,
     r.ForkServerFailed: lambda x, d: f"trials ran cold: the fork server did not start ({x.error})",
     r.BusyMachine: lambda x, d: (

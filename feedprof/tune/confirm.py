@@ -25,6 +25,11 @@ CONFIRM_WINDOW_FACTOR = 2.0  # the pick's confirmation window, in usual windows
 BOUNDARY_EPOCH_S = 10.0  # epochs this short at the pick's rate: its confirmation crosses a boundary
 CONFIRM_AGREE = 0.10  # the pick's confirmation windows agree when each is this close to their median
 CONFIRM_PICK_WINDOWS = 3  # at most this many, where the budget allows more than one
+# On a busy machine (noise.is_busy: other processes' load drifts between and inside windows)
+# the rivals get one more round and every confirming window is longer: configs that the
+# load makes indistinguishable are measured until they separate or are shown equal.
+BUSY_EXTRA_ROUNDS = 1
+BUSY_WINDOW_FACTOR = 1.5  # times the confirming window
 
 
 class Confirmation:
@@ -60,11 +65,13 @@ class Confirmation:
             return None
         done = sum(t.phase == Phase.CONFIRM for t in self.trials)
         rounds = done // 2
+        busy = self._busy()
         notes.append(RivalsRemeasured(pick=dict(chosen.config), rival=dict(rival.config), margin=margin,
-                                      repeats=rounds + (done % 2 == 1) or 1))
+                                      repeats=rounds + (done % 2 == 1) or 1, busy=busy))
         if any(t.phase == Phase.REPORT for t in self.trials):
             return None  # the figures are being measured: the choice is made
-        if done % 2 == 0 and (rounds >= self.confirm_rounds or (rounds and self._settled(chosen, rival))):
+        most_rounds = self.confirm_rounds + (BUSY_EXTRA_ROUNDS if busy else 0)
+        if done % 2 == 0 and (rounds >= most_rounds or (rounds and self._settled(chosen, rival))):
             return None
         # the rival first, the pick last: closest to the end of the tune
         nxt = rival if done % 2 == 0 else chosen
@@ -111,11 +118,18 @@ class Confirmation:
         mid = stats.median(rates)
         return len(rates) > 1 and all(abs(r - mid) <= CONFIRM_AGREE * mid for r in rates)
 
-    @staticmethod
-    def _confirm_window(m: Measured) -> Dict[str, Any]:
-        """A confirming window: longer than a search window, and across an epoch
-        boundary where an epoch is short enough at the config's rate."""
-        overrides: Dict[str, Any] = {"window_factor": CONFIRM_WINDOW_FACTOR}
+    def _busy(self) -> bool:
+        """Was the machine busy while the search ran (before any confirming window)?
+        Read from the search's trials alone, so that what the confirm step decided
+        stays decided as its own windows come in."""
+        return noise.is_busy([t for t in self.trials if t.role != Role.CONFIRM])
+
+    def _confirm_window(self, m: Measured) -> Dict[str, Any]:
+        """A confirming window: longer than a search window (longer still on a busy
+        machine), and across an epoch boundary where an epoch is short enough at
+        the config's rate."""
+        factor = CONFIRM_WINDOW_FACTOR * (BUSY_WINDOW_FACTOR if self._busy() else 1.0)
+        overrides: Dict[str, Any] = {"window_factor": factor}
         bpe = batches_per_epoch(m.latest)
         if bpe and m.score and bpe / m.score <= BOUNDARY_EPOCH_S:
             overrides["min_window_batches"] = bpe + EPOCH_SPAN_EXTRA_BATCHES

@@ -83,13 +83,15 @@ class MaxWorkersReached(Reason):
 
 @dataclass(frozen=True)
 class RivalsRemeasured(Reason):
-    """The pick and its closest rival were within noise: both measured again."""
+    """The pick and its closest rival were within noise: both measured again
+    (``busy``: on a busy machine, in longer windows and up to one more round)."""
 
     code: ClassVar[str] = "rivals_remeasured"
     pick: Config = field(default_factory=dict)
     rival: Config = field(default_factory=dict)
     margin: float = 0.0
     repeats: int = 0
+    busy: bool = False
 
 
 @dataclass(frozen=True)
