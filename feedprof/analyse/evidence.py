@@ -7,11 +7,10 @@ it with one rule (``pick``, over analyse/rules.pick), so the same evidence gives
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from feedprof.analyse import rules
+from feedprof.analyse import noise, rules
 
 Config = Dict[str, Any]
 
@@ -42,12 +41,8 @@ class ConfigEvidence:
     def spread(self) -> Optional[float]:
         """The relative half-range of its rates, shrunk by the measurements behind their median
         (None under two): what analyse/rules.noise_floor reads as this run's noise."""
-        if len(self.rates) < 2:
-            return None
-        mid = statistics.median(self.rates)
-        if mid <= 0:
-            return None
-        return (max(self.rates) - min(self.rates)) / (2 * mid) / math.sqrt(len(self.rates))
+        half_range = noise.relative_spread(self.rates)
+        return half_range / math.sqrt(len(self.rates)) if half_range is not None else None
 
 
 def pick(evidence: Sequence[ConfigEvidence], cost: Callable[[Config], Any],
