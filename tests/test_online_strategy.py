@@ -45,6 +45,18 @@ def test_workers_that_idle_lift_the_cpu_cap():
     assert worker_cap(busy, LIMITS) == 2
 
 
+def test_workers_that_idled_at_a_lower_count_do_not_lift_the_cap_once_more_fill_the_cpus():
+    """2 workers leave the CPUs idle, so 16 were tried; 16 fill both CPUs: the climb goes no
+    further (as the offline ladder stops: rules.may_pass_cpus reads the most workers measured)."""
+    h = io_bound_baseline()
+    two, sixteen = with_workers(BASE, 2), with_workers(BASE, 16)
+    h.windows += [window(two, 40, 0.8, t=2, workers_cpu_s=0.2), window(two, 40, 0.8, t=3, workers_cpu_s=0.2),
+                  window(sixteen, 120, 0.4, t=4, workers_cpu_s=1.95),
+                  window(sixteen, 120, 0.4, t=5, workers_cpu_s=1.95)]
+    assert worker_cap(h, LIMITS) == 2
+    assert decide(h, LIMITS, sixteen, 60).why != "climb"
+
+
 def test_not_input_bound_settles_on_the_scripts_own_settings():
     h = RunHistory(baseline=BASE, windows=[window(BASE, 100, 0.01), window(BASE, 100, 0.02, t=1)])
     step = decide(h, LIMITS, BASE, 60)

@@ -24,6 +24,16 @@ def test_loading_in_the_loop_is_judged_by_the_same_threshold():
     assert rules.loading_cpu_bound(None) is None
 
 
+def test_the_most_workers_measured_decide_whether_more_may_outnumber_the_cpus():
+    idle_then_busy = {0: False, 2: False, 16: True}  # 16 I/O workers that together fill the CPUs
+    assert not rules.may_pass_cpus(idle_then_busy, OFFLINE) and not rules.may_pass_cpus(idle_then_busy, ONLINE)
+    busy_then_idle = {2: True, 8: False, 12: None}  # 12 not measured: 8 decides
+    assert rules.may_pass_cpus(busy_then_idle, OFFLINE) and rules.may_pass_cpus(busy_then_idle, ONLINE)
+    # before any verdict the modes differ, by their named parameter
+    assert rules.may_pass_cpus({2: None}, OFFLINE) is OFFLINE.pass_cpus_unmeasured is True
+    assert rules.may_pass_cpus({}, ONLINE) is ONLINE.pass_cpus_unmeasured is False
+
+
 def test_the_jump_aims_at_the_ceiling_within_the_cpu_budget_and_the_start_up():
     assert rules.jump_target(2, 10.0, 100.0, OFFLINE) == 20  # 2 workers x 10, less the tolerance
     assert rules.jump_target(2, 10.0, 100.0, ONLINE) == 22  # 10 % past it: refined down later

@@ -23,7 +23,8 @@ NOTE [ One decision core ]
                 batch replayed: the compute ceiling        the ceiling is the step time when data is ready
     climb       rungs 0, 2, 4, 8, ... and a jump to the    a jump to the predicted count     jump_target,
                 predicted count                                                              jump_margin
-    past CPUs   only while the workers leave CPU idle      the same                          cpu_bound
+    past CPUs   only while the most workers measured       the same; before any verdict,     may_pass_cpus,
+                leave CPU idle; before any verdict, yes    no                                pass_cpus_unmeasured
     stop        near the ceiling; a gain < MIN_GAIN (one   near the ceiling; a gain <        near_ceiling,
                 flat rung forgiven while CPU is idle);     MIN_GAIN; the best barely waits;  MIN_GAIN
                 a trial that failed                        a larger count measured already
@@ -33,7 +34,9 @@ NOTE [ One decision core ]
     refine      the wider gap around the pick, bisected    below the best, bisected          refine_floor_lead,
                 (a cheaper count; a peak above)                                              refine_min_saving
                 both: never below the fewest workers that could supply the best's rate       fewest_workers_to_supply
-    confirm     the pick and its rival, interleaved        the pick and the fastest, A B A B
+    confirm     the pick and its rival, interleaved (one   the pick and the fastest, A B A B
+                more round, longer windows, on a busy
+                machine: tune/confirm.py)
     pick        the cheapest within tolerance of the       the same, the tolerance never     pick, noise_floor,
                 fastest                                    under the run's noise             pick_tolerance
 
@@ -44,7 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Dict, Hashable, Optional, Sequence, TypeVar
+from typing import Callable, Dict, Hashable, Mapping, Optional, Sequence, TypeVar
 
 BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running, or waiting for a CPU) computes
 SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
@@ -98,12 +101,17 @@ class Mode:
     # workers for two windows: only where it saves an eighth (and at least 2 workers). (Neither
     # goes below the fewest workers that could supply the best's rate: fewest_workers_to_supply.)
     refine_min_saving: float
+    # May the workers outnumber the CPUs before any config's CPU use says whether they leave it
+    # idle (may_pass_cpus)? Offline, yes: a rung past them is one short trial, and the ladder
+    # stops at the first that gains too little. Online, no: a window at too many CPU-bound
+    # workers is real training time spent competing for the CPUs.
+    pass_cpus_unmeasured: bool
 
 
 OFFLINE = Mode(name="offline", pick_tolerance=0.03, jump_margin=0.97, near_ceiling=0.97, min_windows=1,
-               refine_floor_lead=0.0, refine_min_saving=0.0)
+               refine_floor_lead=0.0, refine_min_saving=0.0, pass_cpus_unmeasured=True)
 ONLINE = Mode(name="online", pick_tolerance=0.03, jump_margin=1.10, near_ceiling=0.90, min_windows=2,
-              refine_floor_lead=0.10, refine_min_saving=0.125)
+              refine_floor_lead=0.10, refine_min_saving=0.125, pass_cpus_unmeasured=False)
 
 
 def cpu_bound(workers: int, workers_cores: Optional[float], runq_cores: Optional[float],
@@ -116,6 +124,18 @@ def cpu_bound(workers: int, workers_cores: Optional[float], runq_cores: Optional
         return None
     demand = workers_cores + (runq_cores or 0.0)
     return demand / workers >= BUSY_WORKER_CORES or demand >= SATURATED_SHARE * max(1, cpu_cap)
+
+
+def may_pass_cpus(cpu_bound_at: Mapping[int, Optional[bool]], mode: Mode) -> bool:
+    """May the search try more workers than the usable CPUs? ``cpu_bound_at``: each measured worker
+    count's verdict (cpu_bound; loading_cpu_bound where the loop loads itself). The most workers
+    with a verdict decide: while they leave CPU idle (I/O, handing batches over) more can fill it;
+    once they are CPU-bound, more only compete (fewer workers reading idle says nothing of more).
+    No verdict yet: ``mode.pass_cpus_unmeasured``."""
+    known = {n: bound for n, bound in cpu_bound_at.items() if bound is not None}
+    if not known:
+        return mode.pass_cpus_unmeasured
+    return not known[max(known)]
 
 
 def loading_cpu_bound(load_cpu_fraction: Optional[float]) -> Optional[bool]:

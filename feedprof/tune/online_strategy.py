@@ -180,8 +180,10 @@ def with_workers(base: Dict[str, Any], n: int, space: Optional[Space] = None) ->
 def worker_cap(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> int:
     """The CPU rule (analyse/rules.py: past the CPUs only while the workers leave CPU idle) and
     the failures that cap the worker count (rules.caps_workers)."""
-    io_bound = any(_cpu_bound(h, config, limits, space) is False for config in h.measured())
-    cap = limits.max_workers if io_bound else max(limits.cpu_cap, 1)
+    verdicts: Dict[int, Optional[bool]] = {}
+    for config in h.measured():
+        verdicts.setdefault(workers(config), _cpu_bound(h, config, limits, space))
+    cap = limits.max_workers if rules.may_pass_cpus(verdicts, rules.ONLINE) else max(limits.cpu_cap, 1)
     if h.restarts_per_epoch and not h.pools_carried and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
         cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
     ran = h.most_workers_ran()

@@ -47,7 +47,7 @@ Strategies never run anything: the tuner asks, runs the trial, tells.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 from feedprof.analyse import rules
 from feedprof.analyse.limits import usable, worker_cap
@@ -232,21 +232,29 @@ class LadderStrategy(TrialHistory):
                 if sp.key(t.config) == sp.key(sp.with_primary(base, sp.primary_of(t.config)))]
 
     def _past_cpu_cap_blocked(self, below: Sequence[Trial], notes: List[Reason]) -> bool:
-        """Going past the CPU count: only while the workers leave CPU idle."""
-        bound = self._cpu_bound(below)
-        if bound:
+        """Going past the CPU count: only while the workers leave CPU idle (rules.may_pass_cpus)."""
+        verdicts = self._cpu_verdicts(below)
+        if not rules.may_pass_cpus(verdicts, rules.OFFLINE):
             notes.append(CpusSaturated(cpu_cap=self.space.cpu_cap))
             return True
-        if bound is not None:
+        if self._cpu_bound(below) is not None:
             notes.append(PastCpuCount(cpu_cap=self.space.cpu_cap))
         return False
 
+    def _cpu_verdicts(self, below: Sequence[Trial]) -> Dict[int, Optional[bool]]:
+        """Each rung's verdict below (space.cpu_bound), by its workers: the rungs with more than
+        one worker (the first trial of each count)."""
+        verdicts: Dict[int, Optional[bool]] = {}
+        for t in below:
+            n = self.space.primary_of(t.config)
+            if t.role != Role.BASELINE and n > 1:
+                verdicts.setdefault(n, self.space.cpu_bound(t))
+        return verdicts
+
     def _cpu_bound(self, below: Sequence[Trial]) -> Optional[bool]:
-        """From the highest rung below with workers: are the CPUs the limit? (space.cpu_bound)"""
-        with_workers = [t for t in below if t.role != Role.BASELINE and self.space.primary_of(t.config) > 1]
-        if not with_workers:
-            return None
-        return self.space.cpu_bound(max(with_workers, key=lambda t: self.space.primary_of(t.config)))
+        """Are the CPUs the limit, at the most workers below with a verdict? (None: no verdict yet)"""
+        known = {n: bound for n, bound in self._cpu_verdicts(below).items() if bound is not None}
+        return known[max(known)] if known else None
 
     def _stop_after(self, trial: Trial, below: Sequence[Trial], flat: int, notes: List[Reason]) -> tuple:
         """After a measured rung: (is the ladder done?, flat rungs so far)."""
