@@ -76,6 +76,21 @@ def test_lightning_cli_flag_names_the_datamodule_argument(tmp_path, monkeypatch)
     assert advise(script, chain, argv=["fit"]).line == "python train.py fit --data.init_args.num_workers 8"
 
 
+def test_a_subclass_of_lightning_cli_is_lightning_cli(tmp_path, monkeypatch):
+    """Lightning's docs teach ``class MyLightningCLI(LightningCLI)`` (add_arguments_to_parser,
+    link_arguments), as its computer_vision_fine_tuning example does: the flag is the same."""
+    monkeypatch.chdir(tmp_path)
+    write_script(tmp_path, "data.py", DATASET)
+    subclassed = LIGHTNING_CLI.replace("def cli_main():\n    LightningCLI(Model, SlowData)", (
+        "class MyLightningCLI(LightningCLI):\n    def add_arguments_to_parser(self, parser):\n        pass\n\n\n"
+        "class TheirCLI(MyLightningCLI):\n    pass\n\n\n"
+        "def cli_main():\n    TheirCLI(Model, SlowData)"))
+    assert "TheirCLI(Model" in subclassed
+    script = write_script(tmp_path, "train.py", subclassed)
+    chain = [f"train.py:{line_of(subclassed, f)}" for f in ("    cli_main()", "TheirCLI(Model", "return DataLoader")]
+    assert advise(script, chain, argv=["fit"]).line == "python train.py fit --data.num_workers 8"
+
+
 def test_yacs_options_on_the_command_line_and_the_default_in_the_config_module(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     script = yacs_project(tmp_path)

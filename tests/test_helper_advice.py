@@ -310,15 +310,15 @@ if __name__ == "__main__":
 '''
 
 
-def timm_project(tmp_path):
+def timm_project(tmp_path, library=TIMM_LIBRARY, train=TIMM_TRAIN):
     """The helper installed in a virtual environment's site-packages, the script in its own directory."""
     lib = tmp_path / "venv" / "lib" / "python3" / "site-packages" / "timmlike"
     lib.mkdir(parents=True)
     write_script(lib, "__init__.py", "")
-    helper = write_script(lib, "data.py", TIMM_LIBRARY)
+    helper = write_script(lib, "data.py", library)
     proj = tmp_path / "proj"
     proj.mkdir()
-    return helper, write_script(proj, "train.py", TIMM_TRAIN)
+    return helper, write_script(proj, "train.py", train)
 
 
 def runs_as_pasted(line):
@@ -338,14 +338,59 @@ def runs_as_pasted(line):
                 assert not set(named) & {"batch_size", "is_training", "num_workers", "pin_memory"}, text
 
 
-def timm_advise(tmp_path, monkeypatch, config, argv):
-    helper, script = timm_project(tmp_path)
+def timm_advise(tmp_path, monkeypatch, config, argv, library=TIMM_LIBRARY, train=TIMM_TRAIN,
+                ran_with=(("num_workers", 2), ("pin_memory", False))):
+    helper, script = timm_project(tmp_path, library, train)
     monkeypatch.chdir(os.path.dirname(script))
     loader = LoaderRecord(loader_id=0, framework="torch",
-                          call_chain=(f"train.py:{line_of(TIMM_TRAIN, 'create_loader(')}",),
-                          built_in=(f"{helper}:{line_of(TIMM_LIBRARY, 'return DataLoader(')}",),
-                          config={"num_workers": 2, "pin_memory": False})
+                          call_chain=(f"train.py:{line_of(train, 'create_loader(')}",),
+                          built_in=(f"{helper}:{line_of(library, 'return DataLoader(')}",),
+                          config=dict(ran_with))
     return paste_for(config, loader, script, argv)
+
+
+# timm's own train.py: its arguments come back from a function of the script's, with their text
+TIMM_TRAIN_PARSE_ARGS = TIMM_TRAIN.replace("""def main():
+    args = parser.parse_args()""", """def _parse_args():
+    args = parser.parse_args()
+    args_text = str(vars(args))
+    return args, args_text
+
+
+def main():
+    args, args_text = _parse_args()""")
+# timm's create_loader turns persistent workers on by itself
+TIMM_LIBRARY_PERSISTENT = """
+from torch.utils.data import DataLoader
+
+
+def create_loader(dataset, is_training=False, persistent_workers=True, **kwargs):
+    return DataLoader(dataset, shuffle=is_training, persistent_workers=persistent_workers, **kwargs)
+"""
+
+
+def test_args_that_a_function_of_the_script_returns_are_followed_to_the_flag(tmp_path, monkeypatch):
+    """timm's ``args, args_text = _parse_args()``: the flag is named, not a literal written into the dict."""
+    assert "args, args_text = _parse_args()" in TIMM_TRAIN_PARSE_ARGS
+    paste = timm_advise(tmp_path, monkeypatch, {"num_workers": 8, "pin_memory": False}, ["--epochs", "1"],
+                        train=TIMM_TRAIN_PARSE_ARGS)
+    assert paste.line == "python train.py --epochs 1 --workers 8"  # (-j where the command line said -j)
+    flags = {f.knob: f for f in paste.findings if isinstance(f, SetByFlag)}
+    assert (flags["num_workers"].flag, flags["num_workers"].value) == ("--workers", "8")
+
+
+def test_no_workers_through_a_helper_that_turns_persistent_workers_on_says_to_turn_them_off(tmp_path, monkeypatch):
+    """timm's create_loader(persistent_workers=True): with -j 0 alone its DataLoader raises
+    (persistent_workers needs num_workers > 0), so the advice passes persistent_workers=False too."""
+    paste = timm_advise(tmp_path, monkeypatch, {"num_workers": 0, "pin_memory": False}, ["--epochs", "1"],
+                        library=TIMM_LIBRARY_PERSISTENT, train=TIMM_TRAIN_PARSE_ARGS,
+                        ran_with=(("num_workers", 4), ("pin_memory", False), ("persistent_workers", True)))
+    runs_as_pasted(paste.line)
+    call_site = f"train.py:{line_of(TIMM_TRAIN_PARSE_ARGS, 'create_loader(')}"
+    assert paste.line.splitlines() == [
+        f"loader_train = create_loader(Slow(), **common_loader_kwargs, **train_loader_kwargs, "
+        f"persistent_workers=False)  # {call_site}",
+        "python train.py --epochs 1 --workers 0"]
 
 
 def test_timms_dicts_of_loader_kwargs_are_followed_to_the_flag(tmp_path, monkeypatch):

@@ -173,11 +173,26 @@ def _assigned(path: str, suffix: str) -> Optional[Tuple[str, int]]:
     return None
 
 
+def _cli_classes(trees: Sequence[Tuple[str, ast.Module]]) -> set:
+    """LightningCLI's names, and the script's own subclasses of it (``class MyCLI(LightningCLI)``,
+    as Lightning's docs teach for add_arguments_to_parser), however deep the subclassing goes."""
+    names = set(CLI_CALLS)
+    bases_of = {node.name: {ast.unparse(b).split(".")[-1] for b in node.bases}
+                for _, tree in trees for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    grew = True
+    while grew:
+        found = {name for name, bases in bases_of.items() if bases & names} - names
+        names |= found
+        grew = bool(found)
+    return names
+
+
 def lightning_cli(trees: Sequence[Tuple[str, ast.Module]], cls: str, param: str) -> Optional[FromConfig]:
-    """``LightningCLI(Model, Data)`` (or keywords) in the script's files builds ``cls``."""
+    """``LightningCLI(Model, Data)`` (or keywords, or a subclass of it) in the script's files builds ``cls``."""
+    clis = _cli_classes(trees)
     for path, tree in trees:
         for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in CLI_CALLS):
+            if not (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in clis):
                 continue
             named = {kw.arg: ast.unparse(kw.value) for kw in node.keywords if kw.arg}
             positional = [ast.unparse(a) for a in node.args[:2]]

@@ -281,11 +281,12 @@ class Tracer:
     def _is_parsed_args(self, node: ast.AST, src: Module, at: ast.AST, func: Optional[ast.AST],
                         frames: List[Frame], depth: int) -> bool:
         """Is ``node`` the namespace argparse returned (directly, through a
-        variable, or passed in as a parameter)?"""
+        variable, passed in as a parameter, or returned by a function of the
+        script's: timm's ``args, args_text = _parse_args()``)?"""
         if depth > MAX_DEPTH:
             return False
         if isinstance(node, ast.Call):
-            return callee(node) in PARSE_CALLS
+            return callee(node) in PARSE_CALLS or self._returns_parsed_args(node, src, depth)
         if not isinstance(node, ast.Name):
             return False
         if func is not None and node.id in params(func) and len(frames) >= 2:
@@ -297,6 +298,19 @@ class Tracer:
                                                              frames[:-1], depth + 1)
         assign = assignment(node.id, src, func, at, unpack=True)
         return assign is not None and self._is_parsed_args(assign.value, src, assign, func, frames, depth + 1)
+
+    def _returns_parsed_args(self, call: ast.Call, src: Module, depth: int) -> bool:
+        """Does ``call``, to a function defined at the top of the script's module, return the
+        namespace (alone, or first of a tuple: ``return args, args_text``) on every path?"""
+        defined = next((n for n in src.tree.body if isinstance(n, FUNCS) and n.name == callee(call)), None)
+        if defined is None:
+            return False
+        returns = [n for n in ast.walk(defined) if isinstance(n, ast.Return) and n.value is not None
+                   and src.enclosing(n, FUNCS) is defined]
+        values = [r.value.elts[0] if isinstance(r.value, ast.Tuple) and r.value.elts else r.value for r in returns]
+        # (no frames: the function is not on the loader's call chain, so its parameters are not followed)
+        return bool(values) and all(self._is_parsed_args(v, src, r, defined, [], depth + 1)
+                                    for v, r in zip(values, returns))
 
     def _from_self(self, attr: str, src: Module, func: Optional[ast.AST], frames: List[Frame],
                    depth: int) -> Optional[Origin]:

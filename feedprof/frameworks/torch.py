@@ -191,6 +191,11 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
         if n and cfg.get("in_order") is False:  # only ever trialled off (tune/space_order.py)
             knobs.append("in_order")
             defaults["in_order"] = True
+        if not n and built_in and own.get("persistent_workers"):
+            # a helper that turns persistent workers on by itself (timm's create_loader) is told
+            # not to: no keyword of the script's can be dropped, and the DataLoader refuses them
+            # without workers
+            knobs.append("persistent_workers")
         # (a start method is illegal without workers too: the DataLoader raises ValueError)
         call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL,
                     drop=drop + (() if n else ("multiprocessing_context",)), built_in=built_in,
