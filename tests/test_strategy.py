@@ -197,6 +197,47 @@ def test_a_within_noise_pick_with_fewer_workers_is_not_called_faster():
     assert rec.verdict.kind == "fewer_workers" and rec.verdict.input_bound == "moderately"
 
 
+def test_fewer_workers_that_make_the_job_faster_are_not_called_not_the_loader():
+    """4 workers compete with the step for the 2 CPUs: 0 workers run 1.45x as fast, at the ceiling.
+    The script's loader settings were what held it back: no "Not the loader ... cannot make it
+    meaningfully faster" beside a 1.45x speedup, and the headline says the workers slowed it."""
+    from feedprof.render.words import headline
+    from feedprof.store.reasons import NotTheLoader
+
+    def workers_compete(config, role):
+        if role == Role.CEILING:
+            return 50.0, 0.0, 0.0
+        n = config["num_workers"]
+        return (49.0, 0.0, 0.02) if n == 0 else (34.0, 40.0 * n, 0.02)
+
+    space, strat, trials = simulate(workers_compete, {"num_workers": 4})
+    rec = recommend(trials, space)
+    assert rec.config["num_workers"] == 0 and rec.verdict.kind == "fewer_workers" and rec.speedup > 1.4
+    assert not any(isinstance(r, NotTheLoader) for r in rec.reasons)
+    assert headline(rec.verdict, "torch").startswith("Too many workers: the 4 workers slow the job down;")
+
+
+def test_a_rival_whose_lead_does_not_hold_beside_the_scripts_own_settings_is_not_advised():
+    """4 workers were chosen at 118 batches/s on their search windows; measured again beside the
+    script's 2 they ran 101 against 100: no gain and no saving, so nothing is advised (a keras-io
+    tf.data example was told "as fast as the script's own, for less" on such a 1.03x)."""
+    from feedprof.store.reasons import KeepScriptSettings, LeadNotConfirmed
+
+    space = TorchSpace({"num_workers": 2}, cpu_cap=2, max_primary=8, cuda_used=False)
+    two, four = space.legalize({"num_workers": 2}), space.legalize({"num_workers": 4})
+    rows = [(Role.BASELINE, Phase.BASELINE, two, 100.0), (Role.CEILING, Phase.CEILING, two, 200.0),
+            (Role.SEARCH, Phase.LADDER, four, 120.0), (Role.SEARCH, Phase.LADDER, four, 118.0),
+            (Role.CONFIRM, Phase.REPORT, four, 101.0), (Role.CONFIRM, Phase.REPORT, two, 100.0)]
+    trials = [make_trial(index=i, role=role, phase=phase, config=c, state=TrialState.OK, batches_per_s=rate,
+                         data_wait_fraction=0.3, workers_cpu_pct=30.0 * c["num_workers"])
+              for i, (role, phase, c, rate) in enumerate(rows)]
+    rec = recommend(trials, space)
+    assert rec.config["num_workers"] == 2
+    lost = next(r for r in rec.reasons if isinstance(r, LeadNotConfirmed))
+    assert lost.rival["num_workers"] == 4 and lost.speedup == pytest.approx(1.01)
+    assert any(isinstance(r, KeepScriptSettings) for r in rec.reasons)
+
+
 def test_refinement_finds_a_cheaper_config_within_tolerance():
     def plateau(config, role):
         if role == Role.CEILING:

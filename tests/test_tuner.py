@@ -15,6 +15,7 @@ from feedprof.tune.machine import MachineFacts
 from feedprof.tune.job import TuneError, TuneJob, TuneOptions
 from feedprof.tune.tuner import FINISH_RESERVE_S, TIMEOUT_OVER_BUDGET_S, Tuner
 from tests.fakes import FakeClock
+from feedprof.render.words import say
 
 SITE = "train.py:5"
 MACHINE = MachineFacts(host=HostInfo(cpus_usable=2, cpus_online=2), cpus_usable=2, ram_bytes=16 * 2**30,
@@ -77,6 +78,18 @@ def test_the_budget_cuts_the_search_short_before_a_trial_it_cannot_afford(tmp_pa
     assert result.stop_reason == BudgetCutShort(budget_s=35.0, next_config=result.stop_reason.next_config)
     assert result.stop_reason.next_config["num_workers"] > 2
     assert result.recommendation.config["num_workers"] == 2  # it still recommends from what it measured
+
+
+def test_a_budget_that_runs_out_before_a_confirmation_says_the_config_was_not_measured_again(tmp_path, clock):
+    """Cut before re-measuring a config (the pick's figure windows, say), the words do not
+    say the search stopped short of trying it: it was tried, not confirmed."""
+    full = tuner(tmp_path / "full", clock, FakeRunner(clock)).run()
+    k = next(i for i, t in enumerate(full.trials) if t.role == Role.CONFIRM)
+    cut = tuner(tmp_path / "cut", clock, FakeRunner(clock), budget_s=10.0 * k + 5.0).run()
+    assert len(cut.trials) == k and cut.stop_reason.again
+    assert cut.stop_reason.next_config == full.trials[k].config
+    words = say(cut.stop_reason, "torch")
+    assert "was measured again" in words and "cut the search short" not in words
 
 
 def test_a_window_only_the_figures_would_gain_from_is_left_out_without_cutting_the_tune_short(tmp_path, clock):

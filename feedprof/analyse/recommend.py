@@ -25,7 +25,7 @@ from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.analyse.measured import (PICK_TOLERANCE, Measured, cheaper_within_noise, measured_configs, pick,
                                        relative_spread, run_noise, score, sustained)
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
-                              FewerWorkersDoAsWell, KeepScriptSettings, MeasuredRepeatedly, NothingTried, NotTheLoader,
+                              FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly, NothingTried, NotTheLoader,
                               PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import InputBound, Recommendation, Role, Trial, TrialState, VerdictKind
 
@@ -116,6 +116,12 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
                 None)
     b_score = reported(base)[0] if base else None
     pick_score, confirm_windows = reported(chosen)
+    lost = _lead_not_confirmed(chosen, base, pick_score, b_score, confirm_windows, space, tol)
+    kept, finalized = space.finalize(base.latest, tol, trials) if lost is not None and base is not None else ({}, [])
+    if base is not None and lost is not None and config_key(kept) == config_key(base.config):
+        # what chose it did not hold beside the script's own settings (unless judging them moves off them)
+        config, judged, chosen = kept, [lost, *finalized], base
+        pick_score, confirm_windows = reported(base)
     ceiling = ceiling_batches_per_s if ceiling_batches_per_s is not None else ceiling_of(all_trials)
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if ceiling is not None and pick_score > ceiling:
@@ -128,6 +134,19 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
                    ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap,
                    pick_score=pick_score, confirm_windows=confirm_windows)
+
+
+def _lead_not_confirmed(chosen: Measured, base: Optional[Measured], pick_score: float, b_score: Optional[float],
+                        confirm_windows: int, space: ConfigSpace, tol: float) -> Optional[LeadNotConfirmed]:
+    """A measured rival of the script's own settings that costs no less, chosen on its search
+    windows, whose windows measured after it was chosen (beside the script's own) show no gain
+    past ``tol``: a change with nothing to show for it is not advised."""
+    if base is None or not b_score or not confirm_windows or config_key(chosen.config) == config_key(base.config):
+        return None
+    if space.cost(chosen.config) < space.cost(base.config) or pick_score >= b_score * (1 + tol):
+        return None
+    return LeadNotConfirmed(rival=dict(chosen.config), chosen_at_batches_per_s=chosen.score,
+                            speedup=pick_score / b_score, spread=_figure_spread(chosen))
 
 
 def ceiling_of(trials: Sequence[Trial]) -> Optional[float]:
@@ -187,7 +206,8 @@ def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = N
 
 
 def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int],
-               trials: Sequence[Trial] = (), nothing_tried: Optional[NothingTried] = None) -> List[Reason]:
+               trials: Sequence[Trial] = (), nothing_tried: Optional[NothingTried] = None,
+               tol: float = PICK_TOLERANCE) -> List[Reason]:
     out: List[Reason] = []
     if f.baseline is not None and f.baseline_score:
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
@@ -211,8 +231,11 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.latest, space, cpu_cap))
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
-    if (verdict.input_bound == InputBound.NOT and verdict.kind != VerdictKind.FASTER) \
-            or (verdict.kind == VerdictKind.FEWER_WORKERS and at_ceiling):
+    gains = f.speedup is not None and f.speedup >= 1 + tol
+    # (fewer workers that make the job faster: the script's loader settings were what held it back)
+    if (verdict.input_bound == InputBound.NOT and verdict.kind not in (VerdictKind.FASTER, VerdictKind.FEWER_WORKERS)) \
+            or (verdict.kind == VerdictKind.FEWER_WORKERS and (at_ceiling or verdict.input_bound == InputBound.NOT)
+                and not gains):
         out.append(NotTheLoader())
     if verdict.kind == VerdictKind.FEWER_WORKERS:
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
@@ -280,7 +303,7 @@ def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOL
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials, nothing_tried) + warnings))
+        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials, nothing_tried, tol) + warnings))
 
 
 def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:

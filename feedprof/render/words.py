@@ -19,6 +19,7 @@ FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size
                   "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
 HINTS = {"fit_workers_moved": FIT_MOVED_HINT}
 NEAR_CEILING = 0.95  # a config this close to the compute ceiling: the loader is not the limit
+SLOWED_BY_WORKERS = 1.05  # fewer workers this much faster: the workers slowed the job (not just added nothing)
 
 _GPU = {
     GpuStatus.OK: "ok",
@@ -77,10 +78,13 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
     if v.kind == VerdictKind.FEWER_WORKERS:
         freed = (v.workers_before or 0) - (v.workers_after or 0)
         fast = f"{v.speedup:.2f}× as fast" if v.speedup and v.speedup >= 1.005 else "as fast"
+        processes = f"{freed} process{'es' if freed != 1 else ''}"
+        if v.speedup is not None and v.speedup >= SLOWED_BY_WORKERS:  # they cost the job more than they gave
+            return (f"Too many workers: the {v.workers_before} workers slow the job down; {describe(v.config)} "
+                    f"is {fast} and frees {processes}")
         near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= NEAR_CEILING
         lead = "Not the loader" if near or v.input_bound == InputBound.NOT else f"{cls}, but not for want of workers"
-        return (f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} "
-                f"and frees {freed} process{'es' if freed != 1 else ''}")
+        return f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} and frees {processes}"
     if v.kind == VerdictKind.CHEAPER:
         return f"Not the loader's settings: {describe(v.config)} is as fast as the script's own, for less"
     if v.kind == VerdictKind.NOT_LOADER:
@@ -247,6 +251,9 @@ def _flat(x: r.FlatRung, describe: Callable) -> str:
 
 def _budget(x: r.BudgetCutShort, describe: Callable) -> str:
     what = "the ceiling" if x.next_config is None else describe(x.next_config)
+    if x.again:
+        return (f"the {x.budget_s:.0f} s budget ran out before {what} was measured again (its figures come "
+                "from fewer windows; a longer --budget confirms them)")
     return f"the {x.budget_s:.0f} s budget cut the search short before {what} (a longer --budget may find more)"
 
 
@@ -275,7 +282,10 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.GpuIntervalBelowNvml: lambda x, d: (f"GPU: sampled every {x.interval_s:g} s, but NVML averages over up to "
                                           f"1 s; intervals under {x.floor_s:g} s add no information"),
     r.SamplingStopped: lambda x, d: f"{'GPU' if x.what == 'gpu' else 'host'} sampling stopped: {x.error}",
-    r.NoLoaderIterated: lambda x, d: "no data loader was iterated",
+    r.NoLoaderIterated: lambda x, d: (
+        "no data loader was iterated: feedprof times and tunes a PyTorch DataLoader, a Keras PyDataset or "
+        "Sequence, a tf.data pipeline or torchdata nodes, and the script iterated none of them (a script that "
+        "makes its own batches, by indexing arrays or a np.memmap, has no loader settings to change)"),
     r.WaitNotObservable: lambda x, d: (f"data wait is not observable here: {x.framework} pulls each batch inside "
                                        "its own runtime; the compute ceiling (feedprof tune) says how input-bound "
                                        "the job is"),
@@ -360,6 +370,11 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
                                     "remains is the cost of loading itself on this machine."),
     r.MeasuredRepeatedly: lambda x, d: (f"Measured {x.times} times, interleaved with its closest rival, because "
                                         "the two were within this machine's run-to-run noise."),
+    r.LeadNotConfirmed: lambda x, d: (
+        f"{d(x.rival)} was chosen at {fmt_rate(x.chosen_at_batches_per_s)}, but measured again beside the "
+        f"script's own settings it ran {x.speedup:.2f}× as fast"
+        + (f" (its windows ±{fmt_pct(x.spread)})" if x.spread else "") +
+        ": no clear gain, and it costs no less, so the script's own settings are kept."),
     r.CheaperWithinNoise: lambda x, d: (
         f"{d(x.config)} is recommended over {d(x.rival)}: the latter measured {fmt_pct(x.rival_lead)} faster, "
         f"but repeats of the same config differ by ±{fmt_pct(x.noise)} on this machine ({x.repeats} measurements "

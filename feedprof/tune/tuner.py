@@ -306,7 +306,8 @@ class Tuner:
                 if proposal.optional:  # the search is done; what it would add does not fit
                     break
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
-                                             if proposal.role == Role.CEILING else dict(proposal.config))
+                                             if proposal.role == Role.CEILING else dict(proposal.config),
+                                             again=proposal.role == Role.CONFIRM)
                 break
             trial = self._trial_of(proposal, baseline)
             if isinstance(trial.cause, QueueWaitTooLong):  # the budget went on waiting: no evidence about it

@@ -23,7 +23,7 @@ from feedprof.store.reasons.run import (
 from feedprof.store.reasons.tune import (
     AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
-    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, MaxWorkersReached, MeasuredAgain, MeasuredRepeatedly,
+    JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, LeadNotConfirmed, MaxWorkersReached, MeasuredAgain, MeasuredRepeatedly,
     MemoryGrowthProjected, NoLoaderAtSite, NothingTried, NotTheLoader, PastCpuCount, PersistentWorkersComputed,
     PickFigures,
     ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
@@ -43,7 +43,7 @@ __all__ = [
     "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",
     "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",
     "CheaperWithinNoise", "CpusAreTheLimit", "CpusSaturated", "FewerWorkersDoAsWell", "FlatRung",
-    "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "MaxWorkersReached",
+    "ForkServerFailed", "JumpedAhead", "KeepScriptSettings", "LadderStoppedByTrial", "LeadNotConfirmed", "MaxWorkersReached",
     "MeasuredAgain", "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NothingTried", "NotTheLoader",
     "PastCpuCount",
     "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",

@@ -124,6 +124,7 @@ class BudgetCutShort(Reason):
     code: ClassVar[str] = "budget_cut_short"
     budget_s: float = 0.0
     next_config: Optional[Config] = None  # None: the compute ceiling was next
+    again: bool = False  # the next was a config measured already, to confirm it or its figure
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,19 @@ class FewerWorkersDoAsWell(Reason):
 class ShortOfCeiling(Reason):
     code: ClassVar[str] = "short_of_ceiling"
     fraction_short: float = 0.0
+
+
+@dataclass(frozen=True)
+class LeadNotConfirmed(Reason):
+    """``rival`` was chosen at ``chosen_at_batches_per_s``, but measured again beside the script's
+    own settings it ran only ``speedup`` times as fast (its windows ``spread``), and costs no less:
+    the script's own settings are kept."""
+
+    code: ClassVar[str] = "lead_not_confirmed"
+    rival: Config = field(default_factory=dict)
+    chosen_at_batches_per_s: float = 0.0
+    speedup: float = 0.0
+    spread: Optional[float] = None
 
 
 @dataclass(frozen=True)
