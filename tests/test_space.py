@@ -63,6 +63,15 @@ def test_tfdata_primary_private_pool_past_the_cores_and_autotune():
     assert configs[0]["num_parallel_calls"] == "AUTOTUNE"
 
 
+def test_tfdata_secondary_knobs_of_an_autotune_best():
+    """AUTOTUNE, measured as a secondary candidate, can be the best so far: its own secondary
+    knobs are asked for next (a keras-io example crashed here: 'AUTOTUNE' > 1)."""
+    sp = TfDataSpace({"num_parallel_calls": None, "prefetch": 10}, 2, 32, None)
+    auto = ok(sp.legalize({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE"}), 120.0)
+    configs = [c for c, _ in sp.secondary(auto, 0.03, [])]
+    assert {**sp.legalize(auto.config), "deterministic": False} in configs  # AUTOTUNE maps in parallel
+
+
 def test_tfdata_never_recommends_below_autotune():
     sp = TfDataSpace({"num_parallel_calls": 2}, 2, 32, None)
     static = ok(sp.legalize({"num_parallel_calls": 4}), 100.0, peak_rss_bytes=5)

@@ -143,7 +143,8 @@ class TfDataSpace(Space):
                                              "deterministic": None, "private_threadpool_size": None}, {})]
         if cfg["prefetch"] is None:  # a prefetch buffer overlaps loading with the step
             out.append(({**cfg, "prefetch": "AUTOTUNE"}, {}))
-        if cfg["deterministic"] is None and (cfg["num_parallel_calls"] or 1) > 1:
+        calls = cfg["num_parallel_calls"]
+        if cfg["deterministic"] is None and (calls == "AUTOTUNE" or (calls or 1) > 1):  # (AUTOTUNE is parallel)
             # out-of-order elements let a slow one not hold up the rest
             out.append(({**cfg, "deterministic": False}, {}))
         return out
