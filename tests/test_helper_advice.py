@@ -350,7 +350,8 @@ def timm_advise(tmp_path, monkeypatch, config, argv, library=TIMM_LIBRARY, train
     return paste_for(config, loader, script, argv)
 
 
-# timm's own train.py: its arguments come back from a function of the script's, with their text
+# timm's own train.py: its arguments come back from a function of the script's, with their text,
+# and -j feeds its eval loader's create_loader too
 TIMM_TRAIN_PARSE_ARGS = TIMM_TRAIN.replace("""def main():
     args = parser.parse_args()""", """def _parse_args():
     args = parser.parse_args()
@@ -359,7 +360,12 @@ TIMM_TRAIN_PARSE_ARGS = TIMM_TRAIN.replace("""def main():
 
 
 def main():
-    args, args_text = _parse_args()""")
+    args, args_text = _parse_args()""").replace("""    for epoch in range(args.epochs):""", """    eval_workers = args.workers
+    eval_loader_kwargs = dict(batch_size=args.batch_size, num_workers=eval_workers)
+    loader_eval = create_loader(Slow(), **common_loader_kwargs, **eval_loader_kwargs)
+    for epoch in range(args.epochs):
+        for batch in loader_eval:
+            pass""")
 # timm's create_loader turns persistent workers on by itself
 TIMM_LIBRARY_PERSISTENT = """
 from torch.utils.data import DataLoader
@@ -388,10 +394,47 @@ def test_no_workers_through_a_helper_that_turns_persistent_workers_on_says_to_tu
                         ran_with=(("num_workers", 4), ("pin_memory", False), ("persistent_workers", True)))
     runs_as_pasted(paste.line)
     call_site = f"train.py:{line_of(TIMM_TRAIN_PARSE_ARGS, 'create_loader(')}"
+    eval_site = f"train.py:{line_of(TIMM_TRAIN_PARSE_ARGS, 'loader_eval = create_loader(')}"
     assert paste.line.splitlines() == [
         f"loader_train = create_loader(Slow(), **common_loader_kwargs, **train_loader_kwargs, "
         f"persistent_workers=False)  # {call_site}",
+        # the flag gives the eval loader no workers too: its create_loader is told the same
+        f"loader_eval = create_loader(Slow(), **common_loader_kwargs, **eval_loader_kwargs, "
+        f"persistent_workers=False)  # {eval_site}",
         "python train.py --epochs 1 --workers 0"]
+
+
+def applied(script, paste_line):
+    """The script with each pasted statement in place of the one at its ``# file:line``."""
+    import ast
+
+    text = open(script).read()
+    lines = text.splitlines()
+    statements = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.stmt)]
+    for pasted in reversed([p for p in paste_line.splitlines() if "  # train.py:" in p]):
+        code, where = pasted.rsplit("  # train.py:", 1)
+        at = min((n for n in statements if n.lineno == int(where)), key=lambda n: n.end_lineno - n.lineno)
+        indent = lines[at.lineno - 1][:len(lines[at.lineno - 1]) - len(lines[at.lineno - 1].lstrip())]
+        lines[at.lineno - 1:at.end_lineno] = [indent + code]
+    return "\n".join(lines) + "\n"
+
+
+def test_no_workers_through_timms_helper_runs_as_pasted(tmp_path, monkeypatch, e2e):
+    """The advice above, applied as a user would (the statements replaced, the command run):
+    both loaders run with no workers (before: ValueError, persistent_workers needs num_workers > 0)."""
+    import subprocess
+    import sys
+
+    paste = timm_advise(tmp_path, monkeypatch, {"num_workers": 0, "pin_memory": False}, ["--epochs", "1"],
+                        library=TIMM_LIBRARY_PERSISTENT, train=TIMM_TRAIN_PARSE_ARGS,
+                        ran_with=(("num_workers", 4), ("pin_memory", False), ("persistent_workers", True)))
+    script = tmp_path / "proj" / "train.py"
+    script.write_text(applied(script, paste.line))
+    command = paste.line.splitlines()[-1].split()[1:]  # python train.py ...
+    site = tmp_path / "venv" / "lib" / "python3" / "site-packages"
+    proc = subprocess.run([sys.executable, *command], cwd=script.parent, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_timms_dicts_of_loader_kwargs_are_followed_to_the_flag(tmp_path, monkeypatch):

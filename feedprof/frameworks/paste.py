@@ -98,8 +98,27 @@ def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback
             _place(setting, call, frames, tracer, plan, script, argv)
         if call.drop:
             plan.drops[key] = list(call.drop)
+    _siblings_without_workers(plan, tracer)
     lines = _lines(plan, script, argv)  # (checked: a line left out adds its finding)
     return Paste("\n".join(lines), tuple(plan.findings))
+
+
+def _siblings_without_workers(plan: _Plan, tracer: Tracer) -> None:
+    """No workers through a flag that other lines read too, where a helper that turns persistent
+    workers on by itself is told not to (frameworks/torch.py paste_for): every other call to that
+    helper in the file is told the same. Their loaders get 0 workers from the flag as well, and
+    the helper's DataLoader refuses persistent workers without any (timm's train.py: -j feeds the
+    eval loader's create_loader too)."""
+    zero = [flag for flag, value in plan.flags if value == "0" and flag.uses]
+    told = [(path, line, names, positional) for (path, line, names, positional), knobs in plan.edits.items()
+            if knobs.get("persistent_workers") is False and len(names) == 1]
+    for path, line, names, positional in told if zero else ():
+        src = load(path, tracer.cache)
+        others = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and n.lineno != line
+                  and ast.unparse(n.func).split(".")[-1] == names[0]] if src is not None else []
+        for call in others:
+            if not tracer.passes([(path, call.lineno)], names, "persistent_workers", positional):
+                plan.edits.setdefault((path, call.lineno, names, positional), {})["persistent_workers"] = False
 
 
 def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: Sequence[str]) -> None:

@@ -363,8 +363,9 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.PickFigures: _pick,
     r.CpusAreTheLimit: _cpu_limit,
     r.WorkersLeaveCpuIdle: _idle,
-    r.NotTheLoader: lambda x, d: ("Not the loader: the job already runs near the compute ceiling, so loader "
-                                  "tuning cannot make it meaningfully faster; look at the model step instead."),
+    r.NotTheLoader: lambda x, d: ("Not the loader: loader settings cannot make this job meaningfully faster "
+                                  "(the loop hardly waits for its data, or already runs near the compute ceiling); "
+                                  "look at the model step instead."),
     r.FewerWorkersDoAsWell: _fewer,
     r.ShortOfCeiling: lambda x, d: (f"Still {fmt_pct(x.fraction_short)} short of the compute ceiling: what "
                                     "remains is the cost of loading itself on this machine."),

@@ -229,6 +229,12 @@ class Tuner:
         """A trial's config as keywords; "" for the ceiling (it replays a batch)."""
         return "" if role == Role.CEILING else self.describe(config)
 
+    def _measured_before(self, config: Dict[str, Any]) -> bool:
+        """Was ``config`` measured already (the next trial would confirm it, or its figure)?"""
+        sp = self.space
+        return sp is not None and any(sp.key(t.config) == sp.key(config) for t in self.trials
+                                      if t.state == TrialState.OK and t.role != Role.CEILING)
+
     def _typical_trial_s(self, proposal: Optional[Proposal] = None) -> float:
         """What a trial costs, from the median of the successful ones so far (a
         timed-out trial says nothing about the next one), and what a longer
@@ -307,7 +313,7 @@ class Tuner:
                     break
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
                                              if proposal.role == Role.CEILING else dict(proposal.config),
-                                             again=proposal.role == Role.CONFIRM)
+                                             again=self._measured_before(proposal.config))
                 break
             trial = self._trial_of(proposal, baseline)
             if isinstance(trial.cause, QueueWaitTooLong):  # the budget went on waiting: no evidence about it
