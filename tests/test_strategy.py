@@ -441,19 +441,22 @@ def test_cpu_bound_workers_starved_by_other_work_stop_at_the_cpu_count():
     assert any(n.code == "cpus_saturated" for n in strat.notes)
 
 
-def test_confirmation_goes_on_while_the_two_cannot_be_told_apart():
-    """Two configs 4 % apart with ±8 % run-to-run noise: one round is not enough
-    to tell them apart, so the rounds go on, up to the most allowed."""
-    readings = {2: iter([100.0, 108.0, 92.0, 101.0, 99.0]), 4: iter([104.0, 96.0, 112.0, 103.0, 105.0])}
-
-    def noisy(config, role):
+def two_rivals(readings):
+    """2 and 4 workers read in turn from ``readings`` (their noisy windows); other counts are slower."""
+    def model(config, role):
         if role == Role.CEILING:
             return 3000.0, 0.0, 0.0
         n = config["num_workers"]
         rate = next(readings[n], 100.0) if n in readings else {0: 40.0, 1: 60.0, 3: 80.0}.get(n, 50.0)
         return rate, 40.0 * n, 0.6
+    return model
 
-    space, strat, trials = simulate(noisy, {"num_workers": 0}, cpu_cap=8, max_workers=4)
+
+def test_confirmation_goes_on_while_the_two_cannot_be_told_apart():
+    """Two configs 4 % apart with ±8 % run-to-run noise: one round is not enough
+    to tell them apart, so the rounds go on, up to the most allowed."""
+    readings = {2: iter([100.0, 108.0, 92.0, 101.0, 99.0]), 4: iter([104.0, 96.0, 112.0, 103.0, 105.0])}
+    space, strat, trials = simulate(two_rivals(readings), {"num_workers": 0}, cpu_cap=8, max_workers=4)
     confirms = [t for t in trials if t.phase == Phase.CONFIRM]
     assert 2 < len(confirms) <= 6 and len(confirms) % 2 == 0
     assert notes_of(strat, RivalsRemeasured)[0].repeats == len(confirms) // 2
@@ -463,20 +466,11 @@ def test_on_a_busy_machine_rivals_get_longer_windows_and_one_more_round():
     """The same two configs 4 % apart, ±8 % noise, that two rounds cannot tell apart:
     quiet, the rivals are measured twice each in windows twice the usual; with a core
     of other work beside the search, three times each, in windows three times the usual."""
-    def noisy(readings):
-        def model(config, role):
-            if role == Role.CEILING:
-                return 3000.0, 0.0, 0.0
-            n = config["num_workers"]
-            rate = next(readings[n], 100.0) if n in readings else {0: 40.0, 1: 60.0, 3: 80.0}.get(n, 50.0)
-            return rate, 40.0 * n, 0.6
-        return model
-
     def run(other_cores):
         readings = {2: iter([100.0, 110.0, 90.0, 112.0, 88.0, 100.0]),
                     4: iter([104.0, 94.0, 114.0, 92.0, 116.0, 104.0])}
         proposals = []
-        _, strat, _ = simulate(noisy(readings), {"num_workers": 0}, cpu_cap=8, max_workers=4, proposals=proposals,
+        _, strat, _ = simulate(two_rivals(readings), {"num_workers": 0}, cpu_cap=8, max_workers=4, proposals=proposals,
                                other_cores=other_cores)
         confirms = [p for p in proposals if p.phase == Phase.CONFIRM]
         return confirms, notes_of(strat, RivalsRemeasured)[0]
