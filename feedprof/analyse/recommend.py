@@ -25,8 +25,8 @@ from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.analyse.measured import (PICK_TOLERANCE, Measured, cheaper_within_noise, measured_configs, pick,
                                        relative_spread, run_noise, score, sustained)
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
-                              FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly, NothingTried, NotTheLoader,
-                              PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
+                              FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly,
+                              NothingTried, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
 from feedprof.store import InputBound, Recommendation, Role, Trial, TrialState, VerdictKind
 
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost

@@ -84,7 +84,8 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
                     f"is {fast} and frees {processes}")
         near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= NEAR_CEILING
         lead = "Not the loader" if near or v.input_bound == InputBound.NOT else f"{cls}, but not for want of workers"
-        return f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} and frees {processes}"
+        return (f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} "
+                f"and frees {processes}")
     if v.kind == VerdictKind.CHEAPER:
         return f"Not the loader's settings: {describe(v.config)} is as fast as the script's own, for less"
     if v.kind == VerdictKind.NOT_LOADER:
