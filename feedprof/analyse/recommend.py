@@ -26,7 +26,8 @@ from feedprof.analyse.measured import (PICK_TOLERANCE, Measured, cheaper_within_
                                        relative_spread, run_noise, score, sustained)
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
                               FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly,
-                              NothingTried, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped, WorkersLeaveCpuIdle)
+                              NothingTried, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped,
+                              WorkersLeaveCpuIdle)
 from feedprof.store import InputBound, Recommendation, Role, Trial, TrialState, VerdictKind
 
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
