@@ -118,11 +118,11 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
     b_score = reported(base)[0] if base else None
     pick_score, confirm_windows = reported(chosen)
     lost = _lead_not_confirmed(chosen, base, pick_score, b_score, confirm_windows, space, tol)
-    kept, finalized = space.finalize(base.latest, tol, trials) if lost is not None and base is not None else ({}, [])
-    if base is not None and lost is not None and config_key(kept) == config_key(base.config):
-        # what chose it did not hold beside the script's own settings (unless judging them moves off them)
-        config, judged, chosen = kept, [lost, *finalized], base
-        pick_score, confirm_windows = reported(base)
+    if lost is not None and base is not None:  # what chose it did not hold beside the script's own settings
+        kept, finalized = space.finalize(base.latest, tol, trials)
+        if config_key(kept) == config_key(base.config):  # (unless judging them moves off them)
+            config, judged, chosen = kept, [lost, *finalized], base
+            pick_score, confirm_windows = reported(base)
     ceiling = ceiling_batches_per_s if ceiling_batches_per_s is not None else ceiling_of(all_trials)
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if ceiling is not None and pick_score > ceiling:

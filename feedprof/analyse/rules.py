@@ -132,10 +132,14 @@ def may_pass_cpus(cpu_bound_at: Mapping[int, Optional[bool]], mode: Mode) -> boo
     with a verdict decide: while they leave CPU idle (I/O, handing batches over) more can fill it;
     once they are CPU-bound, more only compete (fewer workers reading idle says nothing of more).
     No verdict yet: ``mode.pass_cpus_unmeasured``."""
+    bound = cpu_bound_at_most(cpu_bound_at)
+    return mode.pass_cpus_unmeasured if bound is None else not bound
+
+
+def cpu_bound_at_most(cpu_bound_at: Mapping[int, Optional[bool]]) -> Optional[bool]:
+    """The verdict of the most workers that have one (None: none has)."""
     known = {n: bound for n, bound in cpu_bound_at.items() if bound is not None}
-    if not known:
-        return mode.pass_cpus_unmeasured
-    return not known[max(known)]
+    return known[max(known)] if known else None
 
 
 def loading_cpu_bound(load_cpu_fraction: Optional[float]) -> Optional[bool]:

@@ -23,7 +23,7 @@ from feedprof.frameworks.configs import FromConfig
 from feedprof.frameworks.kwargs import find_loader_call, through_splats
 from feedprof.frameworks.origin import AtAssign, AtCall, AtKey, FromFlag, NotFound, Tracer, display
 from feedprof.frameworks.paste_check import Check, check_command, check_statement
-from feedprof.frameworks.scope import argument, load
+from feedprof.frameworks.scope import argument, callee, load
 from feedprof.frameworks.source import enclosing_def, resolve_site, rewrite_keys, rewrite_statement, statement_at
 from feedprof.store.codes import LineProblem
 from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, PasteLineWithheld, Reason, SetByFlag,
@@ -115,7 +115,7 @@ def _siblings_without_workers(plan: _Plan, tracer: Tracer) -> None:
     for path, line, names, positional in told if zero else ():
         src = load(path, tracer.cache)
         others = [n for n in ast.walk(src.tree) if isinstance(n, ast.Call) and n.lineno != line
-                  and ast.unparse(n.func).split(".")[-1] == names[0]] if src is not None else []
+                  and callee(n) == names[0]] if src is not None else []
         for call in others:
             if not tracer.passes([(path, call.lineno)], names, "persistent_workers", positional):
                 plan.edits.setdefault((path, call.lineno, names, positional), {})["persistent_workers"] = False

@@ -237,7 +237,7 @@ class LadderStrategy(TrialHistory):
         if not rules.may_pass_cpus(verdicts, rules.OFFLINE):
             notes.append(CpusSaturated(cpu_cap=self.space.cpu_cap))
             return True
-        if self._cpu_bound(below) is not None:
+        if rules.cpu_bound_at_most(verdicts) is not None:
             notes.append(PastCpuCount(cpu_cap=self.space.cpu_cap))
         return False
 
@@ -253,8 +253,7 @@ class LadderStrategy(TrialHistory):
 
     def _cpu_bound(self, below: Sequence[Trial]) -> Optional[bool]:
         """Are the CPUs the limit, at the most workers below with a verdict? (None: no verdict yet)"""
-        known = {n: bound for n, bound in self._cpu_verdicts(below).items() if bound is not None}
-        return known[max(known)] if known else None
+        return rules.cpu_bound_at_most(self._cpu_verdicts(below))
 
     def _stop_after(self, trial: Trial, below: Sequence[Trial], flat: int, notes: List[Reason]) -> tuple:
         """After a measured rung: (is the ladder done?, flat rungs so far)."""
