@@ -1,9 +1,9 @@
-"""One evidence model (analyse/evidence.py): a config's rate, its measurements' spread and its
+"""One evidence model (store/evidence.py, ranked by analyse/evidence.py): a config's rate, its measurements' spread and its
 failures, whether an offline trial or a stretch of the real run measured it; and one pick over it."""
 import pytest
 
 from feedprof.analyse import evidence, measured
-from feedprof.analyse.evidence import ConfigEvidence
+from feedprof.analyse.evidence import ConfigEvidence, spread
 from feedprof.store import Role, TrialState
 from feedprof.store.online import OnlineFailure
 from feedprof.tune.online_strategy import RunHistory, fastest, pick, with_workers, workers
@@ -52,8 +52,8 @@ def test_a_config_that_failed_is_never_picked_whoever_measured_it():
 
 def test_the_spread_is_the_relative_half_range_shrunk_by_the_measurements():
     e = ConfigEvidence(config=BASE, rate=100.0, rates=(90.0, 100.0, 110.0, 100.0), measurements=4)
-    assert e.spread == pytest.approx(20 / 200 / 2)
-    assert ConfigEvidence(config=BASE, rate=100.0, rates=(100.0,), measurements=1).spread is None
+    assert spread(e) == pytest.approx(20 / 200 / 2)
+    assert spread(ConfigEvidence(config=BASE, rate=100.0, rates=(100.0,), measurements=1)) is None
 
 
 def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
@@ -99,3 +99,47 @@ def test_an_online_result_has_no_ceiling_trial_and_says_nothing_of_a_replayed_ba
     assert result.recommendation.fraction_of_ceiling is not None
     page = render_tune(result)
     assert CEILING_TEXT not in page and "trials in" not in page and "configs tried in the run" in page
+
+
+def test_an_online_result_holds_each_configs_evidence_and_no_stand_in_trials(tmp_path):
+    """The run's configs are saved as the evidence the recommendation was made from (one shape
+    for both searches), not as trials whose figures were made up from windows; the report's
+    table and chart are drawn from it, and the file reads back the same."""
+    from feedprof.render import plots
+    from feedprof.render.html import render_tune
+    from feedprof.store import HostInfo, TuneResult
+    from feedprof.store.codec import from_dict, to_dict
+    from feedprof.tune.online import Decider, OnlineOptions
+    from feedprof.tune.online_result import online_result
+    from tests.test_online_strategy import LIMITS
+
+    decider = Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=OnlineOptions(), history=online(RATES))
+    result = online_result("train.py", [], HostInfo(), "", 30.0, None, decider, None, complete=True)
+    assert result.trials == ()
+    assert [workers(e.config) for e in result.evidence] == list(RATES)
+    assert {e.source for e in result.evidence} == {"run"}
+    assert [e.rate for e in result.evidence] == pytest.approx(list(RATES.values()))
+    assert all(e.measurements == 2 and len(e.rates) == 2 for e in result.evidence)
+    assert from_dict(TuneResult, to_dict(result)).evidence == result.evidence
+    chart = plots.throughput_data(result)
+    assert [b.value for b in chart.bars] == pytest.approx(list(RATES.values()))
+    assert [workers(e.config) for e, b in zip(result.evidence, chart.bars) if b.picked] == [12]
+    page = render_tune(result)
+    assert "5 configs tried in the run" in page and "the script's own settings" in page
+
+
+def test_an_offline_result_holds_the_same_evidence_its_recommendation_was_made_from():
+    """Offline, each config's trials pooled (repeats too) into the record an online tune writes:
+    the recommendation's figure is the evidence's, and its trial is the evidence's latest."""
+    from feedprof.analyse.from_trials import TrialMeasurements
+    from feedprof.analyse.recommend import recommend_from
+    from feedprof.tune.space import TorchSpace
+
+    trials = offline(RATES, repeat=2)
+    space = TorchSpace(BASE, cpu_cap=2, max_primary=32, cuda_used=False)
+    configs = TrialMeasurements(trials, space).configs()
+    assert [e.measurements for e in configs] == [2] * len(RATES) and {e.source for e in configs} == {"trials"}
+    rec = recommend_from(TrialMeasurements(trials, space), space)
+    chosen = next(e for e in configs if e.config == rec.config)
+    assert rec.batches_per_s == pytest.approx(chosen.figure) and rec.trial_index == chosen.trial_index
+    assert workers(rec.config) == 12

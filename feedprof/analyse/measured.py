@@ -97,10 +97,11 @@ class Measured:
 
 
 def evidence_of(m: Measured) -> ConfigEvidence:
-    """A config's trials as the one evidence record (analyse/evidence.py)."""
+    """A config's trials as the one evidence record (store/evidence.py)."""
     runs = [t.run.summary for t in m.trials if t.run is not None and t.run.summary is not None]
     waits = [t.data_wait_fraction for t in m.trials if t.data_wait_fraction is not None]
     cores = [t.workers_cpu_pct / 100 for t in m.trials if t.workers_cpu_pct is not None]
+    figure, confirms = reported(m)
     return ConfigEvidence(
         config=m.config, rate=m.score, rates=tuple(scores(m)), measurements=len(m.trials),
         wait_fraction=stats.median(waits), source="trials",
@@ -109,7 +110,26 @@ def evidence_of(m: Measured) -> ConfigEvidence:
         batches=sum(s.batches_measured for s in runs),
         samples=sum(s.batches_measured * (s.batch_size or 0) for s in runs),
         wall_s=sum(s.measured_s for s in runs), wait_s=sum(s.data_wait_s or 0.0 for s in runs),
-        workers_cores=stats.median(cores))
+        workers_cores=stats.median(cores), figure_rate=figure, confirm_measurements=confirms,
+        figure_spread=figure_spread(m), trial_index=m.latest.index)
+
+
+def reported(m: Measured) -> Tuple[float, int]:
+    """(a config's figure, the confirmation windows it comes from). The best of
+    several noisy windows is biased up (the winner's curse): a pick's figure
+    comes from the windows that confirmed it, measured after it was chosen,
+    where there are; else from all of its windows. Either way the stopwatch
+    rate (``sustained``), as an outside timing of the loop would see it."""
+    confirms = [t for t in m.trials if t.role == Role.CONFIRM]
+    return stats.median([sustained(t) or m.score for t in confirms or m.trials]), len(confirms)
+
+
+def figure_spread(m: Measured) -> Optional[float]:
+    """How sure a config's figure is: how far the windows it comes from spread."""
+    confirms = [t for t in m.trials if t.role == Role.CONFIRM]
+    if len(confirms) > 1:
+        return noise.relative_spread([sustained(t) or m.score for t in confirms])
+    return relative_spread(confirms[0] if confirms else m.latest)
 
 
 def measured_configs(trials: Sequence[Trial]) -> List[Measured]:

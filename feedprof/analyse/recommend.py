@@ -1,34 +1,33 @@
-"""From trials to a recommendation: the cheapest config within tolerance of the
-best, how much faster it is than the script's own, how close to the compute
+"""From each config's evidence to a recommendation, for both searches: the cheapest config within
+tolerance of the best, how much faster it is than the script's own, how close to the compute
 ceiling, and why — as figures and reason codes (render/words.py words them).
-What each trial measured, and its pooling, is analyse/measured.py's.
 
 NOTE [ What is recommended ]
 
-    trials ─► measured_configs (repeats pooled, median score: analyse/measured.py)
-           ─► pick: cheapest (space.cost) within ``tol`` of the fastest
-           ─► space.finalize: settings judged rather than trialled (persistent
-              workers on long epochs; tf.data: never below AUTOTUNE)
+    a search's Measurements: each config's evidence (store/evidence.py, one shape for both),
+    and what only its own records hold (offline: its trials, analyse/from_trials.py;
+    online: the run's windows and failures, tune/online_result.py)
+           ─► pick: cheapest (space.cost) within ``tol`` of the fastest (evidence.pick)
+           ─► a cheaper config the pick cannot be told apart from (offline: repeats' noise)
+           ─► finalize: settings judged rather than measured (persistent workers on long
+              epochs; tf.data: never below AUTOTUNE)
            ─► figures: baseline, ceiling, speedup, fraction of the ceiling
            ─► verdict kind + reasons (reasons.py), one per thing worth saying
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from feedprof.analyse import noise, stats
-from feedprof.analyse.advice import trainer_advice
+from feedprof.analyse import evidence
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
 from feedprof.analyse.evidence import config_key
-from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
-from feedprof.analyse.measured import (PICK_TOLERANCE, Measured, cheaper_within_noise, measured_configs, pick,
-                                       relative_spread, run_noise, score, sustained)
+from feedprof.analyse.measured import PICK_TOLERANCE
 from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
-                              FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly,
-                              NothingTried, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped,
-                              WorkersLeaveCpuIdle)
-from feedprof.store import InputBound, Recommendation, Role, Trial, TrialState, VerdictKind
+                                    FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly,
+                                    NothingTried, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict,
+                                    WorkersCapped, WorkersLeaveCpuIdle)
+from feedprof.store import ConfigEvidence, InputBound, Recommendation, Role, Trial, TrialState, VerdictKind
 
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
 
@@ -42,11 +41,65 @@ class ConfigSpace(Protocol):
 
     def cost(self, config: Config) -> tuple: ...
 
-    def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial]) -> Tuple[Config, List[Reason]]: ...
-
-    def cpu_bound(self, trial: Trial) -> Optional[bool]: ...
-
     def workers(self, config: Config) -> int: ...
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The script's own settings, as its search ended them."""
+
+    config: Config
+    state: TrialState = TrialState.OK  # offline its trial's; online the run's at those settings
+    cause: Optional[Reason] = None  # why they failed, where they did
+    wait_fraction: Optional[float] = None  # the loop's data wait at them
+
+
+@dataclass(frozen=True)
+class CpuUse:
+    """A config's CPU, as the cores each part of the job used."""
+
+    workers_cores: Optional[float]
+    main_cores: Optional[float] = None
+    other_cores: Optional[float] = None
+
+
+class Measurements(Protocol):
+    """What a search measured, as recommend() reads it: each config's evidence, and what only the
+    search's own records hold. Offline: analyse/from_trials.py TrialMeasurements (isolated
+    trials); online: tune/online_result.py RunMeasurements (the real run's windows)."""
+
+    baseline: Optional[Baseline]
+    cap: Optional[WorkersCapped]  # the most workers that are safe, and why (analyse/limits.py)
+    ceiling: Optional[float]  # the compute ceiling, batches/s (None: not measured)
+
+    def configs(self) -> List[ConfigEvidence]:
+        """Every config that may be picked (within the cap, never failed), first measured first."""
+
+    def tried_a_setting(self) -> bool:
+        """Did any loader setting run beside the script's own?"""
+
+    def cheaper_within_noise(self, chosen: ConfigEvidence,
+                             cost: Any) -> Optional[Tuple[ConfigEvidence, CheaperWithinNoise]]:
+        """A cheaper config ``chosen`` cannot be told apart from on this run's noise (offline: the
+        spread of repeated trials; online the pick's tolerance is already the run's noise)."""
+
+    def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Config, List[Reason]]:
+        """The config to recommend for ``chosen``, with settings judged rather than measured."""
+
+    def repeats(self, chosen: ConfigEvidence) -> int:
+        """How many times ``chosen`` was measured apart (offline trials; online one stretch)."""
+
+    def cpu(self, chosen: ConfigEvidence) -> Tuple[Optional[bool], Optional[CpuUse]]:
+        """(are the CPUs what limits its workers: rules.cpu_bound, its CPU use)."""
+
+    def memory_saved_bytes(self, chosen: ConfigEvidence) -> Optional[int]:
+        """The memory ``chosen`` saves over the script's own settings (None: not measured)."""
+
+    def trainer_advice(self, verdict: Verdict) -> Optional[Reason]:
+        """A trainer's own advice on the loader, against what was measured."""
+
+    def hazards(self, chosen: ConfigEvidence, config: Config, ram_budget_bytes: Optional[int]) -> List[Reason]:
+        """What the recommended config still risks."""
 
 
 def keeps_own_settings(rec: Recommendation) -> bool:
@@ -69,8 +122,8 @@ def tried_a_setting(trials: Sequence[Trial]) -> bool:
 class Figures:
     """The numbers a recommendation is made of."""
 
-    baseline: Optional[Trial]
-    chosen: Measured
+    baseline: Optional[Baseline]
+    chosen: ConfigEvidence
     config: Config  # the chosen config after finalize
     judged: Tuple[Reason, ...]  # what finalize decided without a trial, and why
     baseline_score: Optional[float]  # as reported (the stopwatch rate over its windows)
@@ -89,41 +142,37 @@ class Figures:
     def fraction_of_ceiling(self) -> Optional[float]:
         return self.pick_score / self.ceiling_score if self.ceiling_score else None
 
+    @property
+    def baseline_failed(self) -> bool:
+        return self.baseline is not None and self.baseline.state != TrialState.OK
 
-def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
-            fits: Optional[Callable[[Config], bool]] = None,
-            ceiling_batches_per_s: Optional[float] = None) -> Optional[Figures]:
-    cap = worker_cap(all_trials, space.workers)
-    trials = usable(all_trials, cap, space.workers)  # a config past the cap is never picked, nor a baseline
-    if fits is not None:  # as the budget stands now (memory growth learned after a config ran)
-        trials = [t for t in trials if fits(t.config)]
-    chosen = pick(trials, space.cost, tol)
+
+def figures(m: Measurements, space: ConfigSpace, tol: float) -> Optional[Figures]:
+    configs = m.configs()
+    chosen = evidence.pick(configs, space.cost, tol)
     if chosen is None:
         return None
-    cheaper = cheaper_within_noise(chosen, trials, space.cost)
     judged: List[Reason] = []
+    cheaper = m.cheaper_within_noise(chosen, space.cost)
     if cheaper is not None:  # the faster one's lead is inside this run's noise: the cheaper one
-        judged.append(CheaperWithinNoise(config=dict(cheaper.config), rival=dict(chosen.config),
-                                         rival_lead=chosen.score / cheaper.score - 1, noise=run_noise(trials) or 0.0,
-                                         repeats=min(len(cheaper.trials), len(chosen.trials))))
-        chosen = cheaper
-    config, finalized = space.finalize(chosen.latest, tol, trials)
+        chosen, why = cheaper
+        judged.append(why)
+    config, finalized = m.finalize(chosen, tol)
     judged += finalized
-    configs = measured_configs(trials)
     # finalize may prefer another measured config (tf.data: AUTOTUNE)
-    chosen = next((m for m in configs if config_key(m.config) == config_key(config)), chosen)
-    baseline = next((t for t in all_trials if t.role == Role.BASELINE), None)
-    base = next((m for m in configs if baseline is not None and config_key(m.config) == config_key(baseline.config)),
+    chosen = next((e for e in configs if config_key(e.config) == config_key(config)), chosen)
+    baseline = m.baseline
+    base = next((e for e in configs if baseline is not None and config_key(e.config) == config_key(baseline.config)),
                 None)
-    b_score = reported(base)[0] if base else None
-    pick_score, confirm_windows = reported(chosen)
-    lost = _lead_not_confirmed(chosen, base, pick_score, b_score, confirm_windows, space, tol)
+    b_score = base.figure if base else None
+    pick_score, confirm_windows = chosen.figure or 0.0, chosen.confirm_measurements
+    lost = _lead_not_confirmed(chosen, base, pick_score, b_score, space, tol)
     if lost is not None and base is not None:  # what chose it did not hold beside the script's own settings
-        kept, finalized = space.finalize(base.latest, tol, trials)
+        kept, finalized = m.finalize(base, tol)
         if config_key(kept) == config_key(base.config):  # (unless judging them moves off them)
             config, judged, chosen = kept, [lost, *finalized], base
-            pick_score, confirm_windows = reported(base)
-    ceiling = ceiling_batches_per_s if ceiling_batches_per_s is not None else ceiling_of(all_trials)
+            pick_score, confirm_windows = base.figure or 0.0, base.confirm_measurements
+    ceiling = m.ceiling
     # The ceiling is an upper bound measured with noise: never report more than 100 % of it.
     if ceiling is not None and pick_score > ceiling:
         ceiling = pick_score
@@ -131,38 +180,24 @@ def figures(all_trials: Sequence[Trial], space: ConfigSpace, tol: float,
     # data wait, measured inside one run, and the gap to the ceiling, which compares
     # two runs and carries their noise. The verdict uses the wait where it is observable.
     gap = max(0.0, 1 - b_score / ceiling) if b_score and ceiling else None
-    wait = baseline.data_wait_fraction if baseline is not None and baseline.state == TrialState.OK else None
+    wait = baseline.wait_fraction if baseline is not None and baseline.state == TrialState.OK else None
     return Figures(baseline=baseline, chosen=chosen, config=config, judged=tuple(judged), baseline_score=b_score,
-                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=cap,
+                   ceiling_score=ceiling, gap=gap, input_bound=wait if wait is not None else gap, cap=m.cap,
                    pick_score=pick_score, confirm_windows=confirm_windows)
 
 
-def _lead_not_confirmed(chosen: Measured, base: Optional[Measured], pick_score: float, b_score: Optional[float],
-                        confirm_windows: int, space: ConfigSpace, tol: float) -> Optional[LeadNotConfirmed]:
+def _lead_not_confirmed(chosen: ConfigEvidence, base: Optional[ConfigEvidence], pick_score: float,
+                        b_score: Optional[float], space: ConfigSpace, tol: float) -> Optional[LeadNotConfirmed]:
     """A measured rival of the script's own settings that costs no less, chosen on its search
     windows, whose windows measured after it was chosen (beside the script's own) show no gain
     past ``tol``: a change with nothing to show for it is not advised."""
-    if base is None or not b_score or not confirm_windows or config_key(chosen.config) == config_key(base.config):
+    if base is None or not b_score or not chosen.confirm_measurements \
+            or config_key(chosen.config) == config_key(base.config):
         return None
     if space.cost(chosen.config) < space.cost(base.config) or pick_score >= b_score * (1 + tol):
         return None
-    return LeadNotConfirmed(rival=dict(chosen.config), chosen_at_batches_per_s=chosen.score,
-                            speedup=pick_score / b_score, spread=_figure_spread(chosen))
-
-
-def ceiling_of(trials: Sequence[Trial]) -> Optional[float]:
-    """The compute ceiling an offline tune measured: its ceiling trial's rate (one cached batch replayed)."""
-    return score(next((t for t in trials if t.role == Role.CEILING and t.state == TrialState.OK), None))
-
-
-def reported(m: Measured) -> Tuple[float, int]:
-    """(a config's figure, the confirmation windows it comes from). The best of
-    several noisy windows is biased up (the winner's curse): a pick's figure
-    comes from the windows that confirmed it, measured after it was chosen,
-    where there are; else from all of its windows. Either way the stopwatch
-    rate (``sustained``), as an outside timing of the loop would see it."""
-    confirms = [t for t in m.trials if t.role == Role.CONFIRM]
-    return stats.median([sustained(t) or m.score for t in confirms or m.trials]), len(confirms)
+    return LeadNotConfirmed(rival=dict(chosen.config), chosen_at_batches_per_s=chosen.rate or 0.0,
+                            speedup=pick_score / b_score, spread=chosen.figure_spread)
 
 
 # -------------------------------------------------------------- the words
@@ -184,7 +219,7 @@ def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = N
     gains = f.speedup is not None and f.speedup >= 1 + tol
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
     fewer = not same and before is not None and after is not None and after < before
-    failed = f.baseline is not None and f.baseline.state != TrialState.OK
+    failed = f.baseline_failed
     if f.cap is not None and isinstance(f.cap.because, DuplicatedPerWorker):  # correct before fast
         kind = VerdictKind.DUPLICATES
     elif failed:
@@ -206,13 +241,12 @@ def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = N
                    baseline_config=dict(f.baseline.config) if failed else {})
 
 
-def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Optional[int],
-               trials: Sequence[Trial] = (), nothing_tried: Optional[NothingTried] = None,
-               tol: float = PICK_TOLERANCE) -> List[Reason]:
+def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[int],
+               nothing_tried: Optional[NothingTried] = None, tol: float = PICK_TOLERANCE) -> List[Reason]:
     out: List[Reason] = []
     if f.baseline is not None and f.baseline_score:
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
-                                   data_wait_fraction=f.baseline.data_wait_fraction,
+                                   data_wait_fraction=f.baseline.wait_fraction,
                                    ceiling_batches_per_s=f.ceiling_score))
     if verdict.kind == VerdictKind.NOTHING_TRIED and nothing_tried is not None:
         out.append(nothing_tried)
@@ -220,17 +254,17 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
             and config_key(f.config) == config_key(f.baseline.config):
         out.append(KeepScriptSettings())
     else:
-        out.append(PickFigures(config=dict(f.chosen.latest.config), batches_per_s=f.pick_score,
+        out.append(PickFigures(config=dict(f.chosen.config), batches_per_s=f.pick_score,
                                speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling,
-                               confirm_windows=f.confirm_windows, chosen_at_batches_per_s=f.chosen.score,
-                               spread=_figure_spread(f.chosen)))
+                               confirm_windows=f.confirm_windows, chosen_at_batches_per_s=f.chosen.rate or 0.0,
+                               spread=f.chosen.figure_spread))
     out.extend(f.judged)
     if verdict.kind == VerdictKind.SURVIVES and f.baseline.cause is not None \
             and (f.cap is None or f.cap.because != f.baseline.cause):
         out.append(f.baseline.cause)  # why the script's own settings failed, in the user's own words
     if f.cap is not None:
         out.append(f.cap)
-    out.extend(_cpu_reasons(f.chosen.latest, space, cpu_cap))
+    out.extend(_cpu_reasons(f.chosen.config, *m.cpu(f.chosen), cpu_cap))
     at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
     gains = f.speedup is not None and f.speedup >= 1 + tol
     # (fewer workers that make the job faster: the script's loader settings were what held it back)
@@ -240,78 +274,59 @@ def reasons_of(f: Figures, verdict: Verdict, space: ConfigSpace, cpu_cap: Option
         out.append(NotTheLoader())
     if verdict.kind == VerdictKind.FEWER_WORKERS:
         out.append(FewerWorkersDoAsWell(workers_before=verdict.workers_before, workers_after=verdict.workers_after,
-                                        memory_saved_bytes=_memory_saved(f.baseline, f.chosen.latest)))
+                                        memory_saved_bytes=m.memory_saved_bytes(f.chosen)))
     elif verdict.input_bound != InputBound.NOT \
             and verdict.kind not in (VerdictKind.DUPLICATES, VerdictKind.NOTHING_TRIED) \
             and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
-    if len(f.chosen.trials) > 1:
-        out.append(MeasuredRepeatedly(times=len(f.chosen.trials)))
-    advice = trainer_advice(f.baseline, measured_configs(usable(trials, f.cap, space.workers)), verdict)  # checked
+    if m.repeats(f.chosen) > 1:
+        out.append(MeasuredRepeatedly(times=m.repeats(f.chosen)))
+    advice = m.trainer_advice(verdict)  # checked against what was measured
     if advice is not None:
         out.append(advice)
     return out
 
 
-def _figure_spread(m: Measured) -> Optional[float]:
-    """How sure the pick's figure is: how far the windows it comes from spread."""
-    confirms = [t for t in m.trials if t.role == Role.CONFIRM]
-    if len(confirms) > 1:
-        return noise.relative_spread([sustained(t) or m.score for t in confirms])
-    return relative_spread(confirms[0] if confirms else m.latest)
-
-
-def _cpu_reasons(best: Trial, space: ConfigSpace, cpu_cap: Optional[int]) -> List[Reason]:
-    n = workers_of(best.config)
-    cores = best.workers_cpu_pct / 100 / n if n and best.workers_cpu_pct is not None else None
-    bound = space.cpu_bound(best)
-    if not n or n <= 1 or bound is None:
+def _cpu_reasons(config: Config, bound: Optional[bool], use: Optional[CpuUse], cpu_cap: Optional[int]) -> List[Reason]:
+    n = workers_of(config)
+    if not n or n <= 1 or bound is None or use is None:
         return []
-    used = dict(workers_cores=_cores(best.workers_cpu_pct), main_cores=_cores(best.main_cpu_pct),
-                other_cores=best.other_cpu_cores)
+    cores = use.workers_cores / n if use.workers_cores is not None else None
+    used = dict(workers_cores=use.workers_cores, main_cores=use.main_cores, other_cores=use.other_cores)
     if bound:
         return [CpusAreTheLimit(cores_per_worker=cores, cpu_cap=cpu_cap, **used)]
     return [WorkersLeaveCpuIdle(cores_per_worker=cores, **used)]
 
 
-def _cores(cpu_pct: Optional[float]) -> Optional[float]:
-    return cpu_pct / 100 if cpu_pct is not None else None
-
-
-def recommend(trials: Sequence[Trial], space: ConfigSpace, tol: float = PICK_TOLERANCE,
-              cpu_cap: Optional[int] = None, ram_budget_bytes: Optional[int] = None,
-              fits: Optional[Callable[[Config], bool]] = None,
-              nothing_tried: Optional[NothingTried] = None,
-              ceiling_batches_per_s: Optional[float] = None) -> Optional[Recommendation]:
-    """The recommendation, without its paste-ready code (the tuner knows the
-    script); ``fits``: does a config fit the memory budget as learned so far;
-    ``nothing_tried``: the tune stopped before any loader setting was tried
-    (the tuner's figures: what ran took, what a trial takes, the budget to give);
-    ``ceiling_batches_per_s``: the compute ceiling where no trial measured it (an
-    online run: the step time when data is ready), else the ceiling trial's."""
-    f = figures(trials, space, tol, fits, ceiling_batches_per_s)
+def recommend_from(m: Measurements, space: ConfigSpace, tol: float = PICK_TOLERANCE, cpu_cap: Optional[int] = None,
+                   ram_budget_bytes: Optional[int] = None,
+                   nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
+    """The recommendation from what a search measured, without its paste-ready code (the tuner
+    knows the script); ``nothing_tried``: the search stopped before any loader setting was tried
+    (the tuner's figures: what ran took, what a trial takes, the budget to give)."""
+    f = figures(m, space, tol)
     if f is None:
         return None
-    verdict = verdict_of(f, tol, nothing_tried if not tried_a_setting(trials) else None)
-    warnings = hazard_reasons(trials, f.chosen.latest, f.config, space, ram_budget_bytes)
-    best = f.chosen.latest
+    verdict = verdict_of(f, tol, nothing_tried if not m.tried_a_setting() else None)
+    warnings = m.hazards(f.chosen, f.config, ram_budget_bytes)
+    per_batch = f.chosen.samples_per_batch
     return Recommendation(
-        framework=space.framework, config=dict(f.config), trial_index=best.index, batches_per_s=f.pick_score,
-        samples_per_s=f.pick_score * best.samples_per_s / best.batches_per_s
-        if best.samples_per_s and best.batches_per_s else None,
+        framework=space.framework, config=dict(f.config), trial_index=f.chosen.trial_index,
+        batches_per_s=f.pick_score, samples_per_s=f.pick_score * per_batch if per_batch else None,
         baseline_config=dict(f.baseline.config) if f.baseline else {},
         baseline_batches_per_s=f.baseline_score, speedup=f.speedup, ceiling_batches_per_s=f.ceiling_score,
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
-        data_wait_fraction=f.baseline.data_wait_fraction if f.baseline else None,
+        data_wait_fraction=f.baseline.wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, space, cpu_cap, trials, nothing_tried, tol) + warnings))
+        reasons=tuple(reasons_of(f, verdict, m, cpu_cap, nothing_tried, tol) + warnings))
 
 
-def _memory_saved(a: Optional[Trial], b: Trial) -> Optional[int]:
-    if a is None:
-        return None
-    for name in ("peak_pss_bytes", "peak_rss_bytes"):
-        x, y = getattr(a, name), getattr(b, name)
-        if x is not None and y is not None and x > y:
-            return x - y
-    return None
+def recommend(trials: Sequence[Trial], space: Any, tol: float = PICK_TOLERANCE, cpu_cap: Optional[int] = None,
+              ram_budget_bytes: Optional[int] = None, fits: Optional[Any] = None,
+              nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
+    """An offline tune's recommendation, from its trials; ``fits``: does a config fit the memory
+    budget as learned so far."""
+    from feedprof.analyse.from_trials import TrialMeasurements
+
+    return recommend_from(TrialMeasurements(trials, space, fits), space, tol, cpu_cap, ram_budget_bytes,
+                          nothing_tried)

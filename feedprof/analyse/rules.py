@@ -5,7 +5,7 @@ counts as noise or which config to pick.
 
 NOTE [ One decision core ]
 
-    evidence of a config (analyse/evidence.py ConfigEvidence, from trials or from the run's windows):
+    evidence of a config (store/evidence.py ConfigEvidence, from trials or from the run's windows):
     its rate (median of its windows), its windows' rates (the noise), the loop's data wait, the
     workers' CPU (and their wait for a CPU), its start-up, its failures
       ─► cpu_bound ─► may the workers outnumber the CPUs?
@@ -39,6 +39,10 @@ NOTE [ One decision core ]
                 machine: tune/confirm.py)
     pick        the cheapest within tolerance of the       the same, the tolerance never     pick, noise_floor,
                 fastest                                    under the run's noise             pick_tolerance
+    advise      analyse/recommend.py recommend_from, one function for both, over each config's evidence
+                and what only a search's own records hold (its Measurements):
+                a cheaper config repeats cannot tell        none: the tolerance is the run's  cheaper_within_
+                apart from the pick (noise.told_apart)      noise already                     noise
 
 What may differ between offline and online: the fields of ``Mode``, each with its reason
 (OFFLINE and ONLINE below). Everything else is one rule.

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, List
 
 from feedprof.render import plots
-from feedprof.render.html import (curves_section, esc, leftovers_section, no_gpu, summary_verdict, trials_table,
-                                  tune_verdict)
+from feedprof.render.html import (curves_section, esc, evidence_table, leftovers_section, no_gpu, summary_verdict,
+                                  trials_table, tune_verdict)
 from feedprof.store import Run, StoreError, Summary, TuneResult
 from feedprof.units import fmt_seconds
 
@@ -73,6 +73,11 @@ def tune_html(result: TuneResult) -> str:
                     f"{plots.draw_throughput(chart)}</div>")
     body += curves_section([(f"#{t.index} {'recommended' if t.index == picked else t.role}", t.run) for t in shown],
                            no_gpu(result.host))
+    if result.online is not None:  # (its configs were tried in the real run: their evidence, no trials)
+        body.append(f"<details><summary>All {len(result.evidence)} configs tried in the run</summary>"
+                    f"{evidence_table(result)}</details>")
+        return _frame(f"feedprof tune --online — {len(result.evidence)} configs tried in the run, "
+                      f"{fmt_seconds(result.duration_s)}", body)
     body.append(f"<details><summary>All {len(result.trials)} trials</summary>{trials_table(result)}</details>")
     return _frame(f"feedprof tune — {len(result.trials)} trials in {fmt_seconds(result.duration_s)}", body)
 

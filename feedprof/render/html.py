@@ -12,12 +12,13 @@ import os
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.diagnose import training_loader, wait_fraction
+from feedprof.analyse.evidence import config_key
 from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.measured import score
 from feedprof.analyse.recommend import keeps_own_settings
 from feedprof.render import plots
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
-from feedprof.render.progress import NO_PASTE_TEXT, config_cell, paste_shown
+from feedprof.render.progress import NO_PASTE_TEXT, OWN_SETTINGS_TEXT, config_cell, paste_shown
 from feedprof.render.ranks import ranks_html
 from feedprof.render.text import verdict_words
 from feedprof.render.words import config_words, gpu_status, headline, paste_intro, say
@@ -229,7 +230,7 @@ def render_tune(result: TuneResult) -> str:
     online = result.online is not None  # (its configs were tried in the real run: no trials, no replayed batch)
     extra = [("Training loader", f"<code>{esc(result.loader_site or 'not found')}</code> "
               f"({esc(result.framework or 'unknown framework')})"),
-             ("Tune", esc((f"{len(result.trials)} configs tried in the run, {fmt_seconds(result.duration_s)} "
+             ("Tune", esc((f"{len(result.evidence or result.trials)} configs tried in the run, {fmt_seconds(result.duration_s)} "
                            f"(explore budget {fmt_seconds(result.budget_s)})" if online else
                            f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
                            f"(budget {fmt_seconds(result.budget_s)})") +
@@ -259,7 +260,7 @@ def render_tune(result: TuneResult) -> str:
         body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
                                 no_gpu(result.host))
     body.append("<h2>Every config the run tried</h2>" if online else "<h2>All trials</h2>")
-    body.append(trials_table(result))
+    body.append(evidence_table(result) if online and result.evidence else trials_table(result))
     if result.notes:
         body.append("<h2>How the search went</h2><ul class=\"reasons\">" +
                     "".join(f"<li>{esc(say(n, result.framework))}</li>" for n in result.notes) + "</ul>")
@@ -312,6 +313,32 @@ def trials_table(result: TuneResult) -> str:
                  esc(fmt_bytes(t.peak_rss_bytes)), esc(fmt_bytes(t.peak_pss_bytes)),
                  esc(fmt_bytes(t.peak_shm_used_bytes)), esc(fmt_seconds(t.duration_s))]
         rows.append(("picked" if t.index == picked else "", cells))
+    return table(headers, rows)
+
+
+def evidence_table(result: TuneResult) -> str:
+    """A search without trials (online: stretches of the real run), a row per config from its
+    evidence (store/evidence.py)."""
+    rec = result.recommendation
+    picked = plots.measured_pick(rec)
+    base_key = config_key(rec.baseline_config) if rec is not None and rec.baseline_config else None
+    base = next((e.rate for e in result.evidence if config_key(e.config) == base_key), None)
+    headers = [("#", True), ("config", False), ("state", False), ("batches/s", True), ("windows", True),
+               ("spread", True), ("vs baseline", True), ("samples/s", True), ("data wait", True),
+               ("CPU workers", True), ("time", True)]
+    rows = []
+    for i, e in enumerate(result.evidence):
+        own = config_key(e.config) == base_key
+        spread = f"{fmt_num(min(e.rates))}–{fmt_num(max(e.rates))}" if len(e.rates) > 1 else ""
+        per_batch = e.samples_per_batch
+        cells = [str(i), esc((OWN_SETTINGS_TEXT + ": " if own else "") + config_words(e.config)),
+                 _state(TrialState.FAILED if e.failed else TrialState.OK, ""), esc(fmt_num(e.rate)),
+                 str(e.measurements), esc(spread), esc(f"{e.rate / base:.2f}×" if e.rate and base else ""),
+                 esc(fmt_num(e.rate * per_batch if e.rate and per_batch else None)),
+                 esc(fmt_pct(e.wait_s / e.wall_s if e.wall_s else e.wait_fraction)),
+                 esc(fmt_cores(None if e.workers_cores is None else 100 * e.workers_cores)),
+                 esc(fmt_seconds(e.wall_s))]
+        rows.append(("picked" if config_key(e.config) == picked else "", cells))
     return table(headers, rows)
 
 

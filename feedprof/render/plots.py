@@ -17,7 +17,8 @@ from typing import List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import score
-from feedprof.store import Run, TuneResult
+from feedprof.store import Recommendation, Run, TuneResult
+from feedprof.store.reasons import PickFigures
 
 INK = "#0a0b0c"  # sentinel for text and axes: becomes currentColor
 GRID = "#0b0c0d"  # sentinel for grid lines: currentColor at low opacity
@@ -63,8 +64,28 @@ def throughput_data(result: TuneResult) -> ThroughputChart:
                         high=None if t.batches_per_s_high is None else t.batches_per_s_high * scale,
                         state=t.state, role=t.role,
                         picked=rec is not None and config_key(t.config) == config_key(rec_trial_config)))
+    bars += _evidence_bars(result) if not result.trials else []
     return ThroughputChart(bars=tuple(bars), ceiling=rec.ceiling_batches_per_s if rec else None,
                            baseline=rec.baseline_batches_per_s if rec else None)
+
+
+def measured_pick(rec: Optional[Recommendation]) -> Optional[tuple]:
+    """The measured config a recommendation was made from (its settings judged rather than
+    measured left out): PickFigures', else the script's own settings kept."""
+    if rec is None:
+        return None
+    figures = next((r for r in rec.reasons if isinstance(r, PickFigures)), None)
+    return config_key(figures.config if figures is not None else rec.baseline_config or rec.config)
+
+
+def _evidence_bars(result: TuneResult) -> List[Bar]:
+    """A search without trials (online: stretches of the real run), bar by config from its evidence:
+    whiskers span its slowest and fastest window."""
+    picked, base = measured_pick(result.recommendation), config_key((result.recommendation.baseline_config
+                                                                       if result.recommendation else {}) or {})
+    return [Bar(label=f"#{i}", value=e.rate, low=min(e.rates, default=None), high=max(e.rates, default=None),
+                state="failed" if e.failed else "ok", role="baseline" if config_key(e.config) == base else "search",
+                picked=config_key(e.config) == picked) for i, e in enumerate(result.evidence)]
 
 
 @dataclass(frozen=True)

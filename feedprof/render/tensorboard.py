@@ -214,6 +214,10 @@ def recommendation_markdown(result: TuneResult) -> str:
         figures = (fmt_num(t.batches_per_s), fmt_pct(t.data_wait_fraction)) if t.state == "ok" else (t.reason, "")
         rows.append(f"| {t.index} | {t.role} | {_cell(t.config_text)} | {t.state} | {_cell(figures[0])} "
                     f"| {figures[1]} |")
+    for i, e in enumerate(result.evidence if not result.trials else ()):  # (online: configs tried in the run)
+        wait = e.wait_s / e.wall_s if e.wall_s else e.wait_fraction
+        rows.append(f"| {i} | run | {_cell(_config_words(e.config))} | {'failed' if e.failed else 'ok'} "
+                    f"| {_cell(fmt_num(e.rate))} | {fmt_pct(wait)} |")
     return _preformatted(format_recommendation(result.recommendation, result)) + "\n\n" + "\n".join(rows)
 
 

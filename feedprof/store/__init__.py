@@ -11,7 +11,8 @@ here is worded: findings are ``reasons.Reason`` records with their figures.
     samples.py  the sampler's series and their peaks
     procs.py    processes: on a GPU (feedprof gpus), left behind by a run
     run.py      one run (run.json): loaders, window, outcome, summary
-    tune.py     a tune (results.json): trials, the recommendation
+    tune.py     a tune (results.json): trials, each config's evidence, the recommendation
+    evidence.py what is known of one config, in one shape whichever search measured it
     online.py   an online tune's record of the real run: windows, switches, warm-ups, failures,
                 each epoch's order check, random draws a switch moves, loaders no longer switched
     codec.py    dataclasses to JSON and back, by their type hints
@@ -37,6 +38,7 @@ _MODULES: Dict[str, tuple] = {
     "run": ("SCHEMA_RUN", "AutotunedKnob", "AutotuneReading", "EpochLog", "LoaderRecord", "OtherProcess", "Outcome", "RankInfo", "Run", "StepLog",
             "Summary", "Window"),
     "tune": ("SCHEMA_TUNE", "Recommendation", "Trial", "TuneResult", "TuneStart"),
+    "evidence": ("ConfigEvidence",),
     "online": ("OnlineFailure", "OnlineLoaderMode", "OnlineRecord", "OnlineSwitch", "OnlineWarmup", "OnlineWindow"),
     "files": ("StoreError", "from_json_data", "load", "records_in", "save", "write_refused", "NotSaved"),
 }

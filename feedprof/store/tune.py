@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 
 from feedprof.store.reasons import Reason, Verdict
 from feedprof.store.codes import Framework, InputBound, Phase, Role, TrialState
+from feedprof.store.evidence import ConfigEvidence
 from feedprof.store.host import HostInfo
 from feedprof.store.online import OnlineRecord
 from feedprof.store.run import Run
@@ -159,7 +160,8 @@ class TuneResult:
     stop_reason: Optional[Reason] = None
     host: HostInfo = field(default_factory=HostInfo)
     recommendation: Optional[Recommendation] = None
-    trials: Tuple[Trial, ...] = ()
+    trials: Tuple[Trial, ...] = ()  # offline: each isolated trial (online: none; its windows are in ``online``)
+    evidence: Tuple[ConfigEvidence, ...] = ()  # each config measured, in one shape for both searches
     notes: Tuple[Reason, ...] = ()
     launch: Tuple[str, ...] = ()  # the launch command of a multi-process job (feedprof tune -- LAUNCH...)
     online: Optional[OnlineRecord] = None  # tune --online: the real run's windows, switches and failures

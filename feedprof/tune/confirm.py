@@ -2,7 +2,7 @@
 rival re-measured, interleaved, while they are within noise; then the pick
 in a longer window measured after it was chosen, and the script's own
 settings beside it (the pick's figure and speedup are reported from those:
-analyse/recommend.reported).
+analyse/measured.reported).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from feedprof.analyse import noise
 from feedprof.analyse import stats
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import Measured, batches_per_epoch, measured_configs, pick, score, sustained
+from feedprof.analyse.from_trials import TrialMeasurements
 from feedprof.analyse.recommend import figures
 from feedprof.store.reasons import Reason, RivalsRemeasured
 from feedprof.store import Phase, Role, Trial
@@ -79,24 +80,26 @@ class Confirmation:
 
     def pick(self, notes: List[Reason]) -> Optional[Proposal]:
         """One window of what will be recommended, measured after it was chosen:
-        its figure is reported from it (recommend.reported), not from the best
+        its figure is reported from it (measured.reported), not from the best
         of the windows it was chosen on. Across an epoch boundary where an
         epoch is short enough: the time between epochs is then in it too.
         Then one of the script's own settings beside it: the speedup is a
         ratio of two windows measured side by side, not minutes apart on a
         machine whose load drifts. Then the pick again while its windows
         disagree (_confirms_agree), where the budget has room."""
-        f = figures(self.trials, self.space, self.tol)
+        measurements = TrialMeasurements(self.trials, self.space)
+        f = figures(measurements, self.space, self.tol)
         if f is None:
             return None
+        chosen = measurements.measured[config_key(f.chosen.config)]
         base = next((m for m in measured_configs(self._ok(self.trials))
                      if f.baseline is not None and config_key(m.config) == config_key(f.baseline.config)), None)
-        for m in (f.chosen, base):
+        for m in (chosen, base):
             if m is not None and not any(t.role == Role.CONFIRM for t in m.trials) and not self._reports(m):
                 return Proposal(dict(m.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(m))
-        if self._reports(f.chosen) < CONFIRM_PICK_WINDOWS and not self._confirms_agree(f.chosen):
+        if self._reports(chosen) < CONFIRM_PICK_WINDOWS and not self._confirms_agree(chosen):
             # one more window, where the budget has room for it
-            return Proposal(dict(f.chosen.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(f.chosen),
+            return Proposal(dict(chosen.config), Role.CONFIRM, Phase.REPORT, self._confirm_window(chosen),
                             optional=True)
         return None
 

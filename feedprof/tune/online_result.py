@@ -1,42 +1,23 @@
-"""An online tune's results.json: every config the real run explored is a
-trial whose figures come from its windows; the compute ceiling is the step
-time when data is ready (a figure of the recommendation: no trial replays a
-batch); the recommendation and its paste line are made as an offline tune
-makes them (analyse/recommend.py, the space's paste)."""
+"""An online tune's results.json: every config the real run explored, as its evidence from the
+run's windows (store/evidence.py, the shape an offline tune's trials give too); the compute
+ceiling is the step time when data is ready (no batch is replayed in a real run); the
+recommendation is made by the offline tune's rules from the same evidence (analyse/recommend.py,
+through RunMeasurements), its paste line by the space's paste."""
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from feedprof.analyse.diagnose import classify
+from feedprof.analyse import rules
 from feedprof.analyse.evidence import ConfigEvidence, config_key
-from feedprof.analyse.measured import trial_from_run
-from feedprof.analyse.recommend import recommend
+from feedprof.analyse.recommend import Baseline, CpuUse, recommend_from
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
-                                    PersistentWorkersComputed,
-                                    RandomDrawsMove, Reason, SamplesFollowWorkers, ScriptFailed, SharedMemoryExhausted,
-                                    SwitchingStopped, TrialTimedOut)
-from feedprof.store import (Framework, HostInfo, Outcome, Phase, Role, Run, RunKind, Summary, SwitchAt, Trial,
-                            TrialState, TuneResult)
+                                    PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
+                                    ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
+                                    WorkersCapped)
+from feedprof.store import Framework, HostInfo, Outcome, Run, RunKind, SwitchAt, TrialState, TuneResult
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
 from feedprof.tune.online_strategy import RunHistory, Limits, pick_tolerance, predicted_workers, workers
-
-PHASE_OF_WHY = {"climb": Phase.LADDER, "refine": Phase.REFINE, "confirm": Phase.CONFIRM}
-
-
-def _summary(e: Optional[ConfigEvidence], framework: str) -> Optional[Summary]:
-    """A config's evidence from the run as a trial's summary, for analyse/recommend.py."""
-    if e is None:
-        return None
-    per_batch = e.samples / max(1, e.batches)
-    wait_fraction = e.wait_s / e.wall_s if e.wall_s else None
-    n = workers(e.config)
-    return Summary(framework=framework, batches_measured=e.batches, measured_s=e.wall_s,
-                   batches_per_s=e.steady_rate, batches_per_s_low=min(e.rates), batches_per_s_high=max(e.rates),
-                   n_chunks=len(e.rates), effective_batches_per_s=e.rate, epoch_startup_s=e.startup_s,
-                   batch_size=round(per_batch) or None, samples_per_s=e.rate * per_batch if e.rate else None,
-                   data_wait_fraction=wait_fraction, data_wait_s=e.wait_s, input_bound=classify(wait_fraction),
-                   num_workers=n, workers_cpu_pct=100 * e.workers_cores if e.workers_cores is not None and n else None)
 
 
 def _failure_cause(f: OnlineFailure) -> Reason:
@@ -63,42 +44,80 @@ def _outcome(failure: Optional[OnlineFailure]) -> Outcome:
     return Outcome(state=state, cause=_failure_cause(failure))
 
 
-def _config_run(h: RunHistory, config: Dict[str, Any], framework: str) -> Run:
-    failure = next((f for f in h.failures if config_key(f.config) == config_key(config)), None)
-    outcome = _outcome(failure)
-    ws = h.of(config)
-    return Run(kind=RunKind.TRIAL, outcome=outcome, summary=_summary(h.about(config), framework),
-               duration_s=sum(w.wall_s for w in ws))
-
-
 def _configs_in_order(h: RunHistory, switch_configs: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    seen: Dict[str, Dict[str, Any]] = {}
+    """Every config the run measured or saw fail: the baseline first, then as the run came to them."""
+    seen: Dict[tuple, Dict[str, Any]] = {}
     for c in [h.baseline or {}, *switch_configs, *(w.config for w in h.windows), *(f.config for f in h.failures)]:
         if c:
             seen.setdefault(config_key(c), c)
     return [c for c in seen.values() if h.of(c) or h.failed(c)]
 
 
-def _trials(h: RunHistory, decider: Any, space: Any) -> List[Trial]:
-    whys = {config_key(s.config): s.why for s in reversed(decider.switches)}
-    trials: List[Trial] = []
-    for config in _configs_in_order(h, [s.config for s in decider.switches]):
-        base = config_key(config) == config_key(h.baseline or {})
-        role = Role.BASELINE if base else Role.SEARCH
-        phase = Phase.BASELINE if base else PHASE_OF_WHY.get(whys.get(config_key(config), ""), Phase.SEARCH)
-        trials.append(trial_from_run(len(trials), role, config, _config_run(h, config, decider.framework), phase=phase,
-                                     config_text=space.describe(config)))
-    return trials  # (no ceiling trial: no batch is replayed in a real run; recommend() is given its figure)
+class RunMeasurements:
+    """The real run's windows and failures as recommend() reads them (analyse/recommend.py
+    Measurements; an offline tune's are analyse/from_trials.py's). Once the search settled, the
+    config the run kept (measured over the rest of the run) is judged against the script's own
+    settings alone; before that, every config measured, by the online pick's own rule."""
 
+    def __init__(self, decider: Any, space: Any):
+        h = self.history = decider.history
+        self.space = space
+        configs = _configs_in_order(h, [s.config for s in decider.switches])
+        if decider.final and decider.current is not None and not decider.held_why:  # (held: it was not chosen)
+            kept = {config_key(decider.current), config_key(h.baseline or {})}
+            configs = [c for c in configs if config_key(c) in kept or h.failed(c)]
+        self.all_configs = configs
+        self.cap = self._cap()
+        base = h.about(h.baseline) if h.baseline else None
+        failure = next((f for f in h.failures if h.baseline and config_key(f.config) == config_key(h.baseline)), None)
+        outcome = _outcome(failure)
+        self.baseline = None if base is None and failure is None else Baseline(
+            config=dict(h.baseline or {}), state=outcome.state, cause=outcome.cause,
+            wait_fraction=base.wait_s / base.wall_s if base is not None and base.wall_s else None)
+        self.ceiling = h.ceiling()  # the step time when data is ready: no batch is replayed in a real run
 
-def _settled(trials: List[Trial], decider: Any) -> List[Trial]:
-    """What the recommendation is made from: once the search settled, the config the run kept
-    (measured over the rest of the run) against the baseline, and whatever broke (its hazards);
-    before that, every config measured, by the online pick's own rule."""
-    if not decider.final or decider.current is None or decider.held_why:  # (held: what it kept was not chosen)
-        return trials
-    kept = config_key(decider.current)
-    return [t for t in trials if config_key(t.config) == kept or t.role == Role.BASELINE or t.state != TrialState.OK]
+    def _cap(self) -> Optional[WorkersCapped]:
+        """The failures that cap the worker count (rules.caps_workers, as the search capped it)."""
+        ran, caps = self.history.most_workers_ran(), []
+        for f in self.history.failures:
+            n = workers(f.config)
+            if n >= 1 and rules.caps_workers(f.kind, n, ran):
+                outcome = _outcome(f)
+                caps.append(WorkersCapped(max_workers=n - 1, config=dict(f.config), state=outcome.state.value,
+                                          because=outcome.cause))
+        return min(caps, key=lambda c: c.max_workers, default=None)
+
+    def configs(self) -> List[ConfigEvidence]:
+        found = [self.history.about(c) for c in self.all_configs if not self.history.failed(c)]
+        return [e for e in found if e is not None
+                and (self.cap is None or self.space.workers(e.config) <= self.cap.max_workers)]
+
+    def tried_a_setting(self) -> bool:
+        return any(config_key(c) != config_key(self.history.baseline or {}) for c in self.all_configs)
+
+    def cheaper_within_noise(self, chosen: ConfigEvidence, cost: Any) -> None:
+        return None  # (the online pick's tolerance is already this run's noise: rules.pick_tolerance)
+
+    def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Dict[str, Any], List[Reason]]:
+        return self.space.legalize(dict(chosen.config)), []  # (persistent workers: _persistent, from the run)
+
+    def repeats(self, chosen: ConfigEvidence) -> int:
+        return 1  # (one stretch of the run, however many windows)
+
+    def cpu(self, chosen: ConfigEvidence) -> Tuple[Optional[bool], Optional[CpuUse]]:
+        n = self.space.workers(chosen.config)
+        if chosen.workers_cores is None or not n:
+            return None, None
+        return rules.cpu_bound(n, chosen.workers_cores, None, self.space.cpu_cap), CpuUse(chosen.workers_cores)
+
+    def memory_saved_bytes(self, chosen: ConfigEvidence) -> None:
+        return None  # (the run's memory is one curve: the report shows it)
+
+    def trainer_advice(self, verdict: Any) -> None:
+        return None
+
+    def hazards(self, chosen: ConfigEvidence, config: Dict[str, Any], ram_budget_bytes: Optional[int]) -> List[Reason]:
+        return []  # (what broke in the run capped the search: its failures are the cap's)
 
 
 def _caveats(decider: Any, limits: Limits, space: Any) -> List[Reason]:
@@ -191,15 +210,15 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
 
     h = decider.history
     cpu_cap = max(1, min(decider.rank_cpus.values()) if decider.rank_cpus else usable_cpu_count() // decider.ranks())
-    rec, trials, loader = None, [], _target_loader(run)
+    rec, evidence, loader = None, (), _target_loader(run)
     if h.baseline is not None:
         space = make_space(decider.framework, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
-        trials = _trials(h, decider, space)
+        measurements = RunMeasurements(decider, space)
+        evidence = tuple(h.about(c) for c in _configs_in_order(h, [s.config for s in decider.switches]) if h.of(c))
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers), space)
-        rec = recommend(_settled(trials, decider), space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
-                        nothing_tried=NothingTried() if decider.held_why else None,  # (replaced by the caveats)
-                        ceiling_batches_per_s=h.ceiling())  # (the step time when data is ready)
+        rec = recommend_from(measurements, space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
+                             nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
         if rec is not None and h.pools_carried:
             rec = _persistent(rec, h, space)
         if rec is not None and caveats:
@@ -229,5 +248,6 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
     return TuneResult(script=script, argv=tuple(argv), framework=framework,
                       loader_site=loader.site if loader else "", started_at=started_at, duration_s=duration_s,
                       budget_s=decider.opts.explore_s, complete=complete, host=host, recommendation=rec,
-                      trials=tuple(trials), launch=tuple(launch.command) if launch else (), online=online,
+                      evidence=evidence,
+                      launch=tuple(launch.command) if launch else (), online=online,
                       run=dataclasses.replace(run, kind=RunKind.ONLINE) if run is not None else None)

@@ -24,9 +24,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from feedprof.analyse import evidence, rules
+from feedprof.analyse import evidence, noise, rules
 from feedprof.analyse.diagnose import workers_of
-from feedprof.analyse.evidence import ConfigEvidence, config_key
+from feedprof.analyse.evidence import ConfigEvidence, config_key, spread
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 from feedprof.tune.space import Space
 
@@ -111,15 +111,16 @@ class RunHistory:
             failed=self.failed(config), source="run", steady_rate=self.steady_rate(config),
             startup_s=self.epoch_cost_s(config), batches=sum(w.batches for w in ws), samples=sum(w.samples for w in ws),
             wall_s=sum(w.wall_s for w in ws), wait_s=sum(w.wait_s for w in ws),
-            workers_cores=statistics.median(cores) if cores else None)
+            workers_cores=statistics.median(cores) if cores else None, figure_spread=noise.relative_spread(
+                [w.batches_per_s for w in ws]))
 
     def evidence(self) -> List[ConfigEvidence]:
         """Each config measured well enough to be judged (``enough``), in the order first measured."""
         return [e for e in (self.about(c) for c in self.measured()) if e is not None]
 
     def spreads(self) -> List[float]:
-        """Each judged config's relative half-range over its windows (ConfigEvidence.spread)."""
-        return [e.spread for e in self.evidence() if e.spread is not None]
+        """Each judged config's relative half-range over its windows (analyse/evidence.spread)."""
+        return [s for s in map(spread, self.evidence()) if s is not None]
 
     def noise(self) -> float:
         """How far apart two configs' rates must be to be told apart (analyse/rules.noise_floor):

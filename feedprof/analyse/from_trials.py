@@ -1,0 +1,91 @@
+"""What an offline tune's trials tell recommend() (analyse/recommend.py Measurements): each config's
+trials pooled into its evidence (analyse/measured.py), and what only trials hold: the worker cap
+and the hazards their runs showed (analyse/limits.py), repeats' noise, settings judged from a
+trial's start-up (the space's ``finalize``), CPU and memory by process, a trainer's own advice.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from feedprof.analyse.advice import trainer_advice
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
+from feedprof.analyse.measured import (Measured, cheaper_within_noise, evidence_of, measured_configs, score,
+                                       run_noise)
+from feedprof.analyse.recommend import Baseline, CpuUse
+from feedprof.store.reasons import CheaperWithinNoise, Reason, Verdict
+from feedprof.store import ConfigEvidence, Role, Trial, TrialState
+
+Config = Dict[str, Any]
+
+
+class TrialMeasurements:
+    """``trials`` as recommend() reads them; ``fits``: does a config fit the memory budget as
+    learned so far (a config it no longer fits is never picked)."""
+
+    def __init__(self, trials: Sequence[Trial], space: Any, fits: Optional[Callable[[Config], bool]] = None):
+        self.all_trials, self.space = list(trials), space
+        self.cap = worker_cap(self.all_trials, space.workers)
+        self.trials = usable(self.all_trials, self.cap, space.workers)  # a config past the cap is never picked
+        if fits is not None:
+            self.trials = [t for t in self.trials if fits(t.config)]
+        self.measured = {config_key(m.config): m for m in measured_configs(self.trials)}
+        self.baseline_trial = next((t for t in self.all_trials if t.role == Role.BASELINE), None)
+        b = self.baseline_trial
+        self.baseline = None if b is None else Baseline(config=dict(b.config), state=b.state, cause=b.cause,
+                                                        wait_fraction=b.data_wait_fraction)
+        self.ceiling = score(next((t for t in self.all_trials if t.role == Role.CEILING
+                                   and t.state == TrialState.OK), None))  # one cached batch replayed
+
+    def _of(self, e: ConfigEvidence) -> Measured:
+        return self.measured[config_key(e.config)]
+
+    def configs(self) -> List[ConfigEvidence]:
+        return [evidence_of(m) for m in self.measured.values()]
+
+    def tried_a_setting(self) -> bool:
+        from feedprof.analyse.recommend import tried_a_setting
+
+        return tried_a_setting(self.all_trials)
+
+    def cheaper_within_noise(self, chosen: ConfigEvidence,
+                             cost: Any) -> Optional[Tuple[ConfigEvidence, CheaperWithinNoise]]:
+        m = self._of(chosen)
+        cheaper = cheaper_within_noise(m, self.trials, cost)
+        if cheaper is None:
+            return None
+        why = CheaperWithinNoise(config=dict(cheaper.config), rival=dict(m.config),
+                                 rival_lead=m.score / cheaper.score - 1, noise=run_noise(self.trials) or 0.0, repeats=min(len(cheaper.trials), len(m.trials)))
+        return evidence_of(cheaper), why
+
+    def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Config, List[Reason]]:
+        return self.space.finalize(self._of(chosen).latest, tol, self.trials)
+
+    def repeats(self, chosen: ConfigEvidence) -> int:
+        return len(self._of(chosen).trials)
+
+    def cpu(self, chosen: ConfigEvidence) -> Tuple[Optional[bool], Optional[CpuUse]]:
+        best = self._of(chosen).latest
+        if best.workers_cpu_pct is None:
+            return None, None
+        use = CpuUse(workers_cores=best.workers_cpu_pct / 100,
+                     main_cores=best.main_cpu_pct / 100 if best.main_cpu_pct is not None else None,
+                     other_cores=best.other_cpu_cores)
+        return self.space.cpu_bound(best), use
+
+    def memory_saved_bytes(self, chosen: ConfigEvidence) -> Optional[int]:
+        a, b = self.baseline_trial, self._of(chosen).latest
+        if a is None:
+            return None
+        for name in ("peak_pss_bytes", "peak_rss_bytes"):
+            x, y = getattr(a, name), getattr(b, name)
+            if x is not None and y is not None and x > y:
+                return x - y
+        return None
+
+    def trainer_advice(self, verdict: Verdict) -> Optional[Reason]:
+        return trainer_advice(self.baseline_trial, measured_configs(usable(self.all_trials, self.cap,
+                                                                           self.space.workers)), verdict)
+
+    def hazards(self, chosen: ConfigEvidence, config: Config, ram_budget_bytes: Optional[int]) -> List[Reason]:
+        return hazard_reasons(self.all_trials, self._of(chosen).latest, config, self.space, ram_budget_bytes)
