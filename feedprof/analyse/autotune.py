@@ -1,6 +1,6 @@
 """What AUTOTUNE chose for a tf.data pipeline over a run (LoaderRecord.autotune): for each
 op's setting, where it started, the range it moved in, where it ended, and how far AUTOTUNE
-could have gone. Pure: the words are render/autotune_words.py's."""
+could have gone. Pure: the words are render/words/autotune.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,6 +1,6 @@
 """From each config's evidence to a recommendation, for both searches: the cheapest config within
 tolerance of the best, how much faster it is than the script's own, how close to the compute
-ceiling, and why — as figures and reason codes (render/words.py words them).
+ceiling, and why — as figures and reason codes (render/words/ words them).
 
 NOTE [ What is recommended ]
 

@@ -102,7 +102,7 @@ def _strip_frames(te: traceback.TracebackException, seen: Optional[set] = None) 
 
 
 def failure_hint(exc: BaseException) -> str:
-    """The code of a known framework trap the error is (render/words.py says what it
+    """The code of a known framework trap the error is (render/words/ says what it
     means), or ""."""
     text = str(exc)
     if isinstance(exc, TypeError) and "fit()" in text and any(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from feedprof.render.autotune_words import autotune_lines
+from feedprof.render.words.autotune import autotune_lines
 from feedprof.render.online_checks import carry_lines, hold_lines, order_lines, randomness_lines
 from feedprof.render.words import config_words
 from feedprof.store import TuneResult

@@ -140,7 +140,7 @@ class Recommendation:
     data_wait_fraction: Optional[float] = None  # of the baseline, measured directly (None: not observable)
     ceiling_gap_fraction: Optional[float] = None  # of the baseline: 1 - baseline / compute ceiling
     input_bound: InputBound = InputBound.UNKNOWN  # the TF Profiler's classes
-    verdict: Reason = field(default_factory=Verdict)  # the headline's figures (render/words.py words it)
+    verdict: Reason = field(default_factory=Verdict)  # the headline's figures (render/words/ words it)
     reasons: Tuple[Reason, ...] = ()
     paste_line: str = ""  # what to paste (each statement with "# file:line") and run
     loader_site: str = ""

@@ -1,6 +1,6 @@
 """What a failed trial died of, told from its error or its output: the known
 ways more loader workers break a script, each a finding with its fix
-(render/words.py), instead of a raw traceback.
+(render/words/), instead of a raw traceback.
 
     the script's exception (child.py) ─► failure_cause ─► CudaInForkedWorker,
                                                           TooManyOpenFiles or ScriptFailed

@@ -2,11 +2,11 @@
 
 Every layer that has something to tell the user (the sampler, the trial
 child, the strategy, the recommendation) returns one of these; only
-``render/words.py`` turns them into words, for the terminal and the HTML page
+``render/words/`` turns them into words, for the terminal and the HTML page
 alike. In JSON each is an object with its ``code`` and its figures, so a
 reader of ``results.json`` gets the numbers without parsing prose.
 
-A new finding is a new subclass here, its words in ``render/words.py``, and
+A new finding is a new subclass here, its words in ``render/words/``, and
 its figures in the JSON schema (``python -m feedprof.store.schema --write``).
 """
 from feedprof.store.reasons.base import (

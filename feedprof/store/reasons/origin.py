@@ -1,7 +1,7 @@
 """Where a loader's settings come from when the script does not set them on the
 loader's own line: a library helper builds the loader, or a config system
 (LightningCLI/jsonargparse, Hydra/OmegaConf, yacs) holds the value
-(frameworks/paste.py finds them; render/origin_words.py words them)."""
+(frameworks/paste.py finds them; render/words/origin.py words them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

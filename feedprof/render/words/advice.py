@@ -1,6 +1,6 @@
 """The words for where the advice applies and what it changes beyond speed
 (store/reasons/advice.py): the lines a tf.data pipeline sets its knobs on, and
-a recommendation that changes the order of samples. render/words.py merges
+a recommendation that changes the order of samples. The package (render/words/__init__.py) merges
 ``words()`` into its table."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The words for where a setting comes from when it is not on the loader's line
 (store/reasons/origin.py): a library helper that builds the loader, a config
-system that holds the value. render/words.py merges ``WORDS`` into its table."""
+system that holds the value. The package (render/words/__init__.py) merges ``WORDS`` into its table."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict

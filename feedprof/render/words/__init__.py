@@ -1,5 +1,9 @@
-"""Every finding in words: the one place where reasons.py records become
-sentences, for the terminal and the HTML page alike.
+"""Every finding in words: the one place where store/reasons/ records become
+sentences, for the terminal and the HTML page alike. The package mirrors
+store/reasons/: this module words the tune's and the run's findings and merges
+the tables of ``advice`` (where the advice applies, what it changes beyond
+speed), ``hazards`` (what more workers break), ``origin`` (where a setting
+comes from); ``autotune`` words what tf.data's AUTOTUNE chose over a run.
 
 ``say(reason)`` words any finding; ``headline(verdict)`` the recommendation's
 first line; ``gpu_status(status, detail)`` why there is no GPU data.
@@ -9,7 +13,8 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Optional
 
 from feedprof.store import reasons as r
-from feedprof.render import advice_words, hazard_words, online_checks, origin_words
+from feedprof.render import online_checks
+from feedprof.render.words import advice, hazards, origin
 from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
@@ -407,9 +412,9 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
 }
 
 
-_WORDS.update(hazard_words.words(lambda reason: say(reason)))
-_WORDS.update(origin_words.words())
-_WORDS.update(advice_words.words())
+_WORDS.update(hazards.words(lambda reason: say(reason)))
+_WORDS.update(origin.words())
+_WORDS.update(advice.words())
 _WORDS.update(online_checks.words())
 
 

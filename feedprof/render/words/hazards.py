@@ -1,6 +1,6 @@
 """The words for what more workers break (store/reasons/run.py, "what more workers
 break", and the causes of killed or failed trials): what happens, the
-numbers feedprof measured, and the fix. render/words.py merges ``WORDS``
+numbers feedprof measured, and the fix. The package (render/words/__init__.py) merges ``WORDS``
 into its table; ``say`` words a nested finding."""
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ def _near(x: r.OpenFilesNearLimit, d: Callable) -> str:
 
 
 def words(say: Callable[[Optional[r.Reason]], str]) -> Dict[type, Callable[[Any, Callable], str]]:
-    """The table render/words.py merges into its own (``say`` words nested findings)."""
+    """The table the package (render/words/__init__.py) merges into its own (``say`` words nested findings)."""
     return {
         r.SharedMemoryExhausted: _shm,
         r.OutOfMemoryKilled: _oom,
