@@ -3,7 +3,7 @@ failures, whether an offline trial or a stretch of the real run measured it; and
 import pytest
 
 from feedprof.analyse import evidence, measured
-from feedprof.analyse.evidence import ConfigEvidence, spread
+from feedprof.analyse.evidence import ConfigEvidence
 from feedprof.store import Role, TrialState
 from feedprof.store.online import OnlineFailure
 from feedprof.tune.online_strategy import RunHistory, fastest, pick, with_workers, workers
@@ -48,12 +48,6 @@ def test_a_config_that_failed_is_never_picked_whoever_measured_it():
     judged = [ConfigEvidence(config=e.config, rate=e.rate, rates=e.rates, measurements=e.measurements,
                              failed=workers(e.config) == 12) for e in h.evidence()]
     assert evidence.pick(judged, cost, 0.03).config == with_workers(BASE, 16)
-
-
-def test_the_spread_is_the_relative_half_range_shrunk_by_the_measurements():
-    e = ConfigEvidence(config=BASE, rate=100.0, rates=(90.0, 100.0, 110.0, 100.0), measurements=4)
-    assert spread(e) == pytest.approx(20 / 200 / 2)
-    assert spread(ConfigEvidence(config=BASE, rate=100.0, rates=(100.0,), measurements=1)) is None
 
 
 def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():

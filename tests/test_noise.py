@@ -1,7 +1,9 @@
-"""Run-to-run noise from repeats, and when two configs can be told apart."""
+"""Run-to-run noise from repeats, and when two configs can be told apart: one model for both
+searches (analyse/noise.py), the z of each mode (rules.Mode.noise_z)."""
 import pytest
 
-from feedprof.analyse.noise import relative_spread, repeat_noise, told_apart
+from feedprof.analyse import rules
+from feedprof.analyse.noise import margin, relative_spread, repeat_noise, told_apart
 from feedprof.analyse.recommend import recommend
 from feedprof.store.reasons import CheaperWithinNoise
 from feedprof.store import Phase, Role, TrialState
@@ -16,13 +18,35 @@ def test_relative_spread_and_repeat_noise():
     assert repeat_noise([[1.0]]) is None
 
 
-def test_told_apart_needs_more_than_the_noise_and_sharpens_with_repeats():
-    assert told_apart([100.0, 102.0], [130.0, 128.0], noise=0.05)
-    assert not told_apart([100.0, 110.0], [112.0, 104.0], noise=0.05)  # 6 % apart, noise ±5 %, 2 each
-    assert not told_apart([130.0], [100.0], noise=0.0)  # slower is never told apart as faster
-    few = told_apart([100.0] * 2, [108.0] * 2, noise=0.1)
-    many = told_apart([100.0] * 16, [108.0] * 16, noise=0.1)
-    assert not few and many
+def test_the_margin_is_the_typical_spread_shrunk_by_the_repeats_times_z():
+    # spreads 0.1 over 2 and 0.05 over 3 (the upper median of 0.0707 and 0.0289); one reading says nothing
+    assert margin([[100.0], [90.0, 110.0], [95.0, 105.0, 100.0]], z=1.0) == pytest.approx(0.1 / 2 ** 0.5)
+    assert margin([[90.0, 110.0]], z=1.5) == pytest.approx(1.5 * 0.1 / 2 ** 0.5)
+    assert margin([[1.0]], z=1.0) is None
+    assert margin([[90.0, 110.0] * 8], z=1.0) < margin([[90.0, 110.0]], z=1.0)  # more repeats sharpen it
+
+
+def test_told_apart_needs_more_than_the_margin_and_sharpens_with_repeats():
+    z = rules.OFFLINE.noise_z
+    assert told_apart([100.0, 102.0], [130.0, 128.0], margin=0.05)
+    assert not told_apart([130.0], [100.0], margin=0.0)  # slower is never told apart as faster
+    few = [[100.0, 110.0], [104.0, 116.0]]  # 8 % apart, ±5 % each, 2 each
+    many = [[100.0, 110.0] * 8, [104.0, 116.0] * 8]
+    assert not told_apart(*few, margin=margin(few, z)) and told_apart(*many, margin=margin(many, z))
+
+
+def test_both_searches_read_one_noise_model():
+    """The online search's tolerance and the offline recommendation's margin are noise.margin over
+    the same rates, differing only by the z its Mode names."""
+    from feedprof.tune.online_strategy import RunHistory
+    from tests.test_online_strategy import BASE, window
+
+    h = RunHistory(baseline=BASE)
+    h.windows += [window(BASE, rate, 0.5, t=i) for i, rate in enumerate((90.0, 110.0, 100.0))]
+    rates = [[90.0, 110.0, 100.0]]
+    assert h.margin() == pytest.approx(margin(rates, rules.ONLINE.noise_z))
+    assert margin(rates, rules.OFFLINE.noise_z) == pytest.approx(
+        rules.OFFLINE.noise_z / rules.ONLINE.noise_z * h.margin())
 
 
 def test_the_issue_s_io_bound_case_picks_the_cheaper_of_two_within_noise():

@@ -68,9 +68,9 @@ def test_what_ends_a_config_caps_the_workers_or_not():
 
 
 def test_the_noise_floor():
-    assert rules.noise_floor([], 0.05, 0.15) == 0.05
-    assert rules.noise_floor([0.02, 0.08, 0.3], 0.05, 0.15) == 0.08
-    assert rules.noise_floor([0.4], 0.05, 0.15) == 0.15
+    assert rules.noise_floor(None, 0.05, 0.15) == 0.05
+    assert rules.noise_floor(0.08, 0.05, 0.15) == 0.08
+    assert rules.noise_floor(0.4, 0.05, 0.15) == 0.15
 
 
 def test_one_charge_for_what_an_epoch_costs_beyond_its_batches():

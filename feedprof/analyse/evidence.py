@@ -6,10 +6,9 @@ evidence gives the same pick.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from feedprof.analyse import noise, rules
+from feedprof.analyse import rules
 from feedprof.store.evidence import ConfigEvidence
 
 Config = Dict[str, Any]
@@ -18,13 +17,6 @@ Config = Dict[str, Any]
 def config_key(config: Config) -> tuple:
     """A config as a dict key: its settings, in name order."""
     return tuple(sorted(config.items()))
-
-
-def spread(e: ConfigEvidence) -> Optional[float]:
-    """The relative half-range of a config's rates, shrunk by the measurements behind their median
-    (None under two): what analyse/rules.noise_floor reads as this run's noise."""
-    half_range = noise.relative_spread(e.rates)
-    return half_range / math.sqrt(len(e.rates)) if half_range is not None else None
 
 
 def pick(evidence: Sequence[ConfigEvidence], cost: Callable[[Config], Any],

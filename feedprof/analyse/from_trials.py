@@ -55,7 +55,8 @@ class TrialMeasurements:
         if cheaper is None:
             return None
         why = CheaperWithinNoise(config=dict(cheaper.config), rival=dict(m.config),
-                                 rival_lead=m.score / cheaper.score - 1, noise=run_noise(self.trials) or 0.0, repeats=min(len(cheaper.trials), len(m.trials)))
+                                 rival_lead=m.score / cheaper.score - 1, noise=run_noise(self.trials) or 0.0,
+                                 repeats=min(len(cheaper.trials), len(m.trials)))
         return evidence_of(cheaper), why
 
     def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Config, List[Reason]]:

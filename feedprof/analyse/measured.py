@@ -154,8 +154,18 @@ def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Opt
 
 
 def run_noise(trials: Sequence[Trial]) -> Optional[float]:
-    """This tune's run-to-run noise, from the configs it measured more than once."""
-    return noise.repeat_noise([[score(t) for t in m.trials] for m in measured_configs(trials)])
+    """How much repeats of one config differ in this tune (their typical relative half-range), from
+    the configs it measured more than once: what the words say of the noise."""
+    return noise.repeat_noise(_score_groups(trials))
+
+
+def run_margin(trials: Sequence[Trial]) -> Optional[float]:
+    """How far apart two configs' scores must be to be told apart in this tune (noise.margin)."""
+    return noise.margin(_score_groups(trials), rules.OFFLINE.noise_z)
+
+
+def _score_groups(trials: Sequence[Trial]) -> List[List[float]]:
+    return [scores(m) for m in measured_configs(trials)]
 
 
 def scores(m: Measured) -> List[float]:
@@ -165,11 +175,11 @@ def scores(m: Measured) -> List[float]:
 def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -> Optional[Measured]:
     """A cheaper config, measured repeatedly like ``chosen``, that ``chosen``
     cannot be told apart from on this run's noise (the cheapest such), or None."""
-    measured_noise = run_noise(trials)
-    if measured_noise is None or len(chosen.trials) < 2:
+    margin = run_margin(trials)
+    if margin is None or len(chosen.trials) < 2:
         return None
     cheaper = [m for m in measured_configs(trials) if len(m.trials) >= 2 and cost(m.config) < cost(chosen.config)
-               and not noise.told_apart(scores(m), scores(chosen), measured_noise)]
+               and not noise.told_apart(scores(m), scores(chosen), margin)]
     return min(cheaper, key=lambda m: cost(m.config), default=None)
 
 

@@ -1,11 +1,13 @@
-"""Run-to-run noise, measured by the tune itself: how far apart repeats of the
-same config land (A/A pairs), and whether two configs' medians are further
-apart than that, given how often each was measured.
+"""Run-to-run noise, measured by the tune itself, one model for both searches: how far apart
+repeated measurements of one config land (offline its trials, online its windows of the run), and
+whether two configs' rates are further apart than that allows (``margin``, ``told_apart``).
 
-On a shared machine the spread between two runs of one config is larger than
-the spread of the chunks inside one window, so the only honest yardstick is a
-repeat. The confirm phase (tune/strategy.py) makes repeats; the pick uses them:
-a costlier config must beat a cheaper one by more than the noise allows.
+On a shared machine the spread between two runs of one config is larger than the spread of the
+chunks inside one window, so the only honest yardstick is a repeat. Offline the confirm phase
+(tune/confirm.py) makes repeats and the recommendation reads them (a costlier config must beat a
+cheaper one by more than the margin); online every config is measured in several windows, and the
+margin is the least tolerance of the pick (tune/online_strategy.py). Where the two differ, it is
+the z of rules.Mode (``noise_z``), with its reason.
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from feedprof.analyse import stats
 from feedprof.store.reasons import BusyMachine
 from feedprof.store import Trial, TrialState
 
-Z = 1.5  # medians apart by this many standard errors are told apart
 BUSY_CORES = 0.25  # other processes using this many cores on average: the machine is busy
 
 
@@ -35,14 +36,21 @@ def repeat_noise(score_groups: Sequence[Sequence[float]]) -> Optional[float]:
     return stats.median(spreads) if spreads else None
 
 
-def told_apart(slower: Sequence[float], faster: Sequence[float], noise: float) -> bool:
-    """Is ``faster``'s median above ``slower``'s by more than the noise allows?
-    The margin shrinks with the square root of the repeats of the less measured one."""
+def margin(score_groups: Sequence[Sequence[float]], z: float) -> Optional[float]:
+    """How far apart two configs' rates must be to be told apart in this run: ``z`` times the
+    typical relative half-range of one config's measurements, each shrunk by the square root of the
+    measurements behind its median (the upper median over the configs measured more than once;
+    None: none was). More repeats sharpen it."""
+    shrunk = sorted(s / math.sqrt(len(g)) for g in score_groups if (s := relative_spread(g)) is not None)
+    return z * shrunk[len(shrunk) // 2] if shrunk else None
+
+
+def told_apart(slower: Sequence[float], faster: Sequence[float], margin: float) -> bool:
+    """Is ``faster``'s median above ``slower``'s by more than ``margin`` (a share of it)?"""
     a, b = stats.median(slower), stats.median(faster)
     if not a or b is None or b <= a:
         return False
-    n = max(1, min(len(slower), len(faster)))
-    return (b - a) / a > Z * noise / math.sqrt(n)
+    return (b - a) / a > margin
 
 
 def other_cores(trials: Sequence[Trial]) -> Optional[float]:

@@ -37,12 +37,14 @@ NOTE [ One decision core ]
     confirm     the pick and its rival, interleaved (one   the pick and the fastest, A B A B
                 more round, longer windows, on a busy
                 machine: tune/confirm.py)
+    noise       noise.margin: the typical spread of one config's measurements, shrunk by their
+                count, times z: 1.5 (trials)               1 (windows of the run)            noise_z
     pick        the cheapest within tolerance of the       the same, the tolerance never     pick, noise_floor,
                 fastest                                    under the run's noise             pick_tolerance
     advise      analyse/recommend.py recommend_from, one function for both, over each config's evidence
                 and what only a search's own records hold (its Measurements):
-                a cheaper config repeats cannot tell        none: the tolerance is the run's  cheaper_within_
-                apart from the pick (noise.told_apart)      noise already                     noise
+                a cheaper config the margin cannot tell    none: the tolerance is the        cheaper_within_
+                apart from the pick (noise.told_apart)     margin already                    noise
 
 What may differ between offline and online: the fields of ``Mode``, each with its reason
 (OFFLINE and ONLINE below). Everything else is one rule.
@@ -110,12 +112,19 @@ class Mode:
     # stops at the first that gains too little. Online, no: a window at too many CPU-bound
     # workers is real training time spent competing for the CPUs.
     pass_cpus_unmeasured: bool
+    # How many typical spreads (noise.margin: shrunk by the measurements behind each rate) two
+    # configs' rates must differ by to be told apart. Offline a cheaper config replaces a faster
+    # one it cannot be told apart from, on two or three trials each: a measured lead is given up
+    # only inside 1.5 of them. Online the margin is the least pick tolerance, between the
+    # tolerance and MIN_GAIN (never more than a small slowdown of the rest of the run): 1.
+    noise_z: float
 
 
 OFFLINE = Mode(name="offline", pick_tolerance=0.03, jump_margin=0.97, near_ceiling=0.97, min_windows=1,
-               refine_floor_lead=0.0, refine_min_saving=0.0, pass_cpus_unmeasured=True)
+               refine_floor_lead=0.0, refine_min_saving=0.0, pass_cpus_unmeasured=True, noise_z=1.5)
 ONLINE = Mode(name="online", pick_tolerance=0.03, jump_margin=1.10, near_ceiling=0.90, min_windows=2,
-              refine_floor_lead=0.10, refine_min_saving=0.125, pass_cpus_unmeasured=False)
+              refine_floor_lead=0.10, refine_min_saving=0.125, pass_cpus_unmeasured=False,
+              noise_z=1.0)
 
 
 def cpu_bound(workers: int, workers_cores: Optional[float], runq_cores: Optional[float],
@@ -202,11 +211,10 @@ def fewest_workers_to_supply(rate: float, per_worker: float) -> Optional[int]:
     return math.ceil(rate / per_worker - 1e-9)
 
 
-def noise_floor(spreads: Sequence[float], least: float, most: float) -> float:
-    """How far apart two configs' rates must be to be told apart: the typical relative spread of
-    one config's measurements, never under ``least`` nor over ``most``."""
-    typical = sorted(spreads)[len(spreads) // 2] if spreads else 0.0
-    return min(most, max(least, typical))
+def noise_floor(margin: Optional[float], least: float, most: float) -> float:
+    """A tolerance that is never under this run's noise (noise.margin; None: not measured), nor
+    under ``least``, nor over ``most``."""
+    return min(most, max(least, margin or 0.0))
 
 
 def pick(rates: Dict[Hashable, float], cost: Callable[[Hashable], tuple], tolerance: float) -> Optional[Hashable]:

@@ -230,7 +230,8 @@ def render_tune(result: TuneResult) -> str:
     online = result.online is not None  # (its configs were tried in the real run: no trials, no replayed batch)
     extra = [("Training loader", f"<code>{esc(result.loader_site or 'not found')}</code> "
               f"({esc(result.framework or 'unknown framework')})"),
-             ("Tune", esc((f"{len(result.evidence or result.trials)} configs tried in the run, {fmt_seconds(result.duration_s)} "
+             ("Tune", esc((f"{len(result.evidence or result.trials)} configs tried in the run, "
+                           f"{fmt_seconds(result.duration_s)} "
                            f"(explore budget {fmt_seconds(result.budget_s)})" if online else
                            f"{len(result.trials)} trials in {fmt_seconds(result.duration_s)} "
                            f"(budget {fmt_seconds(result.budget_s)})") +

@@ -6,10 +6,9 @@ analyse/measured.reported).
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from feedprof.analyse import noise
+from feedprof.analyse import noise, rules
 from feedprof.analyse import stats
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import Measured, batches_per_epoch, measured_configs, pick, score, sustained
@@ -143,8 +142,8 @@ class Confirmation:
         tolerance as precisely as more rounds could say."""
         groups = {config_key(m.config): [score(t) for t in m.trials] for m in measured_configs(self._ok(self.trials))}
         a, b = groups[config_key(chosen.config)], groups[config_key(rival.config)]
-        measured_noise = noise.repeat_noise([a, b])
-        if measured_noise is None:
+        margin = noise.margin([a, b], rules.OFFLINE.noise_z)
+        if margin is None:
             return False
-        precise = noise.Z * measured_noise / math.sqrt(min(len(a), len(b))) <= self.tol
-        return noise.told_apart(a, b, measured_noise) or noise.told_apart(b, a, measured_noise) or precise
+        precise = margin <= self.tol
+        return noise.told_apart(a, b, margin) or noise.told_apart(b, a, margin) or precise

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 
 from feedprof.analyse import evidence, noise, rules
 from feedprof.analyse.diagnose import workers_of
-from feedprof.analyse.evidence import ConfigEvidence, config_key, spread
+from feedprof.analyse.evidence import ConfigEvidence, config_key
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 from feedprof.tune.space import Space
 
@@ -118,14 +118,15 @@ class RunHistory:
         """Each config measured well enough to be judged (``enough``), in the order first measured."""
         return [e for e in (self.about(c) for c in self.measured()) if e is not None]
 
-    def spreads(self) -> List[float]:
-        """Each judged config's relative half-range over its windows (analyse/evidence.spread)."""
-        return [s for s in map(spread, self.evidence()) if s is not None]
+    def margin(self) -> Optional[float]:
+        """How far apart two configs' rates must be to be told apart, from their windows
+        (analyse/noise.margin; None: no config measured twice)."""
+        return noise.margin([e.rates for e in self.evidence()], rules.ONLINE.noise_z)
 
     def noise(self) -> float:
-        """How far apart two configs' rates must be to be told apart (analyse/rules.noise_floor):
-        never under GAIN nor over MAX_NOISE (a spread that wide is a measurement to repeat)."""
-        return rules.noise_floor(self.spreads(), least=GAIN, most=MAX_NOISE)
+        """The margin (rules.noise_floor) never under GAIN nor over MAX_NOISE (a spread that wide
+        is a measurement to repeat)."""
+        return rules.noise_floor(self.margin(), least=GAIN, most=MAX_NOISE)
 
     def measured(self) -> List[Dict[str, Any]]:
         seen: Dict[str, Dict[str, Any]] = {}
@@ -222,7 +223,7 @@ def pick(h: RunHistory) -> Optional[Dict[str, Any]]:
 def pick_tolerance(h: RunHistory) -> float:
     """How close to the fastest a cheaper config may be and still be picked, in this run: its own
     noise, between rules.ONLINE.pick_tolerance and GAIN (the recommendation uses it too)."""
-    return rules.noise_floor(h.spreads(), least=rules.ONLINE.pick_tolerance, most=GAIN)
+    return rules.noise_floor(h.margin(), least=rules.ONLINE.pick_tolerance, most=GAIN)
 
 
 def fastest(h: RunHistory) -> Optional[Dict[str, Any]]:
