@@ -1,5 +1,6 @@
-"""One evidence model (store/evidence.py, ranked by analyse/evidence.py): a config's rate, its measurements' spread and its
-failures, whether an offline trial or a stretch of the real run measured it; and one pick over it."""
+"""One evidence model (store/evidence.py, ranked by analyse/evidence.py): a config's rate, its
+measurements' spread and its failures, whether an offline trial or a stretch of the real run
+measured it; and one pick over it."""
 import pytest
 
 from feedprof.analyse import evidence, measured
@@ -137,3 +138,55 @@ def test_an_offline_result_holds_the_same_evidence_its_recommendation_was_made_f
     chosen = next(e for e in configs if e.config == rec.config)
     assert rec.batches_per_s == pytest.approx(chosen.figure) and rec.trial_index == chosen.trial_index
     assert workers(rec.config) == 12
+
+
+def test_offline_evidence_marks_a_config_that_failed_and_keeps_one_that_never_measured():
+    """results.json's evidence is every config the trials ran: one killed once and measured once
+    is ``failed`` (it is never picked), one that only failed is there with no measurement."""
+    trials = offline({0: 20.0, 4: 80.0})
+    trials += [make_trial(2, Role.SEARCH, with_workers(BASE, 4), TrialState.KILLED),
+               make_trial(3, Role.SEARCH, with_workers(BASE, 8), TrialState.KILLED)]
+    by_workers = {workers(e.config): e for e in measured.evidence_of_trials(trials)}
+    assert sorted(by_workers) == [0, 4, 8]
+    assert not by_workers[0].failed and by_workers[4].failed and by_workers[4].rate == pytest.approx(80.0)
+    assert by_workers[8].failed and by_workers[8].rate is None and by_workers[8].measurements == 0
+
+
+def test_a_jobs_samples_per_batch_are_every_ranks():
+    """A job's summary counts every rank's batch (its samples/s over its batches/s): the evidence
+    keeps that, not one rank's batch size."""
+    trial = make_trial(0, Role.BASELINE, BASE, TrialState.OK, batches_per_s=10.0, samples_per_s=640.0,
+                       batch_size=32, batches_measured=100)
+    e = measured.evidence_of_trials([trial])[0]
+    assert e.samples_per_batch == pytest.approx(64.0)
+
+
+def test_online_evidence_keeps_a_config_that_failed_before_its_first_window_and_draws_no_bar_for_it(tmp_path):
+    from feedprof.render import plots
+    from feedprof.render.html import evidence_table
+    from feedprof.store import HostInfo
+    from feedprof.tune.online import Decider, OnlineOptions
+    from feedprof.tune.online_result import online_result
+    from tests.test_online_strategy import LIMITS
+
+    h = online(RATES)
+    h.failures.append(OnlineFailure(rank=0, config=with_workers(BASE, 24), kind="killed", error="", t_s=11.0))
+    decider = Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=OnlineOptions(), history=h)
+    result = online_result("train.py", [], HostInfo(), "", 30.0, None, decider, None, complete=True)
+    last = result.evidence[-1]
+    assert workers(last.config) == 24 and last.failed and last.measurements == 0 and last.rate is None
+    assert plots.throughput_data(result).bars[-1].value is None
+    assert "a worker was killed" in evidence_table(result)
+
+
+def test_online_thread_workers_get_no_cpu_verdict_from_their_windows():
+    """Keras thread workers run in the training process: their windows read no process of their
+    own, so the space's rule says nothing (as offline, without the job's CPU)."""
+    from feedprof.analyse.measurements import CpuUse
+    from feedprof.tune.space_tf import KerasSpace
+
+    space = KerasSpace({"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}, cpu_cap=2,
+                       max_primary=32, cuda_used=False)
+    threads = {"workers": 8, "use_multiprocessing": False, "max_queue_size": 10}
+    assert space.cpu_verdict(threads, CpuUse(workers_cores=0.0)) is None
+    assert space.cpu_verdict({**threads, "use_multiprocessing": True}, CpuUse(workers_cores=0.4)) is False

@@ -10,13 +10,18 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from feedprof.analyse.advice import trainer_advice
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
-from feedprof.analyse.measured import (Measured, cheaper_within_noise, evidence_of, measured_configs, score,
-                                       run_noise)
-from feedprof.analyse.recommend import Baseline, CpuUse
+from feedprof.analyse.measured import (Measured, cheaper_within_noise, cpu_use, evidence_of, measured_configs,
+                                       run_noise, score)
+from feedprof.analyse.measurements import Baseline, CpuUse
 from feedprof.store.reasons import CheaperWithinNoise, Reason, Verdict
 from feedprof.store import ConfigEvidence, Role, Trial, TrialState
 
 Config = Dict[str, Any]
+
+
+def tried_a_setting(trials: Sequence[Trial]) -> bool:
+    """Did any loader setting run beside the script's own (and the compute ceiling)?"""
+    return any(t.role not in (Role.BASELINE, Role.CEILING) and t.state != TrialState.REJECTED for t in trials)
 
 
 class TrialMeasurements:
@@ -44,8 +49,6 @@ class TrialMeasurements:
         return [evidence_of(m) for m in self.measured.values()]
 
     def tried_a_setting(self) -> bool:
-        from feedprof.analyse.recommend import tried_a_setting
-
         return tried_a_setting(self.all_trials)
 
     def cheaper_within_noise(self, chosen: ConfigEvidence,
@@ -67,12 +70,7 @@ class TrialMeasurements:
 
     def cpu(self, chosen: ConfigEvidence) -> Tuple[Optional[bool], Optional[CpuUse]]:
         best = self._of(chosen).latest
-        if best.workers_cpu_pct is None:
-            return None, None
-        use = CpuUse(workers_cores=best.workers_cpu_pct / 100,
-                     main_cores=best.main_cpu_pct / 100 if best.main_cpu_pct is not None else None,
-                     other_cores=best.other_cpu_cores)
-        return self.space.cpu_bound(best), use
+        return self.space.cpu_bound(best), cpu_use(best)
 
     def memory_saved_bytes(self, chosen: ConfigEvidence) -> Optional[int]:
         a, b = self.baseline_trial, self._of(chosen).latest

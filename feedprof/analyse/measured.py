@@ -1,18 +1,20 @@
 """What a config measured, read from its trials: the rate it is ranked by (``score``: steady
 throughput, per-epoch costs charged), what a stopwatch saw (``sustained``), whether a window
 measured its config at all (``sound``), and its trials pooled (``Measured``) into the one evidence
-record both searches pick from (analyse/evidence.py). The search (tune/) reads trials through
+record both searches pick from (store/evidence.py). The search (tune/) reads trials through
 this; analyse/recommend.py turns the pick into figures and reasons.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import evidence, noise, rules, stats
 from feedprof.analyse.diagnose import between_epochs, training_loader
-from feedprof.analyse.evidence import ConfigEvidence, config_key
-from feedprof.store import Role, Run, Trial, TrialState
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.measurements import CpuUse
+from feedprof.store import ConfigEvidence, Role, Run, Trial, TrialState
 
 PICK_TOLERANCE = rules.OFFLINE.pick_tolerance  # configs within 3 % of the best count as equally fast
 SPREAD_LIMIT = 0.25  # a window whose chunks spread more than ±25 % failed to measure its config
@@ -108,10 +110,36 @@ def evidence_of(m: Measured) -> ConfigEvidence:
         steady_rate=stats.median([t.batches_per_s for t in m.trials if t.batches_per_s]),
         startup_s=stats.median([s.epoch_startup_s for s in runs if s.epoch_startup_s is not None]),
         batches=sum(s.batches_measured for s in runs),
-        samples=sum(s.batches_measured * (s.batch_size or 0) for s in runs),
+        samples=round(sum(s.batches_measured * _samples_per_batch(s) for s in runs)),
         wall_s=sum(s.measured_s for s in runs), wait_s=sum(s.data_wait_s or 0.0 for s in runs),
         workers_cores=stats.median(cores), figure_rate=figure, confirm_measurements=confirms,
         figure_spread=figure_spread(m), trial_index=m.latest.index)
+
+
+def evidence_of_trials(trials: Sequence[Trial]) -> List[ConfigEvidence]:
+    """Every config the trials ran, first run first, as results.json holds it: its trials that
+    measured it pooled (``evidence_of``), ``failed`` where any of its trials was killed, hung or
+    failed; one that never measured as a failure with no measurement. (A config predicted over the
+    memory budget never ran, and one interrupted measured nothing: the trials say so.)"""
+    ended = (TrialState.KILLED, TrialState.TIMEOUT, TrialState.FAILED)
+    pooled = {config_key(m.config): m for m in measured_configs(trials)}
+    out: Dict[tuple, ConfigEvidence] = {}
+    for t in trials:
+        key = config_key(t.config)
+        if t.role in (Role.CEILING, Role.PROBE) or key in out or (key not in pooled and t.state not in ended):
+            continue
+        failed = any(config_key(x.config) == key and x.state in ended for x in trials)
+        e = evidence_of(pooled[key]) if key in pooled else ConfigEvidence(
+            config=dict(t.config), rate=None, rates=(), measurements=0, trial_index=t.index)
+        out[key] = dataclasses.replace(e, failed=failed)
+    return list(out.values())
+
+
+def _samples_per_batch(s: Any) -> float:
+    """A summary's samples per batch: the job's (every rank's batch), where its rates say it."""
+    if s.samples_per_s and s.batches_per_s:
+        return s.samples_per_s / s.batches_per_s
+    return float(s.batch_size or 0)
 
 
 def reported(m: Measured) -> Tuple[float, int]:
@@ -181,6 +209,15 @@ def cheaper_within_noise(chosen: Measured, trials: Sequence[Trial], cost: Any) -
     cheaper = [m for m in measured_configs(trials) if len(m.trials) >= 2 and cost(m.config) < cost(chosen.config)
                and not noise.told_apart(scores(m), scores(chosen), margin)]
     return min(cheaper, key=lambda m: cost(m.config), default=None)
+
+
+def cpu_use(trial: Trial) -> CpuUse:
+    """A trial's CPU by part of the job, in cores."""
+    def cores(pct: Optional[float]) -> Optional[float]:
+        return pct / 100 if pct is not None else None
+
+    return CpuUse(workers_cores=cores(trial.workers_cpu_pct), main_cores=cores(trial.main_cpu_pct),
+                  other_cores=trial.other_cpu_cores, runq_cores=cores(trial.workers_runq_pct))
 
 
 def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: Any) -> Trial:

@@ -22,12 +22,14 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 from feedprof.analyse import evidence
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
 from feedprof.analyse.evidence import config_key
+from feedprof.analyse.from_trials import TrialMeasurements
+from feedprof.analyse.measurements import Baseline, CpuUse, Measurements
 from feedprof.analyse.measured import PICK_TOLERANCE
-from feedprof.store.reasons import (BaselineFigures, CheaperWithinNoise, CpusAreTheLimit, DuplicatedPerWorker,
-                                    FewerWorkersDoAsWell, KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly,
-                                    NothingTried, NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict,
-                                    WorkersCapped, WorkersLeaveCpuIdle)
-from feedprof.store import ConfigEvidence, InputBound, Recommendation, Role, Trial, TrialState, VerdictKind
+from feedprof.store.reasons import (BaselineFigures, CpusAreTheLimit, DuplicatedPerWorker, FewerWorkersDoAsWell,
+                                    KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly, NothingTried,
+                                    NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped,
+                                    WorkersLeaveCpuIdle)
+from feedprof.store import ConfigEvidence, InputBound, Recommendation, Trial, TrialState, VerdictKind
 
 NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
 
@@ -41,66 +43,6 @@ class ConfigSpace(Protocol):
 
     def cost(self, config: Config) -> tuple: ...
 
-    def workers(self, config: Config) -> int: ...
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """The script's own settings, as its search ended them."""
-
-    config: Config
-    state: TrialState = TrialState.OK  # offline its trial's; online the run's at those settings
-    cause: Optional[Reason] = None  # why they failed, where they did
-    wait_fraction: Optional[float] = None  # the loop's data wait at them
-
-
-@dataclass(frozen=True)
-class CpuUse:
-    """A config's CPU, as the cores each part of the job used."""
-
-    workers_cores: Optional[float]
-    main_cores: Optional[float] = None
-    other_cores: Optional[float] = None
-
-
-class Measurements(Protocol):
-    """What a search measured, as recommend() reads it: each config's evidence, and what only the
-    search's own records hold. Offline: analyse/from_trials.py TrialMeasurements (isolated
-    trials); online: tune/online_result.py RunMeasurements (the real run's windows)."""
-
-    baseline: Optional[Baseline]
-    cap: Optional[WorkersCapped]  # the most workers that are safe, and why (analyse/limits.py)
-    ceiling: Optional[float]  # the compute ceiling, batches/s (None: not measured)
-
-    def configs(self) -> List[ConfigEvidence]:
-        """Every config that may be picked (within the cap, never failed), first measured first."""
-
-    def tried_a_setting(self) -> bool:
-        """Did any loader setting run beside the script's own?"""
-
-    def cheaper_within_noise(self, chosen: ConfigEvidence,
-                             cost: Any) -> Optional[Tuple[ConfigEvidence, CheaperWithinNoise]]:
-        """A cheaper config ``chosen`` cannot be told apart from on this run's noise (offline: the
-        spread of repeated trials; online the pick's tolerance is already the run's noise)."""
-
-    def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Config, List[Reason]]:
-        """The config to recommend for ``chosen``, with settings judged rather than measured."""
-
-    def repeats(self, chosen: ConfigEvidence) -> int:
-        """How many times ``chosen`` was measured apart (offline trials; online one stretch)."""
-
-    def cpu(self, chosen: ConfigEvidence) -> Tuple[Optional[bool], Optional[CpuUse]]:
-        """(are the CPUs what limits its workers: rules.cpu_bound, its CPU use)."""
-
-    def memory_saved_bytes(self, chosen: ConfigEvidence) -> Optional[int]:
-        """The memory ``chosen`` saves over the script's own settings (None: not measured)."""
-
-    def trainer_advice(self, verdict: Verdict) -> Optional[Reason]:
-        """A trainer's own advice on the loader, against what was measured."""
-
-    def hazards(self, chosen: ConfigEvidence, config: Config, ram_budget_bytes: Optional[int]) -> List[Reason]:
-        """What the recommended config still risks."""
-
 
 def keeps_own_settings(rec: Recommendation) -> bool:
     """The pick is the script's own settings (KeepScriptSettings), or nothing else
@@ -108,11 +50,6 @@ def keeps_own_settings(rec: Recommendation) -> bool:
     advice says which."""
     kind = getattr(rec.verdict, "kind", None)
     return kind == VerdictKind.NOTHING_TRIED or any(isinstance(r, KeepScriptSettings) for r in rec.reasons)
-
-
-def tried_a_setting(trials: Sequence[Trial]) -> bool:
-    """Did any loader setting run beside the script's own (and the compute ceiling)?"""
-    return any(t.role not in (Role.BASELINE, Role.CEILING) and t.state != TrialState.REJECTED for t in trials)
 
 
 # ---------------------------------------------------------------- figures
@@ -130,7 +67,7 @@ class Figures:
     ceiling_score: Optional[float]
     gap: Optional[float]  # 1 - baseline / ceiling
     input_bound: Optional[float]  # the baseline's data wait where observable, else the gap
-    cap: Optional[WorkersCapped] = None  # the most workers that are safe, and why (analyse/limits.py)
+    cap: Optional[WorkersCapped] = None  # the most workers that are safe, and why (Measurements.cap)
     pick_score: float = 0.0  # the pick as reported: from windows not used to choose it where there are
     confirm_windows: int = 0  # such windows (0: the figure is the one it was chosen on)
 
@@ -326,7 +263,5 @@ def recommend(trials: Sequence[Trial], space: Any, tol: float = PICK_TOLERANCE, 
               nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
     """An offline tune's recommendation, from its trials; ``fits``: does a config fit the memory
     budget as learned so far."""
-    from feedprof.analyse.from_trials import TrialMeasurements
-
     return recommend_from(TrialMeasurements(trials, space, fits), space, tol, cpu_cap, ram_budget_bytes,
                           nothing_tried)

@@ -73,7 +73,7 @@ def tune_html(result: TuneResult) -> str:
                     f"{plots.draw_throughput(chart)}</div>")
     body += curves_section([(f"#{t.index} {'recommended' if t.index == picked else t.role}", t.run) for t in shown],
                            no_gpu(result.host))
-    if result.online is not None:  # (its configs were tried in the real run: their evidence, no trials)
+    if result.online is not None and result.evidence:  # (configs tried in the real run: their evidence)
         body.append(f"<details><summary>All {len(result.evidence)} configs tried in the run</summary>"
                     f"{evidence_table(result)}</details>")
         return _frame(f"feedprof tune --online — {len(result.evidence)} configs tried in the run, "

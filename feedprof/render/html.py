@@ -250,8 +250,9 @@ def render_tune(result: TuneResult) -> str:
         body.append(plots.draw_throughput(chart))
         ceiling = ("the step time while data was ready, from the run's windows" if online
                    else "one cached batch replayed")
+        whiskers = "window of the run" if online else "chunk of the window"
         body.append("<p class=\"note\">Batches per second in steady state with per-epoch start-up amortised; "
-                    "whiskers span the slowest and fastest chunk of the window. Green: recommended; orange: "
+                    f"whiskers span the slowest and fastest {whiskers}. Green: recommended; orange: "
                     f"the script's own settings. Dashed: the compute ceiling ({ceiling}), "
                     "dotted: the baseline.</p>")
     if online:
@@ -319,27 +320,34 @@ def trials_table(result: TuneResult) -> str:
 
 def evidence_table(result: TuneResult) -> str:
     """A search without trials (online: stretches of the real run), a row per config from its
-    evidence (store/evidence.py)."""
+    evidence (store/evidence.py), a failure with what the run saw of it."""
+    from feedprof.render.online import FAILED
+
     rec = result.recommendation
     picked = plots.measured_pick(rec)
     base_key = config_key(rec.baseline_config) if rec is not None and rec.baseline_config else None
     base = next((e.rate for e in result.evidence if config_key(e.config) == base_key), None)
+    failures = {config_key(f.config): f for f in (result.online.failures if result.online else ())}
     headers = [("#", True), ("config", False), ("state", False), ("batches/s", True), ("windows", True),
                ("spread", True), ("vs baseline", True), ("samples/s", True), ("data wait", True),
                ("CPU workers", True), ("time", True)]
     rows = []
     for i, e in enumerate(result.evidence):
-        own = config_key(e.config) == base_key
+        key = config_key(e.config)
+        own = key == base_key
+        failure = failures.get(key)
         spread = f"{fmt_num(min(e.rates))}–{fmt_num(max(e.rates))}" if len(e.rates) > 1 else ""
         per_batch = e.samples_per_batch
-        cells = [str(i), esc((OWN_SETTINGS_TEXT + ": " if own else "") + config_words(e.config)),
-                 _state(TrialState.FAILED if e.failed else TrialState.OK, ""), esc(fmt_num(e.rate)),
-                 str(e.measurements), esc(spread), esc(f"{e.rate / base:.2f}×" if e.rate and base else ""),
+        cells = [str(i), esc((OWN_SETTINGS_TEXT + ": " if own else "") + config_words(e.config, result.framework)),
+                 _state(TrialState.FAILED if e.failed else TrialState.OK,
+                        FAILED.get(failure.kind, failure.kind) if failure is not None else ""),
+                 esc(fmt_num(e.rate)), str(e.measurements), esc(spread),
+                 esc(f"{e.rate / base:.2f}×" if e.rate and base else ""),
                  esc(fmt_num(e.rate * per_batch if e.rate and per_batch else None)),
                  esc(fmt_pct(e.wait_s / e.wall_s if e.wall_s else e.wait_fraction)),
                  esc(fmt_cores(None if e.workers_cores is None else 100 * e.workers_cores)),
                  esc(fmt_seconds(e.wall_s))]
-        rows.append(("picked" if config_key(e.config) == picked else "", cells))
+        rows.append(("picked" if key == picked else "", cells))
     return table(headers, rows)
 
 

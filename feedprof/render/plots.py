@@ -80,12 +80,19 @@ def measured_pick(rec: Optional[Recommendation]) -> Optional[tuple]:
 
 def _evidence_bars(result: TuneResult) -> List[Bar]:
     """A search without trials (online: stretches of the real run), bar by config from its evidence:
-    whiskers span its slowest and fastest window."""
-    picked, base = measured_pick(result.recommendation), config_key((result.recommendation.baseline_config
-                                                                       if result.recommendation else {}) or {})
-    return [Bar(label=f"#{i}", value=e.rate, low=min(e.rates, default=None), high=max(e.rates, default=None),
-                state="failed" if e.failed else "ok", role="baseline" if config_key(e.config) == base else "search",
-                picked=config_key(e.config) == picked) for i, e in enumerate(result.evidence)]
+    whiskers span its slowest and fastest window, scaled onto its amortised rate; a config that
+    failed has no bar, as a trial that failed has none."""
+    rec = result.recommendation
+    picked, base = measured_pick(rec), config_key((rec.baseline_config if rec else {}) or {})
+    bars = []
+    for i, e in enumerate(result.evidence):
+        scale = e.rate / e.steady_rate if e.rate and e.steady_rate else 1.0
+        low, high = (min(e.rates) * scale, max(e.rates) * scale) if e.rates and not e.failed else (None, None)
+        bars.append(Bar(label=f"#{i}", value=None if e.failed else e.rate, low=low, high=high,
+                        state="failed" if e.failed else "ok",
+                        role="baseline" if config_key(e.config) == base else "search",
+                        picked=config_key(e.config) == picked))
+    return bars
 
 
 @dataclass(frozen=True)

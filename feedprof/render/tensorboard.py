@@ -207,6 +207,7 @@ def start_epoch_s(started_at: str, duration_s: float) -> float:
 
 def recommendation_markdown(result: TuneResult) -> str:
     from feedprof.render.progress import format_recommendation
+    from feedprof.render.words import config_words
     from feedprof.units import fmt_num, fmt_pct
 
     rows = ["| # | role | config | state | batches/s | data wait |", "|---|---|---|---|---|---|"]
@@ -214,10 +215,12 @@ def recommendation_markdown(result: TuneResult) -> str:
         figures = (fmt_num(t.batches_per_s), fmt_pct(t.data_wait_fraction)) if t.state == "ok" else (t.reason, "")
         rows.append(f"| {t.index} | {t.role} | {_cell(t.config_text)} | {t.state} | {_cell(figures[0])} "
                     f"| {figures[1]} |")
+    base = (result.recommendation.baseline_config if result.recommendation else None) or None
     for i, e in enumerate(result.evidence if not result.trials else ()):  # (online: configs tried in the run)
         wait = e.wait_s / e.wall_s if e.wall_s else e.wait_fraction
-        rows.append(f"| {i} | run | {_cell(_config_words(e.config))} | {'failed' if e.failed else 'ok'} "
-                    f"| {_cell(fmt_num(e.rate))} | {fmt_pct(wait)} |")
+        role = "baseline" if e.config == base else "search"
+        rows.append(f"| {i} | {role} | {_cell(config_words(e.config, result.framework))} "
+                    f"| {'failed' if e.failed else 'ok'} | {_cell(fmt_num(e.rate))} | {fmt_pct(wait)} |")
     return _preformatted(format_recommendation(result.recommendation, result)) + "\n\n" + "\n".join(rows)
 
 

@@ -9,13 +9,14 @@ import dataclasses
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules
-from feedprof.analyse.evidence import ConfigEvidence, config_key
-from feedprof.analyse.recommend import Baseline, CpuUse, recommend_from
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.measurements import Baseline, CpuUse
+from feedprof.analyse.recommend import recommend_from
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
                                     ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
                                     WorkersCapped)
-from feedprof.store import Framework, HostInfo, Outcome, Run, RunKind, SwitchAt, TrialState, TuneResult
+from feedprof.store import ConfigEvidence, Framework, HostInfo, Outcome, Run, RunKind, SwitchAt, TrialState, TuneResult
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
 from feedprof.tune.online_strategy import RunHistory, Limits, pick_tolerance, predicted_workers, workers
 
@@ -62,7 +63,7 @@ class RunMeasurements:
     def __init__(self, decider: Any, space: Any):
         h = self.history = decider.history
         self.space = space
-        configs = _configs_in_order(h, [s.config for s in decider.switches])
+        self.every_config = configs = _configs_in_order(h, [s.config for s in decider.switches])
         if decider.final and decider.current is not None and not decider.held_why:  # (held: it was not chosen)
             kept = {config_key(decider.current), config_key(h.baseline or {})}
             configs = [c for c in configs if config_key(c) in kept or h.failed(c)]
@@ -90,7 +91,14 @@ class RunMeasurements:
     def configs(self) -> List[ConfigEvidence]:
         found = [self.history.about(c) for c in self.all_configs if not self.history.failed(c)]
         return [e for e in found if e is not None
-                and (self.cap is None or self.space.workers(e.config) <= self.cap.max_workers)]
+                and (self.cap is None or workers(e.config) <= self.cap.max_workers)]
+
+    def evidence(self) -> Tuple[ConfigEvidence, ...]:
+        """Every config the run measured or saw fail, for results.json: one that failed before its
+        first window as a failure with no measurement."""
+        return tuple(self.history.about(c) or ConfigEvidence(config=dict(c), rate=None, rates=(), measurements=0,
+                                                             failed=True, source="run")
+                     for c in self.every_config)
 
     def tried_a_setting(self) -> bool:
         return any(config_key(c) != config_key(self.history.baseline or {}) for c in self.all_configs)
@@ -105,10 +113,12 @@ class RunMeasurements:
         return 1  # (one stretch of the run, however many windows)
 
     def cpu(self, chosen: ConfigEvidence) -> Tuple[Optional[bool], Optional[CpuUse]]:
-        n = self.space.workers(chosen.config)
-        if chosen.workers_cores is None or not n:
+        """The space's CPU rule on the windows' workers' CPU (the run's windows read no main-process
+        share: thread workers are not judged)."""
+        if chosen.workers_cores is None:
             return None, None
-        return rules.cpu_bound(n, chosen.workers_cores, None, self.space.cpu_cap), CpuUse(chosen.workers_cores)
+        use = CpuUse(workers_cores=chosen.workers_cores)
+        return self.space.cpu_verdict(chosen.config, use), use
 
     def memory_saved_bytes(self, chosen: ConfigEvidence) -> None:
         return None  # (the run's memory is one curve: the report shows it)
@@ -215,7 +225,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         space = make_space(decider.framework, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
         measurements = RunMeasurements(decider, space)
-        evidence = tuple(h.about(c) for c in _configs_in_order(h, [s.config for s in decider.switches]) if h.of(c))
+        evidence = measurements.evidence()
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers), space)
         rec = recommend_from(measurements, space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
                              nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)

@@ -26,7 +26,8 @@ from typing import Any, Dict, List, Optional
 
 from feedprof.analyse import evidence, noise, rules
 from feedprof.analyse.diagnose import workers_of
-from feedprof.analyse.evidence import ConfigEvidence, config_key
+from feedprof.analyse.evidence import config_key
+from feedprof.store import ConfigEvidence
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
 from feedprof.tune.space import Space
 
@@ -43,7 +44,7 @@ EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EP
 @dataclass
 class RunHistory:
     """Everything measured so far in the real run: its windows, warm-ups and failures (the offline
-    search's is tune/history.py TrialHistory, of trials; each gives analyse/evidence.py's record)."""
+    search's is tune/history.py TrialHistory, of trials; each gives store/evidence.py's record)."""
 
     baseline: Optional[Dict[str, Any]] = None
     windows: List[OnlineWindow] = field(default_factory=list)
@@ -100,7 +101,7 @@ class RunHistory:
 
     def about(self, config: Dict[str, Any]) -> Optional[ConfigEvidence]:
         """What the run's windows say of ``config`` (None: no window of it), as the offline search
-        has it of its trials (analyse/evidence.py)."""
+        has it of its trials (store/evidence.py)."""
         ws = self.of(config)
         if not ws:
             return None

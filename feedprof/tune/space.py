@@ -12,20 +12,22 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.store import Framework, Trial
 from feedprof.analyse import rules
+from feedprof.analyse.measured import cpu_use
+from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space_order import in_order_gain, in_order_variant
 
 Config = Dict[str, Any]
 
 
-def job_cores(trial: Trial) -> Optional[float]:
+def job_cores(use: CpuUse) -> Optional[float]:
     """Cores the job itself used: its main process and its workers (not the machine's other work)."""
-    if trial.main_cpu_pct is None:
+    if use.main_cores is None:
         return None
-    return (trial.main_cpu_pct + (trial.workers_cpu_pct or 0.0)) / 100
+    return use.main_cores + (use.workers_cores or 0.0)
 
 
-def job_fills_cpus(trial: Trial, cpu_cap: int) -> Optional[bool]:
-    cores = job_cores(trial)
+def job_fills_cpus(use: CpuUse, cpu_cap: int) -> Optional[bool]:
+    cores = job_cores(use)
     return None if cores is None else cores >= rules.SATURATED_SHARE * cpu_cap
 
 
@@ -83,14 +85,14 @@ class Space:
         return self.legalize(dict(pick.config)), []
 
     def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        """Are the CPUs what limits this config's workers? The one CPU rule (analyse/rules.py), on the
-        trial's workers: CPU that other processes take is never blamed on the workers; if it
-        starves them, it shows as their wait for a CPU."""
-        n = self.workers(trial.config)
-        if trial.workers_cpu_pct is None:
-            return None
-        runq = trial.workers_runq_pct / 100 if trial.workers_runq_pct is not None else None
-        return rules.cpu_bound(n, trial.workers_cpu_pct / 100, runq, self.cpu_cap)
+        """Are the CPUs what limits this trial's workers? (``cpu_verdict`` on its CPU use.)"""
+        return self.cpu_verdict(trial.config, cpu_use(trial))
+
+    def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
+        """Are the CPUs what limits this config's workers, given its CPU use (a trial's, or the
+        real run's windows')? The one CPU rule (analyse/rules.py) on the workers: CPU that other
+        processes take is never blamed on them; if it starves them, it shows as their wait for a CPU."""
+        return rules.cpu_bound(self.workers(config), use.workers_cores, use.runq_cores, self.cpu_cap)
 
     def notes(self) -> List[Reason]:
         return []

@@ -7,6 +7,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
 from feedprof.store import Framework, Trial
+from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus, ladder_rungs
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
@@ -41,16 +42,16 @@ class KerasSpace(Space):
         cfg = self.legalize(config)
         return (cfg["workers"], cfg["use_multiprocessing"], cfg["max_queue_size"])
 
-    def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        cfg = self.legalize(trial.config)
+    def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
+        cfg = self.legalize(config)
         if cfg["use_multiprocessing"]:
-            return super().cpu_bound(trial)
+            return super().cpu_verdict(config, use)
         if cfg["workers"] <= 1:
             return None
         # Thread workers share the training process: its CPU is the step's and the
         # loading's together, so only a job that fills the CPUs says they are the limit.
         # (Loading that holds the GIL then shows up as no gain, and the ladder stops.)
-        return job_fills_cpus(trial, self.cpu_cap)
+        return job_fills_cpus(use, self.cpu_cap)
 
     def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
         cfg = self.legalize(best.config)
@@ -133,8 +134,8 @@ class TfDataSpace(Space):
     def workers(self, config: Config) -> int:
         return 0  # threads inside the training process: no worker processes to budget
 
-    def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        return job_fills_cpus(trial, self.cpu_cap)  # the map's threads run in the training process
+    def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
+        return job_fills_cpus(use, self.cpu_cap)  # the map's threads run in the training process
 
     def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
         cfg = self.legalize(best.config)

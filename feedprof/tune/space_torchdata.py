@@ -7,6 +7,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import Reason, ThreadsVersusProcesses
 from feedprof.store import Framework, Trial
+from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
 
 DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
@@ -37,13 +38,13 @@ class NodesSpace(Space):
         cfg = self.legalize(config)
         return cfg["num_workers"] if cfg["method"] == "process" else 0  # threads add no process to budget
 
-    def cpu_bound(self, trial: Trial) -> Optional[bool]:
-        cfg = self.legalize(trial.config)
+    def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
+        cfg = self.legalize(config)
         if cfg["num_workers"] <= 1:
             return None
         if cfg["method"] == "process":
-            return super().cpu_bound(trial)
-        return job_fills_cpus(trial, self.cpu_cap)  # threads run in the training process
+            return super().cpu_verdict(config, use)
+        return job_fills_cpus(use, self.cpu_cap)  # threads run in the training process
 
     def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
         cfg = self.legalize(best.config)

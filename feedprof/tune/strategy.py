@@ -57,6 +57,7 @@ from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, Ladder
 from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.confirm import CONFIRM_ROUNDS, Confirmation
 from feedprof.tune.history import Proposal, TrialHistory, ok_trials
+from feedprof.analyse.measured import cpu_use
 from feedprof.tune.space import Config, Space, job_cores
 
 MIN_GAIN = rules.MIN_GAIN  # a rung must beat the rungs below by this much to keep climbing
@@ -304,7 +305,7 @@ class LadderStrategy(TrialHistory):
         # the job's own CPU per batch caps what the usable cores can deliver; workers start in turn
         # (spawn, forkserver: an interpreter each): analyse/rules.py, the online search's jump too
         mode = dataclasses.replace(rules.OFFLINE, jump_margin=1 - self.tol)
-        needed = rules.jump_target(n, s, ceiling, mode, job_cores=job_cores(last), cpu_cap=sp.cpu_cap,
+        needed = rules.jump_target(n, s, ceiling, mode, job_cores=job_cores(cpu_use(last)), cpu_cap=sp.cpu_cap,
                                    worker_start_s=last.time_to_first_batch_s, max_start_s=JUMP_MAX_STARTUP_S)
         return needed if needed > 2 * n else None
 

@@ -26,8 +26,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.measured import epoch_gap_s, evidence_of, measured_configs, trial_from_run
-from feedprof.analyse.recommend import keeps_own_settings, recommend, tried_a_setting
+from feedprof.analyse.measured import epoch_gap_s, evidence_of_trials, trial_from_run
+from feedprof.analyse.from_trials import tried_a_setting
+from feedprof.analyse.recommend import keeps_own_settings, recommend
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
                                     Reason, TuneInterruptedEarly)
@@ -145,7 +146,7 @@ class Tuner:
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
             duration_s=self.elapsed(), budget_s=self.opts.budget_s, complete=complete, stop_reason=stop_reason,
             host=self.host, recommendation=rec, trials=tuple(self.trials),
-            evidence=tuple(evidence_of(m) for m in measured_configs(self.trials)),
+            evidence=tuple(evidence_of_trials(self.trials)),
             launch=tuple(self.launch.command) if self.launch else (),
             notes=tuple(self.notes + (self.strategy.notes if self.strategy else []) + self._busy()))
 
