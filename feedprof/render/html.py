@@ -344,7 +344,7 @@ def evidence_table(result: TuneResult) -> str:
                  esc(fmt_num(e.rate)), str(e.measurements), esc(spread),
                  esc(f"{e.rate / base:.2f}×" if e.rate and base else ""),
                  esc(fmt_num(e.rate * per_batch if e.rate and per_batch else None)),
-                 esc(fmt_pct(e.wait_s / e.wall_s if e.wall_s else e.wait_fraction)),
+                 esc(fmt_pct(e.waited_share)),
                  esc(fmt_cores(None if e.workers_cores is None else 100 * e.workers_cores)),
                  esc(fmt_seconds(e.wall_s))]
         rows.append(("picked" if key == picked else "", cells))

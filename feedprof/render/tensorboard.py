@@ -217,10 +217,9 @@ def recommendation_markdown(result: TuneResult) -> str:
                     f"| {figures[1]} |")
     base = (result.recommendation.baseline_config if result.recommendation else None) or None
     for i, e in enumerate(result.evidence if not result.trials else ()):  # (online: configs tried in the run)
-        wait = e.wait_s / e.wall_s if e.wall_s else e.wait_fraction
         role = "baseline" if e.config == base else "search"
         rows.append(f"| {i} | {role} | {_cell(config_words(e.config, result.framework))} "
-                    f"| {'failed' if e.failed else 'ok'} | {_cell(fmt_num(e.rate))} | {fmt_pct(wait)} |")
+                    f"| {'failed' if e.failed else 'ok'} | {_cell(fmt_num(e.rate))} | {fmt_pct(e.waited_share)} |")
     return _preformatted(format_recommendation(result.recommendation, result)) + "\n\n" + "\n".join(rows)
 
 

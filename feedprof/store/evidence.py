@@ -40,5 +40,10 @@ class ConfigEvidence:
         return self.figure_rate if self.figure_rate is not None else self.rate
 
     @property
+    def waited_share(self) -> Optional[float]:
+        """The loop's data wait over all its measurements' time (else the median over them)."""
+        return self.wait_s / self.wall_s if self.wall_s else self.wait_fraction
+
+    @property
     def samples_per_batch(self) -> Optional[float]:
         return self.samples / self.batches if self.samples and self.batches else None
