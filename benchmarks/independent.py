@@ -95,7 +95,9 @@ def run_child(script: str, spec: Dict[str, Any], args: Sequence[str] = (), timeo
         t0 = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen([python or sys.executable, script, *args], env=child_env(spec), cwd=cwd,
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, process_group=0)
+            # a group of its own (one killpg ends its workers) in this session, as a script run from a
+            # user's shell is: a session of its own would be scheduled apart from the rest (autogroup)
             try:
                 rc: Optional[int] = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:

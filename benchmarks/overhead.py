@@ -1,4 +1,12 @@
-"""What does ``feedprof.profile()`` cost a training loop?
+"""What does feedprof cost the training loop it measures?
+
+Two parts. In-process (the default): ``feedprof.profile()`` inside a loop.
+With --cli: ``feedprof profile train.py`` against ``python train.py`` alone,
+both timed by the independent harness (benchmarks/independent.py, no feedprof
+code), quiet or with --busy N cores kept spinning in this session (a shared
+machine). Target: feedprof's rate >= 0.95x the script alone, quiet and busy.
+
+    python benchmarks/overhead.py --cli --rounds 4 [--busy 1]   # ~2 min a round
 
 Throughput of the same loop with profiling on and off, alternated in one run
 (off, on, off, on, ...) so machine noise hits both alike; the figure is the
@@ -187,19 +195,33 @@ def sampler_cpu(interval_s, n_workers=4, seconds=10.0):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 40 in-process, 4 with --cli)")
     ap.add_argument("--window-s", type=float, default=1.0, help="seconds per on/off window")
     ap.add_argument("--interval", type=float, default=0.2, help="sampling period (default: feedprof's 0.2 s)")
+    ap.add_argument("--cli", action="store_true", help="feedprof profile train.py against the script alone")
+    ap.add_argument("--workloads", default=None, help="with --cli: comma-separated benchmarks/workloads names")
+    ap.add_argument("--busy", type=float, default=0.0, help="cores kept spinning beside everything (a shared machine)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     print(f"feedprof {feedprof.__version__}, torch {torch.__version__}, {platform.node()}, "
-          f"{len(os.sched_getaffinity(0))} CPUs, sampling every {args.interval} s")
-    rows = [watch_cost_ns(), sampler_cpu(args.interval),
-            measure("torch+workers", torch_loop, args.rounds, args.window_s, args.interval),
-            measure("python-step", python_loop, args.rounds, args.window_s, args.interval)]
+          f"{len(os.sched_getaffinity(0))} CPUs, sampling every {args.interval} s, busy {args.busy:g} core(s)")
+    if args.cli:
+        from overhead_cli import WORKLOADS, cli_rows
+
+        names = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+        rows = cli_rows(names, args.rounds or 4, args.busy)
+    else:
+        from busy import BusyLoad
+
+        rounds = args.rounds or 40
+        with BusyLoad(args.busy):
+            rows = [watch_cost_ns(), sampler_cpu(args.interval),
+                    measure("torch+workers", torch_loop, rounds, args.window_s, args.interval),
+                    measure("python-step", python_loop, rounds, args.window_s, args.interval)]
     if args.out:
         with open(args.out, "w") as fh:
-            json.dump({"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "rows": rows}, fh, indent=1)
+            json.dump({"command": " ".join([os.path.basename(sys.executable)] + sys.argv), "busy_cores": args.busy,
+                       "rows": rows}, fh, indent=1)
 
 
 if __name__ == "__main__":

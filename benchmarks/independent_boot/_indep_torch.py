@@ -74,5 +74,7 @@ def install(module: Any) -> None:
             core.delivered(rec, 1, batch)
         return batch
 
+    __init__.__wrapped__ = orig_init  # a tool patched on top (feedprof, under observe_command) still
+    # sees the DataLoader's own parameters through inspect.signature
     DL.__init__, DL.__iter__, Base.__next__ = __init__, __iter__, __next__
     DL._indep_patched = True

@@ -268,6 +268,9 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
     orig_init = cls.__init__
     orig_iter = cls.__iter__
     sig = inspect.signature(orig_init)
+    # Another tool that wrapped __init__ as (*args, **kwargs) without functools.wraps hides the knobs:
+    # the loader is then observed with the settings it took, and nothing is injected into it.
+    knobs_visible = all(k in sig.parameters for k in KNOBS)
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         caller = sys._getframe(1)
@@ -277,16 +280,17 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:  # let the DataLoader raise its own, familiar error
             return orig_init(self, *args, **kwargs)
-        script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS}
-        original = _rebuilt_from(ctl, bound.arguments.get("dataset"), caller)
+        script_cfg = {k: bound.arguments.get(k, sig.parameters[k].default) for k in KNOBS} if knobs_visible else {}
+        dataset = bound.arguments.get("dataset") if knobs_visible else (args[0] if args else kwargs.get("dataset"))
+        original = _rebuilt_from(ctl, dataset, caller)
         plan = original.plan if original is not None else ctl.plan(Framework.TORCH, caller)
-        if plan.inject:
+        if plan.inject and knobs_visible:
             for key, value in legalize({**script_cfg, **plan.inject}).items():
                 bound.arguments[key] = value
             if not bound.arguments["num_workers"] and "multiprocessing_context" in bound.arguments:
                 bound.arguments["multiprocessing_context"] = None  # illegal without workers (see legalize)
         orig_init(*bound.args, **bound.kwargs)
-        info = _info(self, ctl, caller, original, script_cfg)
+        info = _info(self, ctl, caller, original, script_cfg or {k: getattr(self, k, None) for k in KNOBS})
         # (the loader is not kept alive for it; a datapipe is sharded by PyTorch itself)
         if info.iterable and _worker_info is not None and not _is_datapipe(self.dataset):
             info.worker_info_asked = functools.partial(_worker_info.asked, id(self.dataset), self.num_workers,
@@ -355,7 +359,7 @@ def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
             rec.binding = Binding(site=site)
         rec.epoch_started(t_start)
         after = learn_batch_size if rec.info.batch_size is None else None
-        return WatchedIterator(it, rec, after=after, now=now)
+        return WatchedIterator(it, rec, after=after, now=now, cpu=prof.clock.thread_cpu_s)
 
     def undo() -> None:
         if DataLoader.__dict__.get("__iter__") is __iter__:  # unless someone patched it after us

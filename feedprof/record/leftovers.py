@@ -4,11 +4,11 @@ profile`` and every trial of ``feedprof tune``); reported, never killed here.
 
 NOTE [ Finding what escaped a trial ]
 
-    trial child (its own session and group, both = its pid) ─► loader workers, helpers
+    trial child (its own process group = its pid, in feedprof's session: trial/group.py)
+      ─► loader workers, helpers
     watch.kill_group: SIGKILL the group + every descendant seen while it ran
     still alive afterwards, and one of:
       a descendant seen while it ran ............... it left the group (setpgid, setsid)
-      in the trial's session ....................... setpgid without setsid
       FEEDPROF_TRIAL_DIR=<trial dir> in its environ  anything exec'd below the trial, even
                                                      after setsid and a double fork
       stdout/stderr open on a file in the trial dir  forks of a trial forked by the fork server
@@ -17,6 +17,8 @@ NOTE [ Finding what escaped a trial ]
       FEEDPROF_FORK_SERVER=<the trial's fork server>  the same, with stdio sent to /dev/null (the
                                                      server's mark is in its exec-time environ)
     and started after the trial was launched (no earlier trial's, no reused PID).
+    (A process exec'd with an emptied environment that left the group between two looks
+    at the trial's descendants is not found: its session is the user's, not the trial's.)
 
 GPU memory: NVML's per-process lists, against every PID the run is known to
 have had. The driver frees a killed process's memory a moment after it dies,
@@ -69,12 +71,7 @@ def _writes_into(pid: int, directory: str) -> bool:
     return False
 
 
-def _belongs(p: psutil.Process, trial_dir: str, session: int, fork_server: Optional[str]) -> bool:
-    try:
-        if os.getsid(p.pid) == session:
-            return True
-    except OSError:
-        return False
+def _belongs(p: psutil.Process, trial_dir: str, fork_server: Optional[str]) -> bool:
     if _writes_into(p.pid, os.path.abspath(trial_dir)):
         return True
     try:
@@ -91,7 +88,7 @@ def _fork_server_mark(pid: Optional[int]) -> Optional[str]:
         return None
 
 
-def stray_processes(trial_dir: str, root_pid: int, known: Iterable[psutil.Process] = (),
+def stray_processes(trial_dir: str, known: Iterable[psutil.Process] = (),
                     since_s: Optional[float] = None,
                     fork_server_pid: Optional[int] = None) -> Dict[int, psutil.Process]:
     """The trial's processes that are still alive, by PID (see the NOTE above).
@@ -111,7 +108,7 @@ def stray_processes(trial_dir: str, root_pid: int, known: Iterable[psutil.Proces
             continue  # another user's: not ours to have started, and its environ is unreadable
         if since_s is not None and (info["create_time"] or 0.0) < since_s - CLOCK_SLACK_S:
             continue
-        if _belongs(p, trial_dir, root_pid, server):
+        if _belongs(p, trial_dir, server):
             found[p.pid] = p
     return found
 
@@ -137,7 +134,7 @@ def find_leftovers(trial_dir: str, root_pid: int, known: Iterable[psutil.Process
     (~15 ms for 120 processes).
     """
     known = list(known)
-    strays = stray_processes(trial_dir, root_pid, known, since_s, fork_server_pid)
+    strays = stray_processes(trial_dir, known, since_s, fork_server_pid)
     deadline = clock.now_s() + settle_s
     while strays and clock.now_s() < deadline:  # killed a moment ago: still exiting?
         clock.sleep_s(0.05)

@@ -189,8 +189,8 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     slurm = launch.launcher == "slurm"
     try:
         proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
-                                stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env,
-                                pass_fds=lifeline_fds, preexec_fn=preexec_for_srun() if slurm else None)
+                                stdin=child_stdin(bool(out)), env=env, pass_fds=lifeline_fds,
+                                **own_group(preexec_for_srun() if slurm else None))
         flight = dataclasses.replace(flight, proc=proc)
         step = SlurmStep(proc, own_allocation=not in_allocation(env), clock=clock) if slurm else None
         flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step))

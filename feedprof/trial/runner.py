@@ -32,6 +32,7 @@ from feedprof.record.workers import OBSERVED  # a trial is sampled from this pro
 from feedprof.store import HostInfo, Run, StoreError, TrialState, Window, WindowEnd, load
 from feedprof.trial.ending import classify_end, log_tail, with_figures
 from feedprof.trial.flight import InFlight, TrialInterrupted, TrialPaths
+from feedprof.trial.group import child_stdin, own_group
 from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec
@@ -51,9 +52,9 @@ def _launch(spec_path: str, log_path: str, env_extra: Dict[str, str], opts: Tria
         proc = subprocess.Popen(
             [sys.executable, "-m", "feedprof.trial.child", spec_path],
             stdout=out, stderr=subprocess.STDOUT if out else None,
-            stdin=subprocess.DEVNULL if opts.capture_output else None,
-            start_new_session=True,  # its own process group: one killpg reaps its workers
-            env={**os.environ, **env_extra, **lifeline_env}, pass_fds=lifeline_fds)
+            stdin=child_stdin(opts.capture_output),
+            env={**os.environ, **env_extra, **lifeline_env}, pass_fds=lifeline_fds,
+            **own_group())  # one killpg reaps its workers; scheduled as from the user's shell (group.py)
     except BaseException:
         if out:
             out.close()

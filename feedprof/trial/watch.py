@@ -45,7 +45,7 @@ def kill_group(proc: Any, known: List[psutil.Process], clock: Clock = MONOTONIC)
                 p.kill()
         except psutil.Error:
             pass
-    if proc.poll() is None:  # forked before it could setsid: its group is not its pid yet
+    if proc.poll() is None:  # forked before it had a group of its own: its group is not its pid yet
         try:
             os.kill(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -4,7 +4,7 @@ NOTE [ Why fork trials from a pre-imported process ]
 
     tuner ── requests (JSON lines on stdin) ──► zygote (python -m feedprof.trial.zygote torch)
           ◄── {"pid": N} / {"exit": N, "code": C} ──   │ imported torch once (~2.7 s here)
-                                                       └─ fork ─► trial child: setsid, output to
+                                                       └─ fork ─► trial child: own group, output to
                                                           the trial's log, run the script, _exit
 
 Every trial is still a fresh child process in its own process group, sampled
@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Set
 
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import FORK_SERVER_ENV
+from feedprof.trial.group import lead_group_after_fork, own_group
 from feedprof.trial.lifeline import die_with_parent, for_child, watch_from_env
 
 # Modules the tuner may pre-import: they start no thread on import (checked
@@ -58,7 +59,8 @@ class Zygote:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "feedprof.trial.zygote", *preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, env={**env, **lifeline_env}, pass_fds=lifeline_fds, text=True, bufsize=1)
+            env={**env, **lifeline_env}, pass_fds=lifeline_fds, text=True, bufsize=1,
+            **own_group())  # a Ctrl-C at the terminal is feedprof's to handle, not the server's
         self._exits: Dict[int, int] = {}
         try:
             line = self._readline(timeout_s)
@@ -164,7 +166,7 @@ def _child(req: dict) -> None:
     """In the forked child: become a trial. Never returns."""
     code = 1
     try:
-        os.setsid()  # its own process group, as a cold trial has
+        lead_group_after_fork()  # its own process group, as a cold trial has (group.py)
         watch_from_env()  # feedprof killed: this trial and its workers end too (lifeline.py)
         fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(fd, 1)
@@ -227,6 +229,7 @@ def serve(preload: List[str]) -> None:
             pid = os.fork()
             if pid == 0:
                 _child(req)
+            lead_group_after_fork(pid)  # before its pid is told: the tuner kills it by its group
             running.add(pid)
             print(json.dumps({"pid": pid}), file=out, flush=True)
     finally:  # the tuner is gone, so is whoever would reap its trials: end them (their groups)
@@ -248,7 +251,7 @@ def _report_exits(running: Set[int], out: Any) -> None:
 
 def _end_trials(running: Set[int]) -> None:
     for pid in running:
-        for kill in (os.killpg, os.kill):  # its group; itself, if it had not called setsid yet
+        for kill in (os.killpg, os.kill):  # its group; itself, if it had no group of its own yet
             try:
                 kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
