@@ -574,3 +574,55 @@ def test_a_rung_that_still_reads_low_is_compared_side_by_side_with_the_rung_bene
     assert [t.batches_per_s for t in zeros][:2] == [33.5, 20.0]  # measured again, right after 2's repeat
     assert trials.index(zeros[1]) == 4
     assert pick(trials, space.cost).config["num_workers"] >= 2
+
+
+def test_a_ceiling_slower_than_real_loading_is_no_ceiling():
+    """The busy Trainer job: the replay ran slower (1.3 batches/s) than the script's own loading
+    (1.8), at 0 workers, with the loop waiting 50 % of its time. Taken for the ceiling, it stopped
+    the ladder at the baseline ("reaches the compute ceiling") and advised 0 workers for a job 16
+    workers make 10x faster. Now it is a failed measurement, said, and the ladder climbs by the wait."""
+    from feedprof.analyse.ceiling import read_ceiling
+    from feedprof.store.reasons import CeilingBelowLoading
+
+    def trainer(config, role):
+        if role == Role.CEILING:
+            return 1.3, 0.0, 0.0
+        n = config["num_workers"]
+        rate = min(18.0, 1.8 if n == 0 else 1.8 * n)
+        return rate, 5.0 * n, max(0.0, 0.5 * (1 - rate / 18.0))
+
+    space, strat, trials = simulate(trainer, {"num_workers": 0})
+    tried = {space.primary_of(t.config) for t in trials if t.role == Role.SEARCH}
+    assert max(tried) >= 8
+    failed = read_ceiling(trials).failed
+    assert failed is not None and failed.ceiling_batches_per_s == 1.3 and failed.loading_batches_per_s >= 14
+    assert notes_of(strat, CeilingBelowLoading)
+    rec = recommend(trials, space)
+    assert rec.config["num_workers"] >= 8 and rec.ceiling_batches_per_s is None
+
+
+def test_a_ceiling_reached_while_the_loop_still_waits_does_not_stop_the_ladder():
+    """The ceiling reads as the baseline's rate, but the loop waits 40 % of its time: the two
+    disagree, and the wait wins (a ceiling never decides alone)."""
+    def noisy_ceiling(config, role):
+        if role == Role.CEILING:
+            return 10.0, 0.0, 0.0
+        n = config["num_workers"]
+        rate = 10.0 if n == 0 else 10.0 * (1 + n)
+        return min(rate, 60.0), 5.0 * n, 0.4 if n == 0 else max(0.0, 0.4 * (1 - rate / 60.0))
+
+    space, strat, trials = simulate(noisy_ceiling, {"num_workers": 0})
+    assert any(space.primary_of(t.config) >= 2 for t in trials if t.role == Role.SEARCH)
+
+
+def test_without_a_ceiling_a_loop_that_barely_waits_stops_the_ladder():
+    from feedprof.store.reasons import CeilingBelowLoading, LoopBarelyWaits
+
+    def compute_bound(config, role):
+        if role == Role.CEILING:
+            return 5.0, 0.0, 0.0  # a replay that failed: slower than real loading
+        return 10.0, 5.0 * config["num_workers"], 0.02
+
+    space, strat, trials = simulate(compute_bound, {"num_workers": 0})
+    assert notes_of(strat, CeilingBelowLoading) and notes_of(strat, LoopBarelyWaits)
+    assert not [t for t in trials if t.phase == Phase.LADDER]

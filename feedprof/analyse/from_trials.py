@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.advice import trainer_advice
+from feedprof.analyse.ceiling import read_ceiling
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.analyse.measured import (Measured, cheaper_within_noise, cpu_use, evidence_of, measured_configs,
@@ -39,8 +40,7 @@ class TrialMeasurements:
         b = self.baseline_trial
         self.baseline = None if b is None else Baseline(config=dict(b.config), state=b.state, cause=b.cause,
                                                         wait_fraction=b.data_wait_fraction)
-        self.ceiling = score(next((t for t in self.all_trials if t.role == Role.CEILING
-                                   and t.state == TrialState.OK), None))  # one cached batch replayed
+        self.ceiling = read_ceiling(self.all_trials).batches_per_s  # one cached batch replayed, where it bounds
 
     def _of(self, e: ConfigEvidence) -> Measured:
         return self.measured[config_key(e.config)]

@@ -59,6 +59,9 @@ BUSY_WORKER_CORES = 0.9  # a worker that would use this much of a core (running,
 SATURATED_SHARE = 0.95  # workers whose demand fills this share of the usable CPUs fill them: more only compete
 MIN_GAIN = 0.05  # a climb whose rung gains less over the rungs below is flat (both searches stop climbing)
 MIN_WAIT_FRACTION = 0.05  # a loop that waits less than this share of its time is not held back by its loader
+# A loop that waits this share of its time is held back by its loader, whatever a compute ceiling
+# reads (the TensorFlow Profiler's "highly input-bound"): the ceiling never stops a search alone.
+WAITING_ON_LOADER = 0.20
 # How a config ended (offline a trial's state and cause, online a failure seen in the run): killed
 # (SIGKILL: RAM; SIGBUS: /dev/shm), memory (the job measured over the memory budget: online),
 # rejected (predicted over the budget before it ran: offline), hung (no batch in time),

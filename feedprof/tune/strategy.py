@@ -50,10 +50,12 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence, Set
 
 from feedprof.analyse import rules
+from feedprof.analyse.ceiling import read_ceiling
 from feedprof.analyse.limits import usable, worker_cap
 from feedprof.analyse.measured import Measured, measured_configs, pick, relative_spread, score, sound
 from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, MaxWorkersReached,
-                              MeasuredAgain, PastCpuCount, ReachedCeiling, Reason, WorkersCapped, said_once)
+                              LoopBarelyWaits, MeasuredAgain, PastCpuCount, ReachedCeiling, Reason, WorkersCapped,
+                              said_once)
 from feedprof.store import Phase, Role, Trial, TrialState
 from feedprof.tune.confirm import CONFIRM_ROUNDS, Confirmation
 from feedprof.tune.history import Proposal, TrialHistory, ok_trials
@@ -85,6 +87,9 @@ class LadderStrategy(TrialHistory):
     def ask(self) -> Optional[Proposal]:
         notes: List[Reason] = []
         self.cap = worker_cap(self.trials, self.space.workers)
+        failed = read_ceiling(self.trials).failed
+        if failed is not None:
+            notes.append(failed)
         steps = (self._again, self._ceiling, self._ladder, self._refine, self._secondary, self.confirmation.rivals,
                  self.confirmation.pick)
         proposal = next((p for p in (step(notes) for step in steps) if p is not None), None)
@@ -94,9 +99,8 @@ class LadderStrategy(TrialHistory):
     # -- what the history says ------------------------------------------------
 
     def ceiling(self) -> Optional[float]:
-        ok = [t for t in self.trials if t.role == Role.CEILING and t.state == TrialState.OK]
-        c = next((t for t in reversed(ok) if sound(t)), ok[0] if ok else None)
-        return score(c) if c else None
+        """The compute ceiling, where it bounds the configs that really loaded (analyse/ceiling.py)."""
+        return read_ceiling(self.trials).batches_per_s
 
     # -- measured again -------------------------------------------------------
 
@@ -263,11 +267,10 @@ class LadderStrategy(TrialHistory):
         if trial.state != TrialState.OK:
             notes.append(LadderStoppedByTrial(knob=sp.primary, n=n, state=trial.state.value))
             return True, flat
-        ceiling = self.ceiling()
-        s = score(trial)
-        if ceiling and s is not None and s >= ceiling * (1 - self.tol):
-            notes.append(ReachedCeiling(knob=sp.primary, n=n))
+        reached = self._reached(trial, n, notes)
+        if reached:
             return True, flat
+        s = score(trial)
         below_scores = [score(t) for t in below]
         # noise-aware: stop only if even the fastest chunk of this rung is no real gain
         high = s * (trial.batches_per_s_high / trial.batches_per_s) \
@@ -278,6 +281,22 @@ class LadderStrategy(TrialHistory):
             notes.append(FlatRung(knob=sp.primary, n=n, min_gain=self.min_gain, forgiven=forgiven))
             return not forgiven, flat
         return False, flat
+
+    def _reached(self, trial: Trial, n: int, notes: List[Reason]) -> bool:
+        """Is there nothing left for loader work to gain at this rung? The ceiling reached (unless
+        the loop still waits a fifth of its time: a ceiling never decides alone); without a
+        ceiling that bounds anything, a loop that barely waits."""
+        sp, wait = self.space, trial.data_wait_fraction
+        ceiling, s = self.ceiling(), score(trial)
+        if ceiling:
+            if s is not None and s >= ceiling * (1 - self.tol) and (wait is None or wait < rules.WAITING_ON_LOADER):
+                notes.append(ReachedCeiling(knob=sp.primary, n=n))
+                return True
+            return False
+        if wait is not None and wait < rules.MIN_WAIT_FRACTION:
+            notes.append(LoopBarelyWaits(knob=sp.primary, n=n, wait_fraction=wait, below=rules.MIN_WAIT_FRACTION))
+            return True
+        return False
 
     def _loader_limits_with_cpu_to_spare(self, trial: Trial) -> bool:
         """The loop mostly waits and the workers leave CPU idle: a rung that

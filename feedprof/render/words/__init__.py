@@ -121,7 +121,17 @@ def _baseline(x: r.BaselineFigures, describe: Callable) -> str:
 def _pick(x: r.PickFigures, describe: Callable) -> str:
     faster = f": {x.speedup:.2f}× the baseline" if x.speedup else ""
     near = f", {fmt_pct(x.fraction_of_ceiling)} of the ceiling" if x.fraction_of_ceiling else ""
-    return f"{describe(x.config)} runs at {fmt_rate(x.batches_per_s)}{faster}{near}{_how_sure(x)}."
+    return (f"{describe(x.config)} runs at {fmt_rate(x.batches_per_s)} over whole epochs{faster}{near}"
+            f"{_how_sure(x)}{_while_training(x)}.")
+
+
+def _while_training(x: r.PickFigures) -> str:
+    """Its rate while the loop trains, where per-epoch costs (start-up, validation) make it differ."""
+    t = x.training_batches_per_s
+    if t is None or not x.batches_per_s or abs(t / x.batches_per_s - 1) < 0.02:
+        return ""
+    return (f"; {fmt_rate(t)} while the loop trains (the rest is each epoch's start-up and what the loop does "
+            "between epochs)")
 
 
 def _how_sure(x: r.PickFigures) -> str:
@@ -354,6 +364,15 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         f"other processes used {x.other_cores:.1f} of the {x.cpus} usable CPU(s) while the trials ran"
         + (f" (busiest: {', '.join(x.busiest)})" if x.busiest else "") + ": figures are noisier than on a quiet "
         "machine, repeats were used to tell configs apart, and CPU they took was not counted against the workers"),
+    r.CeilingBelowLoading: lambda x, d: (
+        f"the compute-ceiling trial replayed one batch at {fmt_rate(x.ceiling_batches_per_s)}, slower than "
+        f"{d(x.loading_config)} loading for real ({fmt_rate(x.loading_batches_per_s)}): its step ran slower than "
+        "beside real loading" + (f" (the training process at {x.main_cpu_pct:.0f} % of a CPU)"
+                                 if x.main_cpu_pct is not None else "")
+        + ", so it bounds nothing: a failed measurement, left out; the search went by the loop's data wait"),
+    r.LoopBarelyWaits: lambda x, d: (f"stopped adding workers at {x.knob}={x.n}: the loop waits for data only "
+                                     f"{fmt_pct(x.wait_fraction)} of the time (under {fmt_pct(x.below)}), so more "
+                                     "loader work cannot help"),
     r.CeilingFailed: lambda x, d: (f"the compute-ceiling trial {x.state} ({say(x.cause) or 'no cause'}); "
                                    "figures are reported against the baseline only"),
     r.BudgetCutShort: _budget,

@@ -21,7 +21,8 @@ from feedprof.store.reasons.run import (
     SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
     WindowNotReached, WorkerInfoNeverAsked)
 from feedprof.store.reasons.tune import (
-    AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingFailed,
+    AppliesToEveryRank, BaselineFigures, BaselineNotMeasured, BudgetCutShort, BusyMachine, CeilingBelowLoading,
+    CeilingFailed, LoopBarelyWaits,
     CheaperWithinNoise, CpusAreTheLimit, CpusSaturated, FewerWorkersDoAsWell, FlatRung, ForkServerFailed,
     JumpedAhead, KeepScriptSettings, LadderStoppedByTrial, LeadNotConfirmed, MaxWorkersReached, MeasuredAgain,
     MeasuredRepeatedly,
@@ -34,7 +35,7 @@ from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFoll
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
 
 __all__ = [
-    "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
+    "CeilingBelowLoading", "LoopBarelyWaits", "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
     "HelperTakesNoSetting", "PasteLineWithheld", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",

@@ -120,6 +120,32 @@ class CeilingFailed(Reason):
 
 
 @dataclass(frozen=True)
+class CeilingBelowLoading(Reason):
+    """The compute-ceiling trial replayed one batch slower than a config that really loaded
+    (``loading_batches_per_s``, at ``loading_config``): a measurement that failed, not a bound.
+    Its step ran slower than beside real loading (``main_cpu_pct``: the training process's CPU
+    in it). The search went by the loop's data wait instead."""
+
+    code: ClassVar[str] = "ceiling_below_loading"
+    ceiling_batches_per_s: float = 0.0
+    loading_batches_per_s: float = 0.0
+    loading_config: Config = field(default_factory=dict)
+    main_cpu_pct: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class LoopBarelyWaits(Reason):
+    """No compute ceiling to stop at: the ladder stopped where the loop waited for data less
+    than ``below`` of its time (more loader work cannot help a loop that does not wait)."""
+
+    code: ClassVar[str] = "loop_barely_waits"
+    knob: str = ""
+    n: int = 0
+    wait_fraction: float = 0.0
+    below: float = 0.0
+
+
+@dataclass(frozen=True)
 class BudgetCutShort(Reason):
     code: ClassVar[str] = "budget_cut_short"
     budget_s: float = 0.0
@@ -208,6 +234,7 @@ class PickFigures(Reason):
     confirm_windows: int = 0  # windows measured after the pick was chosen, that the figure comes from
     chosen_at_batches_per_s: Optional[float] = None  # what it was chosen on (biased up: the best of several)
     spread: Optional[float] = None  # how sure: half the relative range of its windows (0.05 = ±5 %)
+    training_batches_per_s: Optional[float] = None  # its rate while the loop trains (per-epoch costs left out)
 
 
 @dataclass(frozen=True)
