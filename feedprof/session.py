@@ -101,7 +101,7 @@ class Profile:
         rec.binding = Binding(site=code_site(sys._getframe(1)))
         if self._tuner is not None and framework == "torch":
             iterable = self._tuner.wrap(iterable, rec.loader_id) or iterable
-        return Watched(iterable, rec, now=self.clock.now_s)
+        return Watched(iterable, rec, now=self.clock.now_s, cpu=self.clock.thread_cpu_s)
 
     def recorder(self, framework: str, name: str = "", info: Optional[LoaderInfo] = None) -> StepRecorder:
         """A step recorder fed by the caller (a framework callback) rather than

@@ -13,6 +13,7 @@ class FakeClock:
 
     def __init__(self, t: float = 100.0):
         self.t = t
+        self.cpu = 0.0  # the calling thread's CPU time: moves only when a test says
         self.waits: List[float] = []
 
     def now_s(self) -> float:
@@ -31,6 +32,9 @@ class FakeClock:
 
     def wall_s(self) -> float:
         return 1_790_000_000.0 + self.t  # a day in November 2026, moving with the fake time
+
+    def thread_cpu_s(self) -> float:
+        return self.cpu
 
 
 def _nvml_errors():

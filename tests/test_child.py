@@ -77,3 +77,48 @@ def test_workers_still_starting_are_not_the_steady_rate(tmp_path):
                                    {"num_workers": 32, "prefetch_factor": 2})
     assert window_rate(result) == pytest.approx(100.0, rel=0.05)  # without the move: 90
     assert ctl._settle_moves >= 1
+
+
+class CountingClock(FakeClock):
+    """Counts every read: what the trial's hot path asks of the clocks per batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.now_reads = self.cpu_reads = 0
+
+    def now_s(self):
+        self.now_reads += 1
+        return super().now_s()
+
+    def thread_cpu_s(self):
+        self.cpu_reads += 1
+        return super().thread_cpu_s()
+
+
+def test_the_hot_path_reads_two_clocks_twice_and_writes_nothing_per_batch(tmp_path):
+    """What feedprof does inside the training process per batch (the part that runs beside the
+    user's step, where a busy machine makes every extra cost show): counted, not timed."""
+    clock = CountingClock()
+    ctl = controller(tmp_path, clock, window_seconds=1e9)
+    plan = Plan(framework="torch", chain=("train.py:9",), is_target=True, inject=None, replay=False)
+    handle = ctl.created(plan, LoaderInfo(config={"num_workers": 0}))
+
+    def loading():  # the loader's own work inside __next__: 2 ms of the thread's CPU a batch
+        for i in range(10**6):
+            clock.cpu += 0.002
+            yield i
+
+    it = ctl.iterate(handle, loading)
+    for _ in range(50):  # warm-up and the first batch's one-off work (its event, the batch size)
+        clock.advance(0.01)
+        next(it)
+    events = (tmp_path / "events.jsonl").stat().st_size
+    clock.now_reads = clock.cpu_reads = 0
+    n = 1000
+    for _ in range(n):
+        clock.advance(0.01)
+        next(it)
+    assert clock.now_reads == 2 * n and clock.cpu_reads == 2 * n
+    assert (tmp_path / "events.jsonl").stat().st_size == events  # no event, no file write per batch
+    log = handle.rec.step_log()
+    assert log.cpu_s[-1] == pytest.approx(0.002)  # the thread's CPU in __next__, per step

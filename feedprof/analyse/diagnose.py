@@ -133,6 +133,8 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
         effective_batches_per_s=effective_rate(rate, rec.batches_per_epoch, per_epoch_s),
         sustained_batches_per_s=effective_rate(measured / wall_s, rec.batches_per_epoch, per_epoch_s)
         if measured and wall_s > 0 else None,
+        batches_per_epoch=rec.batches_per_epoch,
+        per_epoch_cost_s=per_epoch_s,
         batch_size=rec.batch_size,
         samples_per_s=rate * rec.batch_size if rate is not None and rec.batch_size else None,
         data_wait_fraction=waited,

@@ -194,7 +194,7 @@ def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[
         out.append(PickFigures(config=dict(f.chosen.config), batches_per_s=f.pick_score,
                                speedup=f.speedup, fraction_of_ceiling=f.fraction_of_ceiling,
                                confirm_windows=f.confirm_windows, chosen_at_batches_per_s=f.chosen.rate or 0.0,
-                               spread=f.chosen.figure_spread))
+                               spread=f.chosen.figure_spread, training_batches_per_s=f.chosen.steady_rate))
     out.extend(f.judged)
     if verdict.kind == VerdictKind.SURVIVES and f.baseline.cause is not None \
             and (f.cap is None or f.cap.because != f.baseline.cause):
@@ -252,10 +252,19 @@ def recommend_from(m: Measurements, space: ConfigSpace, tol: float = PICK_TOLERA
         batches_per_s=f.pick_score, samples_per_s=f.pick_score * per_batch if per_batch else None,
         baseline_config=dict(f.baseline.config) if f.baseline else {},
         baseline_batches_per_s=f.baseline_score, speedup=f.speedup, ceiling_batches_per_s=f.ceiling_score,
+        training_batches_per_s=f.chosen.steady_rate, baseline_training_batches_per_s=_training_rate(f, m),
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
         reasons=tuple(reasons_of(f, verdict, m, cpu_cap, nothing_tried, tol) + warnings))
+
+
+def _training_rate(f: Figures, m: Measurements) -> Optional[float]:
+    """The script's own settings' rate while the loop trains."""
+    if f.baseline is None:
+        return None
+    base = next((e for e in m.configs() if config_key(e.config) == config_key(f.baseline.config)), None)
+    return base.steady_rate if base is not None else None
 
 
 def recommend(trials: Sequence[Trial], space: Any, tol: float = PICK_TOLERANCE, cpu_cap: Optional[int] = None,

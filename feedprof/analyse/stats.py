@@ -32,7 +32,7 @@ def in_window(steps: StepLog, t_start_s: Optional[float], t_end_s: Optional[floa
         return steps
     pick = lambda col: tuple(col[i] for i in keep)  # noqa: E731
     return StepLog(t_end_s=pick(steps.t_end_s), n_steps=pick(steps.n_steps), wait_s=pick(steps.wait_s),
-                   wall_s=pick(steps.wall_s))
+                   wall_s=pick(steps.wall_s), cpu_s=pick(steps.cpu_s) if steps.cpu_s else ())
 
 
 def chunk_rates(steps: StepLog, n_chunks: int = DEFAULT_CHUNKS,

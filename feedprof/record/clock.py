@@ -28,10 +28,15 @@ class Clock(Protocol):
     def wall_s(self) -> float:
         """Seconds since the epoch: for the timestamps people read, never for durations."""
 
+    def thread_cpu_s(self) -> float:
+        """The calling thread's CPU time: how much of a stretch of wall time it computed (the rest
+        it was blocked, or waiting for a CPU)."""
+
 
 class MonotonicClock:
     now_s = staticmethod(time.perf_counter)
     wall_s = staticmethod(time.time)
+    thread_cpu_s = staticmethod(time.thread_time)  # about 0.5 us a read here
 
     @staticmethod
     def wait_s(event: threading.Event, timeout_s: float) -> bool:

@@ -16,8 +16,11 @@ excluded too (pipelines filling, allocator and JIT warm-up). Everything else
 is a steady-state step, stored in a DecimatingBuffer so a day-long run keeps
 fixed memory (records are summed pairwise when it fills).
 
-The hot path is :meth:`StepRecorder.batch`: two clock reads, a few additions
-and one list append per batch, a couple of microseconds in all.
+The hot path is :meth:`StepRecorder.batch`: two clock reads and two reads of
+the thread's CPU clock (its own loading work inside ``__next__``: receiving a
+batch, or all of the loading at 0 workers), a few additions and one list
+append per batch, a couple of microseconds in all (tests/test_steps.py counts
+them).
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ EPOCH_CAPACITY = 1024
 
 
 def _merge_steps(a: tuple, b: tuple) -> tuple:
-    return (b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+    return (b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3], a[4] + b[4])
 
 
 def _merge_epochs(a: tuple, b: tuple) -> tuple:
@@ -127,6 +130,7 @@ class StepRecorder:
         self._epoch: Optional[list] = None
         self._t_stop: Optional[float] = None  # when the open epoch's iterator ended (StopIteration)
         self.epochs_started = 0
+        self.cpu_measured = True  # every steady step came with the thread's CPU time in __next__
         self.digests: List[str] = []  # of the first epoch's first batches (see fingerprint)
         self.digests_wanted = 0
 
@@ -145,10 +149,11 @@ class StepRecorder:
         self._t_prev = None
         self.epochs_started += 1
 
-    def batch(self, t_req_s: float, t_got_s: float, n_steps: int = 1) -> None:
+    def batch(self, t_req_s: float, t_got_s: float, n_steps: int = 1, cpu_s: Optional[float] = None) -> None:
         """``n_steps`` > 1: several steps ran since the last delivery, timed as one
         (a fit callback under steps_per_execution); the first of an epoch counts
-        as start-up with them."""
+        as start-up with them. ``cpu_s``: the training thread's CPU time between the
+        two (None: not measured, as where a callback times the steps)."""
         self.batches += n_steps
         self.deliveries += 1
         self.t_last = t_got_s
@@ -170,7 +175,9 @@ class StepRecorder:
         self.steady_batches += n_steps
         self.steady_wall_s += wall
         self.steady_wait_s += wait
-        self._steps.append((t_got_s, n_steps, wait, wall))
+        if cpu_s is None:
+            self.cpu_measured = False
+        self._steps.append((t_got_s, n_steps, wait, wall, cpu_s or 0.0))
 
     def epoch_teardown(self, seconds: float) -> None:
         """Time spent ending the epoch on the loader's side (stopping its workers):
@@ -209,7 +216,8 @@ class StepRecorder:
         o = self.origin_s
         steps = self._steps.items()
         return StepLog(t_end_s=tuple(s[0] - o for s in steps), n_steps=tuple(s[1] for s in steps),
-                       wait_s=tuple(s[2] for s in steps), wall_s=tuple(s[3] for s in steps))
+                       wait_s=tuple(s[2] for s in steps), wall_s=tuple(s[3] for s in steps),
+                       cpu_s=tuple(s[4] for s in steps) if self.cpu_measured else ())
 
     def snapshot(self) -> LoaderRecord:
         o = self.origin_s
@@ -267,28 +275,31 @@ class WatchedIterator:
     to take itself off the hot path.
     """
 
-    __slots__ = ("_it", "_next", "recorder", "after", "_now")
+    __slots__ = ("_it", "_next", "recorder", "after", "_now", "_cpu")
 
     def __init__(self, it: Iterator, rec: StepRecorder, after: Optional[AfterBatch] = None,
-                 now: Callable[[], float] = MONOTONIC.now_s):
+                 now: Callable[[], float] = MONOTONIC.now_s, cpu: Callable[[], float] = MONOTONIC.thread_cpu_s):
         self._it = it
         self._next = it.__next__
         self.recorder = rec
         self.after = after
         self._now = now
+        self._cpu = cpu
 
     def __iter__(self) -> "WatchedIterator":
         return self
 
     def __next__(self) -> Any:
-        now = self._now
+        now, cpu = self._now, self._cpu
+        c_req = cpu()
         t_req = now()
         try:
             batch = self._next()
         except StopIteration:  # the loader ending its epoch (shutting workers down) is its cost
             self.recorder.epoch_ended(t_req, now())
             raise
-        self.recorder.batch(t_req, now())
+        t_got = now()
+        self.recorder.batch(t_req, t_got, 1, cpu() - c_req)
         if self.after is not None:
             self.after(self, batch)
         return batch
@@ -311,16 +322,17 @@ class Watched:
     """An iterable whose every iteration (epoch) is timed by one recorder."""
 
     def __init__(self, iterable: Iterable, rec: StepRecorder,
-                 now: Callable[[], float] = MONOTONIC.now_s):
+                 now: Callable[[], float] = MONOTONIC.now_s, cpu: Callable[[], float] = MONOTONIC.thread_cpu_s):
         self._iterable = iterable
         self.recorder = rec
         self._now = now
+        self._cpu = cpu
 
     def __iter__(self) -> WatchedIterator:
         self.recorder.epoch_started(self._now())
         it = iter(self._iterable)
         after = learn_batch_size if self.recorder.info.batch_size is None else None
-        return WatchedIterator(it, self.recorder, after=after, now=self._now)
+        return WatchedIterator(it, self.recorder, after=after, now=self._now, cpu=self._cpu)
 
     def __len__(self) -> int:
         return len(self._iterable)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from feedprof.render import plots
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
 from feedprof.render.progress import NO_PASTE_TEXT, OWN_SETTINGS_TEXT, config_cell, paste_shown
 from feedprof.render.ranks import ranks_html
-from feedprof.render.text import verdict_words
+from feedprof.render.text import epoch_line, verdict_words
 from feedprof.render.words import config_words, gpu_status, headline, paste_intro, say
 from feedprof.store import GpuStatus, HostInfo, Recommendation, Run, StoreError, Summary, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
@@ -360,8 +360,9 @@ def summary_verdict(s: Optional[Summary]) -> str:
         return ("<div class=\"verdict\"><p class=\"headline\">Nothing measured in steady state</p>"
                 + "".join(f"<p>{esc(say(n))}</p>" for n in (s.notes if s else ())) + "</div>")
     cards = [_card("data wait", fmt_pct(s.data_wait_fraction)),
-             _card("throughput", fmt_rate(s.batches_per_s) +
+             _card("while training", fmt_rate(s.batches_per_s) +
                    (f" · {fmt_rate(s.samples_per_s, 'samples/s')}" if s.samples_per_s else "")),
+             *([_card("over whole epochs", fmt_rate(s.sustained_batches_per_s))] if epoch_line(s) else []),
              _card("first batch", fmt_seconds(s.time_to_first_batch_s)),
              _card("workers", "n/a" if s.num_workers is None else str(s.num_workers)),
              _card("CPU main / workers", f"{fmt_cores(s.main_cpu_pct)} / {fmt_cores(s.workers_cpu_pct)}"),

@@ -35,6 +35,15 @@ def gpu_line(s: Summary, host: Optional[HostInfo] = None) -> str:
     return gpu_status(host.gpu_status, host.gpu_status_detail) if host is not None else "not sampled"
 
 
+def epoch_line(s: Summary) -> str:
+    """The epoch rate beside the training rate, where per-epoch costs make them differ."""
+    rate, cost = s.sustained_batches_per_s, s.per_epoch_cost_s
+    if rate is None or not cost or not s.batches_per_epoch:
+        return ""
+    return (f"{fmt_rate(rate)} over whole epochs: each epoch's {s.batches_per_epoch} batches with its start-up and "
+            f"what the loop does between epochs (validation, checkpoints), {fmt_seconds(cost)} an epoch")
+
+
 def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optional[Leftovers] = None) -> str:
     """The summary's rows; ``leftovers`` (``Run.leftovers``) adds what the run left behind."""
     workers = "" if s.num_workers is None else f", {s.num_workers} worker{'s' if s.num_workers != 1 else ''}"
@@ -46,8 +55,11 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optio
         if s.n_chunks > 1:
             spread = f" ({fmt_num(s.batches_per_s_low)}–{fmt_num(s.batches_per_s_high)} over {s.n_chunks} chunks)"
         samples = f", {fmt_rate(s.samples_per_s, 'samples/s')}" if s.samples_per_s is not None else ""
-        row("throughput", f"{fmt_rate(s.batches_per_s)}{spread}{samples}; "
-                          f"{s.batches_measured} batches measured over {fmt_seconds(s.measured_s)}")
+        row("training", f"{fmt_rate(s.batches_per_s)} while the loop trains{spread}{samples}; "
+                        f"{s.batches_measured} batches measured over {fmt_seconds(s.measured_s)}")
+        epoch = epoch_line(s)
+        if epoch:
+            row("per epoch", epoch)
     if s.time_to_first_batch_s is not None:
         later = "" if s.epoch_startup_s is None else f"; later epochs start in {fmt_seconds(s.epoch_startup_s)}"
         row("first batch", f"{fmt_seconds(s.time_to_first_batch_s)}{later}")

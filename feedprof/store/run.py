@@ -26,12 +26,16 @@ SCHEMA_RUN = "feedprof.run/1"  # the one version this feedprof writes and reads 
 class StepLog:
     """Steady-state steps of one loader. A record may stand for several merged
     steps (``n_steps``); ``wall_s`` runs from the previous batch's delivery to
-    this one's, ``wait_s`` is the part spent blocked in the loader."""
+    this one's, ``wait_s`` is the part spent in the loader's ``__next__``, and
+    ``cpu_s`` the training thread's CPU time in it: its own loading work (receiving
+    a batch from the workers; at 0 workers all of the loading), so that ``wait_s``
+    less ``cpu_s`` is time blocked. ``cpu_s`` is empty where it was not measured."""
 
     t_end_s: Tuple[float, ...] = ()
     n_steps: Tuple[int, ...] = ()
     wait_s: Tuple[float, ...] = ()
     wall_s: Tuple[float, ...] = ()
+    cpu_s: Tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -173,8 +177,11 @@ class Summary:
     n_chunks: int = 0
     effective_batches_per_s: Optional[float] = None  # per-epoch start-up amortised
     # the window's batches over its wall time (no median over chunks), per-epoch
-    # costs charged as above: what a stopwatch around the training loop sees
+    # costs charged as above: what a stopwatch around whole epochs sees (the
+    # epoch rate); batches_per_s is the rate while the loop trains
     sustained_batches_per_s: Optional[float] = None
+    batches_per_epoch: Optional[int] = None
+    per_epoch_cost_s: Optional[float] = None  # start-up, teardown and the time between epochs, per epoch
     batch_size: Optional[int] = None
     samples_per_s: Optional[float] = None
     data_wait_fraction: Optional[float] = None

@@ -129,10 +129,14 @@ class Recommendation:
     config: Dict[str, Any]  # the framework's own keyword names
     config_text: str = ""  # the same in words, defaults left out
     trial_index: Optional[int] = None
-    batches_per_s: Optional[float] = None
+    batches_per_s: Optional[float] = None  # over whole epochs: per-epoch costs (start-up, validation) included
     samples_per_s: Optional[float] = None
     baseline_config: Dict[str, Any] = field(default_factory=dict)
     baseline_batches_per_s: Optional[float] = None
+    # The same two configs' rates while the loop trains (per-epoch costs left out): what a
+    # stopwatch around the training steps inside an epoch sees
+    training_batches_per_s: Optional[float] = None
+    baseline_training_batches_per_s: Optional[float] = None
     speedup: Optional[float] = None  # over the baseline
     ceiling_batches_per_s: Optional[float] = None
     fraction_of_ceiling: Optional[float] = None

@@ -56,6 +56,7 @@ class Controller:
         self.rank = rank
         self.hosted = rank is not None
         self.now = clock.now_s
+        self.cpu = clock.thread_cpu_s
         self.script_dir = os.path.dirname(os.path.abspath(spec.script))
         self.recorders: List[StepRecorder] = []
         self._slots: Dict[Tuple[str, ...], List[LoaderHandle]] = {}
@@ -195,7 +196,7 @@ class Controller:
                                   self.after_batch, self.now)
         if self.online is not None:
             make_iter = self._online_epoch(handle, make_iter)
-        return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now)
+        return WatchedIterator(make_iter(), rec, after=self.after_batch, now=self.now, cpu=self.cpu)
 
     def _online_epoch(self, handle: LoaderHandle, make_iter: Callable[[], Iterator]) -> Callable[[], Iterator]:
         """Online mode: a loader whose framework can switch it is served by its OnlineLoader
