@@ -245,6 +245,9 @@ def install(ctl: Any) -> None:
     if _worker_info is None:
         _worker_info = WorkerInfoCalls().install()
     patch_loader_class(DataLoader, ctl)
+    from feedprof.frameworks import torch_fetch
+
+    torch_fetch.install()
 
 
 _worker_info: Any = None  # which datasets' workers ask get_worker_info() (a trial child's)

@@ -19,6 +19,7 @@ from feedprof.analyse.diagnose import workers_of
 from feedprof.store.reasons import Reason, WindowNotReached
 from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.loadprof import PROFILER
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
 from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd
@@ -70,6 +71,8 @@ class Controller:
         self.notes: List[Reason] = []
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
         self._events = open(spec.events_path, "a", encoding="utf-8")
+        # where the loading code spends its time, in this process and its loader workers (record/loadprof.py)
+        PROFILER.configure(os.path.dirname(os.path.abspath(spec.result_path)), self.script_dir, os.getpid())
         self.online: Optional[OnlineTuning] = None
         self.switch_allowed = SwitchAllowed(resharding=spec.allow_resharding)
         if spec.mode == Mode.ONLINE:
@@ -363,6 +366,7 @@ class Controller:
                   cuda_used=cuda_in_use(), notes=tuple(self.notes),
                   modules=tuple(m for m in HEAVY_MODULES if m in sys.modules), rank=self.rank)
         write_text_atomic(self.spec.result_path, dumps(run))
+        PROFILER.flush()  # this process's loading, up to now (the parent reads it with the result)
         self.result_written = True
 
 

@@ -57,6 +57,7 @@ class TrialPaths:
             stale = glob.glob(paths.result.replace(RANK, "*")) + glob.glob(paths.events.replace(RANK, "*"))
         else:
             stale = [p for p in (paths.result, paths.events) if os.path.exists(p)]
+        stale += glob.glob(os.path.join(trial_dir, "loading-*.json"))  # record/loadprof.py's, per process
         for path in stale:
             os.remove(path)
         return paths
