@@ -56,11 +56,11 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     try:
         run, interrupted = run_profile(script, script_args, out_dir, opts, gpu=not args.no_gpu, launch=launch)
     except NotSaved as exc:  # measured, not written: shown, and said so
-        print(format_summary(exc.record.summary, exc.record.host, leftovers=exc.record.leftovers))
+        print(format_summary(exc.record.summary, exc.record.host, leftovers=exc.record.leftovers, run=exc.record))
         _err(_not_saved(exc.error, "what is shown above is not saved"))
         return EXIT_USAGE
     report = _write_report(run, os.path.join(out_dir, "report.html"))
-    print(format_summary(run.summary, run.host, leftovers=run.leftovers))
+    print(format_summary(run.summary, run.host, leftovers=run.leftovers, run=run))
     if run.ranks:
         from feedprof.render.ranks import format_ranks
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse.advice import trainer_advice
-from feedprof.analyse.ceiling import read_ceiling
+from feedprof.analyse.batch_time import StepAlone, batch_time, loads_beside_the_step, step_alone_of
+from feedprof.analyse.ceiling import ceiling_trial, read_ceiling
+from feedprof.analyse.loading import training_loading
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.analyse.measured import (Measured, cheaper_within_noise, cpu_use, evidence_of, measured_configs,
                                        run_noise, score)
 from feedprof.analyse.measurements import Baseline, CpuUse
 from feedprof.store.reasons import CheaperWithinNoise, Reason, Verdict
-from feedprof.store import ConfigEvidence, Role, Trial, TrialState
+from feedprof.store import BatchTime, ConfigEvidence, LoadingProfile, Role, Trial, TrialState
 
 Config = Dict[str, Any]
 
@@ -88,3 +90,30 @@ class TrialMeasurements:
 
     def hazards(self, chosen: ConfigEvidence, config: Config, ram_budget_bytes: Optional[int]) -> List[Reason]:
         return hazard_reasons(self.all_trials, self._of(chosen).latest, config, self.space, ram_budget_bytes)
+
+    def step_alone(self) -> Optional[StepAlone]:
+        """The step with nothing loading beside it: the ceiling's replay where it bounds anything,
+        else the script's own settings where they have no workers."""
+        if self.ceiling is not None:
+            alone = step_alone_of(ceiling_trial(self.all_trials).run, "ceiling")
+            if alone is not None:
+                return alone
+        b = self.baseline_trial
+        if b is not None and b.state == TrialState.OK and not loads_beside_the_step(b.config):
+            return step_alone_of(b.run, "no_workers")
+        return None
+
+    def batch_times(self, chosen: ConfigEvidence) -> Tuple[BatchTime, ...]:
+        alone, out = self.step_alone(), []
+        b, pick = self.baseline_trial, self._of(chosen).latest
+        if b is not None and b.state == TrialState.OK:
+            out.append(batch_time(b.run, "script", alone, b.config))
+        if b is None or config_key(pick.config) != config_key(b.config):
+            out.append(batch_time(pick.run, "pick", alone, pick.config))
+        if self.ceiling is not None:
+            c = ceiling_trial(self.all_trials)
+            out.append(batch_time(c.run, "ceiling", step_alone_of(c.run, "ceiling"), c.config))
+        return tuple(t for t in out if t is not None)
+
+    def loading(self, chosen: ConfigEvidence) -> Optional[LoadingProfile]:
+        return training_loading(self._of(chosen).latest.run)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from feedprof.store.reasons import CheaperWithinNoise, Reason, Verdict, WorkersCapped
-from feedprof.store import ConfigEvidence, TrialState
+from feedprof.store import BatchTime, ConfigEvidence, LoadingProfile, TrialState
 
 Config = Dict[str, Any]
 
@@ -72,3 +72,10 @@ class Measurements(Protocol):
 
     def hazards(self, chosen: ConfigEvidence, config: Config, ram_budget_bytes: Optional[int]) -> List[Reason]:
         """What the recommended config still risks."""
+
+    def batch_times(self, chosen: ConfigEvidence) -> Tuple[BatchTime, ...]:
+        """Where a batch's time goes (analyse/batch_time.py) for the script's own settings, ``chosen``
+        and the compute ceiling, each where it was measured."""
+
+    def loading(self, chosen: ConfigEvidence) -> Optional[LoadingProfile]:
+        """Where ``chosen``'s loading code spent its time (None: not profiled)."""

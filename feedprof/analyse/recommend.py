@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 from feedprof.analyse import evidence
 from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
 from feedprof.analyse.evidence import config_key
+from feedprof.analyse.beyond import explain_gap
 from feedprof.analyse.from_trials import TrialMeasurements
 from feedprof.analyse.measurements import Baseline, CpuUse, Measurements
 from feedprof.analyse.measured import PICK_TOLERANCE
@@ -31,7 +32,7 @@ from feedprof.store.reasons import (BaselineFigures, CpusAreTheLimit, Duplicated
                                     WorkersLeaveCpuIdle)
 from feedprof.store import ConfigEvidence, InputBound, Recommendation, Trial, TrialState, VerdictKind
 
-NEAR_CEILING = 0.9  # below this share of the ceiling, what remains is said to be loading's cost
+NEAR_CEILING = 0.9  # below this share of the ceiling, the gap is said, with the parts that make it
 
 Config = Dict[str, Any]
 
@@ -215,7 +216,7 @@ def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[
     elif verdict.input_bound != InputBound.NOT \
             and verdict.kind not in (VerdictKind.DUPLICATES, VerdictKind.NOTHING_TRIED) \
             and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
-        out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))
+        out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))  # followed by why (analyse/beyond.py)
     if m.repeats(f.chosen) > 1:
         out.append(MeasuredRepeatedly(times=m.repeats(f.chosen)))
     advice = m.trainer_advice(verdict)  # checked against what was measured
@@ -246,6 +247,9 @@ def recommend_from(m: Measurements, space: ConfigSpace, tol: float = PICK_TOLERA
         return None
     verdict = verdict_of(f, tol, nothing_tried if not m.tried_a_setting() else None)
     warnings = m.hazards(f.chosen, f.config, ram_budget_bytes)
+    times, loading = m.batch_times(f.chosen), m.loading(f.chosen)
+    beyond = [] if verdict.kind in (VerdictKind.DUPLICATES, VerdictKind.NOTHING_TRIED) else explain_gap(
+        times, loading, *m.cpu(f.chosen), m.configs(), f.ceiling_score, space, cpu_cap)
     per_batch = f.chosen.samples_per_batch
     return Recommendation(
         framework=space.framework, config=dict(f.config), trial_index=f.chosen.trial_index,
@@ -256,7 +260,8 @@ def recommend_from(m: Measurements, space: ConfigSpace, tol: float = PICK_TOLERA
         fraction_of_ceiling=f.fraction_of_ceiling, input_bound_fraction=f.input_bound,
         data_wait_fraction=f.baseline.wait_fraction if f.baseline else None,
         ceiling_gap_fraction=f.gap, input_bound=verdict.input_bound, verdict=verdict,
-        reasons=tuple(reasons_of(f, verdict, m, cpu_cap, nothing_tried, tol) + warnings))
+        reasons=tuple(reasons_of(f, verdict, m, cpu_cap, nothing_tried, tol) + beyond + warnings),
+        batch_time=times, loading=loading)
 
 
 def _training_rate(f: Figures, m: Measurements) -> Optional[float]:

@@ -7,7 +7,6 @@ on the stored record, so re-rendering a saved file gives the same bytes.
 """
 from __future__ import annotations
 
-import html
 import os
 from typing import Any, Iterable, List, Optional, Sequence, Tuple
 
@@ -16,7 +15,11 @@ from feedprof.analyse.evidence import config_key
 from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.measured import score
 from feedprof.analyse.recommend import keeps_own_settings
+from feedprof.analyse.batch_time import profile_batch_time
+from feedprof.analyse.loading import training_loading
 from feedprof.render import plots
+from feedprof.render.beyond import beyond_section
+from feedprof.render.markup import esc, table
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
 from feedprof.render.progress import NO_PASTE_TEXT, OWN_SETTINGS_TEXT, config_cell, paste_shown
 from feedprof.render.ranks import ranks_html
@@ -24,10 +27,6 @@ from feedprof.render.text import epoch_line, verdict_words
 from feedprof.render.words import config_words, gpu_status, headline, paste_intro, say
 from feedprof.store import GpuStatus, HostInfo, Recommendation, Run, StoreError, Summary, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
-
-
-def esc(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 CSS = """
@@ -104,18 +103,6 @@ def page(title: str, body: Iterable[str]) -> str:
         "\n".join(body),
         f"\n</main>\n<script>{SCRIPT}</script>\n</body>\n</html>\n",
     ])
-
-
-def table(headers: Sequence[Tuple[str, bool]], rows: Iterable[Tuple[str, Sequence[str]]]) -> str:
-    """headers: (label, numeric); rows: (css class, cells already escaped)."""
-    num_cls = ' class="num"'
-    head = "".join(f"<th{num_cls if num else ''}>{esc(h)}</th>" for h, num in headers)
-    body = []
-    for cls, cells in rows:
-        tds = "".join(f"<td{num_cls if num else ''}>{c}</td>" for (_, num), c in zip(headers, cells))
-        row_cls = f' class="{cls}"' if cls else ""
-        body.append(f"<tr{row_cls}>{tds}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def _machine(host: HostInfo) -> str:
@@ -255,6 +242,8 @@ def render_tune(result: TuneResult) -> str:
                     f"whiskers span the slowest and fastest {whiskers}. Green: recommended; orange: "
                     f"the script's own settings. Dashed: the compute ceiling ({ceiling}), "
                     "dotted: the baseline.</p>")
+    if rec is not None:
+        body += beyond_section(rec.batch_time, rec.loading, result.framework)
     if online:
         body += online_section(result)
     else:
@@ -394,6 +383,9 @@ def render_run(run: Run) -> str:
                                      f"{fmt_seconds(run.duration_s)}")),
                       ("Afterwards", esc(afterwards_words(run.leftovers)))])
     body += ranks_html(run)
+    t = profile_batch_time(run)
+    body += beyond_section([t] if t is not None else [], training_loading(run),
+                           run.summary.framework if run.summary is not None else "")
     body.append("<h2>Utilisation over time</h2>")
     body += curves_section([("run", run)], no_gpu(run.host))
     body.append("<h2>Loaders seen</h2>")

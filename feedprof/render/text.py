@@ -1,7 +1,7 @@
 """Plain-text summaries for terminals and ``print(prof.summary())``."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, List, Optional, Tuple
 
 from feedprof.store.reasons import GpuUnavailable, Reason
 from feedprof.render.leftovers import format_leftovers
@@ -44,8 +44,10 @@ def epoch_line(s: Summary) -> str:
             f"what the loop does between epochs (validation, checkpoints), {fmt_seconds(cost)} an epoch")
 
 
-def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optional[Leftovers] = None) -> str:
-    """The summary's rows; ``leftovers`` (``Run.leftovers``) adds what the run left behind."""
+def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optional[Leftovers] = None,
+                   run: Optional[Run] = None) -> str:
+    """The summary's rows; ``leftovers`` (``Run.leftovers``) adds what the run left behind; ``run``
+    where a batch's time goes and where the loading code spent it."""
     workers = "" if s.num_workers is None else f", {s.num_workers} worker{'s' if s.num_workers != 1 else ''}"
     lines = [f"feedprof: {s.loader or 'no loader'} ({s.framework or 'unknown framework'}{workers})"]
     row = lambda k, v: lines.append(f"  {k:<12} {v}")  # noqa: E731
@@ -79,11 +81,31 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optio
         worker = f", busiest worker {s.peak_worker_fds}" if s.peak_worker_fds is not None else ""
         limit = f" (limit {s.fd_limit} per process)" if s.fd_limit else ""
         row("open files", f"main process {s.peak_main_fds}{worker}{limit}")
+    for k, v in beyond_rows(run):
+        row(k, v)
     for note in s.notes:
         if not isinstance(note, GpuUnavailable):
             row("note", say(note))
     left = format_leftovers(leftovers)
     return "\n".join(lines + ([left] if left else []))
+
+
+def beyond_rows(run: Optional[Run]) -> List[Tuple[str, str]]:
+    """Where a batch's time goes in the run, and where its loading code spent its time."""
+    if run is None:
+        return []
+    from feedprof.analyse.batch_time import profile_batch_time
+    from feedprof.analyse.loading import training_loading
+    from feedprof.render.words.beyond import batch_time_words, loading_words
+
+    rows = []
+    t = profile_batch_time(run)
+    if t is not None:
+        rows.append(("batch time", batch_time_words(t)))
+    profile = training_loading(run)
+    if profile is not None:
+        rows += [("loading", line) for line in loading_words(profile)]
+    return rows
 
 
 def words_for(obj: Any) -> str:
@@ -95,7 +117,7 @@ def words_for(obj: Any) -> str:
     if isinstance(obj, Run):
         from feedprof.render.ranks import format_ranks
 
-        return "\n".join(filter(None, [format_summary(obj.summary or Summary(), obj.host, obj.leftovers),
+        return "\n".join(filter(None, [format_summary(obj.summary or Summary(), obj.host, obj.leftovers, obj),
                                         format_ranks(obj)]))
     if isinstance(obj, Summary):
         return format_summary(obj)

@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 from feedprof.store.reasons import Reason, Verdict
 from feedprof.store.codes import Framework, InputBound, Phase, Role, TrialState
 from feedprof.store.evidence import ConfigEvidence
+from feedprof.store.batch_time import BatchTime
+from feedprof.store.loading import LoadingProfile
 from feedprof.store.host import HostInfo
 from feedprof.store.online import OnlineRecord
 from feedprof.store.run import Run
@@ -148,6 +150,10 @@ class Recommendation:
     reasons: Tuple[Reason, ...] = ()
     paste_line: str = ""  # what to paste (each statement with "# file:line") and run
     loader_site: str = ""
+    # Beyond the knobs: where a batch's time goes for the script's own settings, the pick and the
+    # compute ceiling (analyse/batch_time.py), and where the pick's loading code spent its time
+    batch_time: Tuple[BatchTime, ...] = ()
+    loading: Optional[LoadingProfile] = None
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules
 from feedprof.analyse.evidence import config_key
+from feedprof.analyse.batch_time import windows_batch_time, windows_step_alone
+from feedprof.analyse.loading import training_loading
 from feedprof.analyse.measurements import Baseline, CpuUse
 from feedprof.analyse.recommend import recommend_from
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
                                     ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
                                     WorkersCapped)
-from feedprof.store import ConfigEvidence, Framework, HostInfo, Outcome, Run, RunKind, SwitchAt, TrialState, TuneResult
+from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoadingProfile, Outcome, Run, RunKind,
+                            SwitchAt, TrialState, TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
 from feedprof.tune.online_strategy import RunHistory, Limits, pick_tolerance, predicted_workers, workers
 
@@ -60,9 +63,9 @@ class RunMeasurements:
     config the run kept (measured over the rest of the run) is judged against the script's own
     settings alone; before that, every config measured, by the online pick's own rule."""
 
-    def __init__(self, decider: Any, space: Any):
+    def __init__(self, decider: Any, space: Any, run: Optional[Run] = None):
         h = self.history = decider.history
-        self.space = space
+        self.space, self.run = space, run
         self.every_config = configs = _configs_in_order(h, [s.config for s in decider.switches])
         if decider.final and decider.current is not None and not decider.held_why:  # (held: it was not chosen)
             kept = {config_key(decider.current), config_key(h.baseline or {})}
@@ -128,6 +131,22 @@ class RunMeasurements:
 
     def hazards(self, chosen: ConfigEvidence, config: Dict[str, Any], ram_budget_bytes: Optional[int]) -> List[Reason]:
         return []  # (what broke in the run capped the search: its failures are the cap's)
+
+    def _windows(self, config: Dict[str, Any]) -> List[Any]:
+        return [w for w in self.history.windows if config_key(w.config) == config_key(config)]
+
+    def batch_times(self, chosen: ConfigEvidence) -> Tuple[BatchTime, ...]:
+        """From the run's windows; the step alone from its windows with no workers (no batch is
+        replayed in a real run)."""
+        base = self.history.baseline or {}
+        alone = windows_step_alone(self._windows(base)) if base and not workers(base) else None
+        times = [windows_batch_time(self._windows(base), base, "script", alone) if base else None]
+        if config_key(chosen.config) != config_key(base):
+            times.append(windows_batch_time(self._windows(chosen.config), chosen.config, "pick", alone))
+        return tuple(t for t in times if t is not None)
+
+    def loading(self, chosen: ConfigEvidence) -> Optional[LoadingProfile]:
+        return training_loading(self.run)  # (the whole run's: every config it ran)
 
 
 def _caveats(decider: Any, limits: Limits, space: Any) -> List[Reason]:
@@ -224,7 +243,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
     if h.baseline is not None:
         space = make_space(decider.framework, dict(h.baseline), cpu_cap, decider.limits.max_workers,
                            run.cuda_used if run is not None else None)
-        measurements = RunMeasurements(decider, space)
+        measurements = RunMeasurements(decider, space, run)
         evidence = measurements.evidence()
         caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers), space)
         rec = recommend_from(measurements, space, tol=pick_tolerance(h), cpu_cap=cpu_cap,

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, Optional
 
 from feedprof.store import reasons as r
 from feedprof.render import online_checks
-from feedprof.render.words import advice, hazards, origin
+from feedprof.render.words import advice, beyond, hazards, origin
 from feedprof.store import GpuStatus, InputBound, VerdictKind
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
@@ -392,8 +392,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
                                   "(the loop hardly waits for its data, or already runs near the compute ceiling); "
                                   "look at the model step instead."),
     r.FewerWorkersDoAsWell: _fewer,
-    r.ShortOfCeiling: lambda x, d: (f"Still {fmt_pct(x.fraction_short)} short of the compute ceiling: what "
-                                    "remains is the cost of loading itself on this machine."),
+    r.ShortOfCeiling: lambda x, d: f"Still {fmt_pct(x.fraction_short)} short of the compute ceiling.",
     r.MeasuredRepeatedly: lambda x, d: (f"Measured {x.times} times, interleaved with its closest rival, because "
                                         "the two were within this machine's run-to-run noise."),
     r.LeadNotConfirmed: lambda x, d: (
@@ -435,6 +434,7 @@ _WORDS.update(hazards.words(lambda reason: say(reason)))
 _WORDS.update(origin.words())
 _WORDS.update(advice.words())
 _WORDS.update(online_checks.words())
+_WORDS.update(beyond.words())
 
 
 def say(reason: Optional[r.Reason], framework: str = "") -> str:

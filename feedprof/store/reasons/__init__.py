@@ -32,10 +32,11 @@ from feedprof.store.reasons.tune import (
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
 from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFollowWorkers, SetInPipeline
+from feedprof.store.reasons.beyond import BOUNDS, GapExplained, PartNotMeasured, Remedy
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
 
 __all__ = [
-    "CeilingBelowLoading", "LoopBarelyWaits", "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
+    "BOUNDS", "GapExplained", "PartNotMeasured", "Remedy", "CeilingBelowLoading", "LoopBarelyWaits", "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
     "HelperTakesNoSetting", "PasteLineWithheld", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",

@@ -1,0 +1,45 @@
+"""Where one batch's time goes, for one config: the training loop's time per batch split into
+measured parts that add up to it (analyse/batch_time.py measures them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class TimePart:
+    """One part of a batch's time: seconds per batch, and how far it moved over the window's chunks
+    (half the range, seconds: its noise)."""
+
+    name: str  # PARTS
+    s: float
+    spread_s: Optional[float] = None
+
+
+# The parts, in the order they add up to a batch's time:
+#   blocked       the loop blocked in the loader's __next__, waiting for a batch
+#   loop_loading  the training process's own loading work there (its CPU time in __next__: receiving
+#                 a batch from the workers; at 0 workers all of the loading)
+#   step_alone    the step as it runs with nothing loading beside it (the compute ceiling's replay, or
+#                 the script at 0 workers); a copy to the device made in the step is part of it
+#   slowdown      the same step taking longer beside the workers (cores, memory bandwidth, the GIL)
+#   step          the step and slowdown together, where the step alone was not measured
+PARTS = ("blocked", "loop_loading", "step_alone", "slowdown", "step")
+
+
+@dataclass(frozen=True)
+class BatchTime:
+    config: Dict[str, Any] = field(default_factory=dict)
+    role: str = "run"  # "script" (its own settings), "pick", "ceiling", "run" (a profile)
+    batch_s: float = 0.0  # seconds per batch while the loop trains (1 / the training rate)
+    parts: Tuple[TimePart, ...] = ()
+    step_alone_from: str = ""  # "ceiling", "no_workers" (the script's own at 0 workers), "" (not measured)
+    batches: int = 0  # steps the figures come from
+
+    def part(self, name: str) -> Optional[TimePart]:
+        return next((p for p in self.parts if p.name == name), None)
+
+    def seconds(self, name: str) -> Optional[float]:
+        p = self.part(name)
+        return p.s if p is not None else None
+
