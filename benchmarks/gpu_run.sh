@@ -14,9 +14,12 @@
 # 2. the real-GPU tests (-m gpu): tests/test_gpu.py and tests/test_real_gpu.py;
 # 3. benchmarks/gpu_check.py: feedprof's NVML sampler next to nvidia-smi;
 # 4. benchmarks/gpu_tune.py: a tune of the JPEG/ResNet-18 workload, pin_memory included;
-# 5. benchmarks/gpu_online.py: that job as written and under tune --online, timed from outside.
+# 5. benchmarks/gpu_online.py: that job as written and under tune --online, timed from outside;
+# 6. benchmarks/gpu_beyond.py: that job's pick explained part by part, and the remedy feedprof
+#    ranks first applied and timed beside it.
 # Each step has its own time limit and a failing one does not stop the next; OUTDIR gets
-# each step's log and the two result files (also written to benchmarks/results/).
+# each step's log and the result files (also written to benchmarks/results/).
+# STEPS="tests gpu_beyond" runs only the steps named (a short lease); GPU_TESTS_K="profile" picks tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: benchmarks/gpu_run.sh OUTDIR}
@@ -42,16 +45,19 @@ cat "$out/machine.txt"
 step() {  # step NAME SECONDS COMMAND...: one check, its log in OUTDIR/NAME.log
     local name=$1 limit=$2
     shift 2
+    if [[ -n ${STEPS:-} && " $STEPS " != *" $name "* ]]; then return; fi
     local t0=$SECONDS
     timeout "$limit" "$@" >"$out/$name.log" 2>&1
     echo "== $name: exit $? in $((SECONDS - t0)) s"
     tail -n 15 "$out/$name.log"
 }
-step tests 280 $PY -m pytest -o addopts="" -p no:cacheprovider -q -ra -m gpu tests/test_gpu.py tests/test_real_gpu.py
+step tests 280 $PY -m pytest -o addopts="" -p no:cacheprovider -q -ra -m gpu tests/test_gpu.py tests/test_real_gpu.py \
+    -k "${GPU_TESTS_K:-}"
 step gpu_check 60 $PY benchmarks/gpu_check.py
 step gpu_tune 200 $PY benchmarks/gpu_tune.py --budget 150 -- --epochs 300
 step gpu_online 200 $PY benchmarks/gpu_online.py
-for kind in sampler tune online; do
+step gpu_beyond 330 $PY benchmarks/gpu_beyond.py --budget 120 --reps 2
+for kind in sampler tune online beyond; do
     cp benchmarks/results/gpu-$kind-*.json "$out/" 2>/dev/null
 done
 ls "$out"

@@ -116,3 +116,20 @@ def test_a_tune_of_a_job_that_moves_batches_to_cuda_tries_pin_memory(tmp_path, c
     assert results["trials"][0]["run"]["cuda_used"] is True
     assert any(t["config"].get("pin_memory") for t in results["trials"]), [t["config"] for t in results["trials"]]
     assert "pin_memory has no effect" not in proc.stdout + proc.stderr
+
+
+def test_a_profile_of_a_cuda_job_says_where_its_batch_time_and_loading_time_go(tmp_path, cuda, no_leftovers):
+    """Beyond the knobs on a real GPU: the run's batch time split into its parts (the step alone, at
+    0 workers), and the loading code's time by the dataset's own function (it waits: a sleep)."""
+    script = write_script(tmp_path, "train.py", SEEDED)
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", script, "--out", str(out), "--",
+                         "--report", str(tmp_path / "r.json"), "--cuda", "--fetch-ms", "5", "--epochs", "2"],
+                        timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "batch time" in proc.stdout and "loading" in proc.stdout
+    run = json.loads((out / "run.json").read_text())
+    profile = run["loading"][0]
+    assert profile["in_main"] and profile["calls"] > 0
+    top = profile["functions"][0]
+    assert top["cpu_s"] < 0.5 * top["wall_s"]  # the dataset's fetch sleeps: waiting, not computing

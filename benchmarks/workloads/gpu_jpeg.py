@@ -11,6 +11,11 @@ GPU waits at the baseline. Without CUDA the same loop runs on the CPU
 
     python benchmarks/workloads/gpu_jpeg.py --epochs 1
     feedprof tune benchmarks/workloads/gpu_jpeg.py
+
+Two remedies beyond the loader's knobs, off by default (benchmarks/gpu_beyond.py applies the one
+feedprof ranks first and times it): --own-cores K keeps K cores for the training process (its
+threads pinned there, the loader's workers on the rest); --gpu-decode reads each JPEG's bytes in
+the dataset and decodes and augments the batch on the GPU (torchvision.io.decode_jpeg).
 """
 import argparse
 import io
@@ -65,6 +70,58 @@ class JpegFolder(Dataset):
         return torch.from_numpy(arr.transpose(2, 0, 1).copy()), i % 1000
 
 
+class JpegBytes(Dataset):
+    """The --gpu-decode dataset: each sample is its file's bytes (the decode moves to the GPU)."""
+
+    def __init__(self, paths: list):
+        self.paths = paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with open(self.paths[i], "rb") as fh:
+            return torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8), i % 1000
+
+
+def bytes_collate(samples):
+    return [s[0] for s in samples], torch.tensor([s[1] for s in samples])
+
+
+def decode_on_device(raw: list, device, crop: int = 224):
+    """Decode a batch of JPEGs on the GPU, then crop, flip and normalise each there."""
+    import torchvision
+    from torch.nn import functional as F
+
+    images = torchvision.io.decode_jpeg(raw, device=device)
+    mean = torch.tensor(MEAN, device=device).view(3, 1, 1)
+    std = torch.tensor(STD, device=device).view(3, 1, 1)
+    out = []
+    for img in images:
+        _, h, w = img.shape
+        scale = random.uniform(0.35, 1.0)
+        ch, cw = int(h * scale), int(w * scale)
+        y0, x0 = random.randint(0, h - ch), random.randint(0, w - cw)
+        x = img[:, y0:y0 + ch, x0:x0 + cw].float().div_(255).unsqueeze(0)
+        x = F.interpolate(x, size=(crop, crop), mode="bilinear", align_corners=False)[0]
+        if random.random() < 0.5:
+            x = x.flip(-1)
+        out.append((x - mean) / std)
+    return torch.stack(out)
+
+
+def own_cores(k: int):
+    """Keep k of this process's cores for the training process; the loader's workers get the rest
+    (returned: a worker_init_fn that moves each worker there)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if k <= 0 or k >= len(allowed):
+        return None
+    mine, theirs = set(allowed[:k]), set(allowed[k:])
+    os.sched_setaffinity(0, mine)
+    torch.set_num_threads(k)
+    return lambda worker_id: os.sched_setaffinity(0, theirs)
+
+
 class Block(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
@@ -95,15 +152,21 @@ def main():
     ap.add_argument("--images", type=int, default=2048)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--data", default=os.path.join(os.path.expanduser("~"), ".cache", "feedprof-gpu-jpeg"))
+    ap.add_argument("--own-cores", type=int, default=0, help="cores kept for the training process")
+    ap.add_argument("--gpu-decode", action="store_true", help="decode and augment on the GPU")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     paths = make_jpegs(args.data, args.images)
+    init = own_cores(args.own_cores)
     model = resnet18().to(device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    loader = DataLoader(JpegFolder(paths), batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        drop_last=True)
+    data = JpegBytes(paths) if args.gpu_decode else JpegFolder(paths)
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
+                        drop_last=True, worker_init_fn=init, collate_fn=bytes_collate if args.gpu_decode else None)
     for epoch in range(args.epochs):
         for x, y in loader:
+            if args.gpu_decode:
+                x = decode_on_device(x, device)
             x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
             y = y.to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
