@@ -31,6 +31,8 @@ def remedy_args(kind: str, pick_cores: Optional[float]) -> Optional[List[str]]:
         return ["--own-cores", str(max(1, round(pick_cores or 1.0)))]
     if kind in ("device_line", "cheaper_line", "cache_line"):
         return ["--gpu-decode"]
+    if kind == "smaller_copy":
+        return ["--uint8"]
     return None
 
 

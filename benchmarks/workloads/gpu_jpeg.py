@@ -12,10 +12,11 @@ GPU waits at the baseline. Without CUDA the same loop runs on the CPU
     python benchmarks/workloads/gpu_jpeg.py --epochs 1
     feedprof tune benchmarks/workloads/gpu_jpeg.py
 
-Two remedies beyond the loader's knobs, off by default (benchmarks/gpu_beyond.py applies the one
+Remedies beyond the loader's knobs, off by default (benchmarks/gpu_beyond.py applies the one
 feedprof ranks first and times it): --own-cores K keeps K cores for the training process (its
 threads pinned there, the loader's workers on the rest); --gpu-decode reads each JPEG's bytes in
-the dataset and decodes and augments the batch on the GPU (torchvision.io.decode_jpeg).
+the dataset and decodes and augments the batch on the GPU (torchvision.io.decode_jpeg); --uint8
+copies uint8 samples to the GPU and normalises them there (a quarter of the bytes).
 """
 import argparse
 import io
@@ -51,8 +52,8 @@ def make_jpegs(folder: str, n: int, side: int = 320) -> list:
 
 
 class JpegFolder(Dataset):
-    def __init__(self, paths: list, crop: int = 224):
-        self.paths, self.crop = paths, crop
+    def __init__(self, paths: list, crop: int = 224, uint8: bool = False):
+        self.paths, self.crop, self.uint8 = paths, crop, uint8
 
     def __len__(self):
         return len(self.paths)
@@ -66,6 +67,8 @@ class JpegFolder(Dataset):
         img = img.crop((x0, y0, x0 + cw, y0 + ch)).resize((self.crop, self.crop), Image.BILINEAR)
         if random.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        if self.uint8:  # (--uint8: normalised on the device, a quarter of the bytes to copy)
+            return torch.from_numpy(np.asarray(img).transpose(2, 0, 1).copy()), i % 1000
         arr = (np.asarray(img, dtype=np.float32) / 255.0 - MEAN) / STD
         return torch.from_numpy(arr.transpose(2, 0, 1).copy()), i % 1000
 
@@ -154,20 +157,26 @@ def main():
     ap.add_argument("--data", default=os.path.join(os.path.expanduser("~"), ".cache", "feedprof-gpu-jpeg"))
     ap.add_argument("--own-cores", type=int, default=0, help="cores kept for the training process")
     ap.add_argument("--gpu-decode", action="store_true", help="decode and augment on the GPU")
+    ap.add_argument("--uint8", action="store_true", help="copy uint8 samples to the GPU, normalise there")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     paths = make_jpegs(args.data, args.images)
     init = own_cores(args.own_cores)
     model = resnet18().to(device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    data = JpegBytes(paths) if args.gpu_decode else JpegFolder(paths)
+    data = JpegBytes(paths) if args.gpu_decode else JpegFolder(paths, uint8=args.uint8)
+    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
     loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
                         drop_last=True, worker_init_fn=init, collate_fn=bytes_collate if args.gpu_decode else None)
     for epoch in range(args.epochs):
         for x, y in loader:
             if args.gpu_decode:
                 x = decode_on_device(x, device)
-            x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+            x = x.to(device, non_blocking=True)
+            if args.uint8:
+                x = (x.float().div_(255) - mean) / std
+            x = x.contiguous(memory_format=torch.channels_last)
             y = y.to(device, non_blocking=True)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
                 loss = nn.functional.cross_entropy(model(x), y)
