@@ -189,8 +189,9 @@ def leftovers_section(obj: Any) -> List[str]:
 # ------------------------------------------------------------------- tune
 
 
-def _trial_label(t: Trial) -> str:
-    return f"#{t.index} {t.role}"
+def trial_label(t: Trial, role: str = "") -> str:
+    """A trial's row in the curves: its number, its role and its config (as the chart's bars)."""
+    return plots.bar_label(config_cell(t), f"#{t.index} {role or t.role}")
 
 
 def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
@@ -259,7 +260,7 @@ def render_tune(result: TuneResult) -> str:
         body += online_section(result)
     else:
         body.append("<h2>Utilisation over time, every trial</h2>")
-        body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
+        body += curves_section([(trial_label(t), t.run) for t in result.trials if t.run is not None],
                                 no_gpu(result.host))
     body.append("<h2>Every config the run tried</h2>" if online else "<h2>All trials</h2>")
     body.append(evidence_table(result) if online and result.evidence else trials_table(result))
