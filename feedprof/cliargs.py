@@ -99,8 +99,9 @@ def options_given(parser: argparse.ArgumentParser, command: str, ours: Sequence[
 def own_options_in(parser: argparse.ArgumentParser, command: str, script_args: Sequence[str]) -> List[str]:
     """Options of feedprof's command written after the script (they are the script's): said once,
     as a user who put ``--out DIR`` there may have meant it for feedprof."""
-    options = _options_of(parser, command)
-    return [w for w in script_args if w.startswith("--") and w.split("=", 1)[0] in options]
+    options = _options_of(parser, command)  # (a --help there is the script's own help, asked for)
+    return [w for w in script_args if w.startswith("--") and w.split("=", 1)[0] in options
+            and not isinstance(options[w.split("=", 1)[0]], argparse._HelpAction)]
 
 
 def check_script(path: str, command: str = "tune") -> str:
@@ -342,8 +343,9 @@ def _add_report(sub: Any) -> None:
     r.add_argument("results", metavar="JSON_OR_DIR", nargs="+",
                    help="one results.json or run.json; or those of every node or task of one job, merged (a "
                         "directory: its own, or those of its subdirectories, as one feedprof per task writes them)")
-    r.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="where to write the page (default: report.html beside the JSON file)")
+    shown_default(r.add_argument("-o", "--output", default=None, metavar="FILE",
+                                 help="where to write the page (default: report.html beside the JSON file)"),
+                  "report.html beside the JSON file")
 
 
 def _add_gpus(sub: Any) -> None:

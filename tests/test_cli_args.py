@@ -102,6 +102,15 @@ def test_the_note_on_an_option_after_the_script_is_one_line(tmp_path, capsys, re
                    "feedprof's own options go before the script"]
 
 
+def test_the_scripts_own_help_asked_for_after_it_is_no_note(tmp_path, capsys, reached):
+    from feedprof.cli import main
+
+    script = write_script(tmp_path, "train.py", "print('never run')\n")
+    with pytest.raises(Reached) as got:
+        main(["tune", "--online", "--out", str(tmp_path / "out"), script, "--help"])
+    assert got.value.args[2] == ["--help"] and capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("args, message", [
     (["profile"], "give the training script, then its own arguments"),
     (["tune", "--online", "--out", "OUT"], "give the training script, then its own arguments"),

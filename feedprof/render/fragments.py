@@ -69,7 +69,7 @@ def tune_html(result: TuneResult) -> str:
     body = [tune_verdict(result, copy_button=False)] + leftovers_section(result)
     chart = plots.throughput_data(result)
     if chart.bars:  # as wide as its bars need: a two-bar chart stretched to the cell's width is all bar
-        body.append(f"<div style=\"max-width: {min(1000, 240 + 80 * len(chart.bars))}px\">"
+        body.append(f"<div style=\"max-width: {plots.chart_width_px(chart)}px\">"
                     f"{plots.draw_throughput(chart)}</div>")
     body += curves_section([(trial_label(t, "recommended" if t.index == picked else ""), t.run) for t in shown],
                            no_gpu(result.host))

@@ -246,9 +246,10 @@ def render_tune(result: TuneResult) -> str:
     if picked is not None and picked.run is not None and picked.run.ranks:
         body += ranks_html(picked.run)
     chart = plots.throughput_data(result)
-    if chart.bars:
+    if chart.bars:  # as wide as its bars need: a few bars stretched to the page's width would be all bar
         body.append("<h2>Throughput of every config tried</h2>")
-        body.append(plots.draw_throughput(chart))
+        body.append(f"<div style=\"max-width: {plots.chart_width_px(chart)}px\">"
+                    f"{plots.draw_throughput(chart)}</div>")
         ceiling = ("the step time while data was ready, from the run's windows" if online
                    else "one cached batch replayed")
         whiskers = "window of the run" if online else "chunk of the window"

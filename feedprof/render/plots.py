@@ -205,6 +205,11 @@ def to_svg(fig) -> str:
     return svg
 
 
+def chart_width_px(chart: ThroughputChart) -> int:
+    """How wide the throughput chart is shown: as its bars need, up to a page's width."""
+    return min(1000, 240 + 80 * len(chart.bars))
+
+
 def draw_throughput(chart: ThroughputChart) -> str:
     fig = new_figure(max(4.0, 0.55 * len(chart.bars) + 2), 2.6)
     ax = fig.add_subplot(1, 1, 1)
