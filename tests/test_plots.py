@@ -91,3 +91,12 @@ def test_an_online_run_names_its_configs_and_counts_them_as_its_chart_and_timeli
     assert len(chart.bars) == len(legend) == 2
     page = render_tune(result)
     assert "explored 3" not in page and "tried 2 config(s)" in page and ">#0<" not in page
+
+
+def test_the_scripts_own_settings_measured_again_are_coloured_as_its_own():
+    trials = (make_trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0),
+              make_trial(index=1, role="search", config={"num_workers": 4}, state="ok", batches_per_s=40.0),
+              make_trial(index=2, role="confirm", config={"num_workers": 0}, state="ok", batches_per_s=11.0))
+    chart = plots.throughput_data(TuneResult(trials=trials))
+    assert [b.own for b in chart.bars] == [True, False, True]
+    assert [b.role for b in chart.bars] == ["baseline", "search", "confirm"]

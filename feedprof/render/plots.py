@@ -41,6 +41,7 @@ class Bar:
     state: str
     role: str
     picked: bool
+    own: bool = False  # the script's own settings (the baseline, or a trial that measured them again)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def throughput_data(result: TuneResult) -> ThroughputChart:
     rec = result.recommendation
     picked = next((t for t in result.trials if rec is not None and t.index == rec.trial_index), None)
     rec_trial_config = picked.config if picked is not None else {}
+    own = next((config_key(t.config) for t in result.trials if t.role == "baseline"), None)
     bars = []
     for t in result.trials:
         if t.role == "ceiling":
@@ -64,7 +66,7 @@ def throughput_data(result: TuneResult) -> ThroughputChart:
         bars.append(Bar(label=bar_label(config_cell(t), f"#{t.index}"), value=s,
                         low=None if t.batches_per_s_low is None else t.batches_per_s_low * scale,
                         high=None if t.batches_per_s_high is None else t.batches_per_s_high * scale,
-                        state=t.state, role=t.role,
+                        state=t.state, role=t.role, own=config_key(t.config) == own,
                         picked=rec is not None and config_key(t.config) == config_key(rec_trial_config)))
     bars += _evidence_bars(result) if not result.trials else []
     return ThroughputChart(bars=tuple(bars), ceiling=rec.ceiling_batches_per_s if rec else None,
@@ -102,7 +104,7 @@ def _evidence_bars(result: TuneResult) -> List[Bar]:
         bars.append(Bar(label=bar_label(config_words(e.config, result.framework)),
                         value=None if e.failed else e.rate, low=low, high=high,
                         state="failed" if e.failed else "ok",
-                        role="baseline" if config_key(e.config) == base else "search",
+                        role="baseline" if config_key(e.config) == base else "search", own=config_key(e.config) == base,
                         picked=config_key(e.config) == picked))
     return bars
 
@@ -219,7 +221,7 @@ def draw_throughput(chart: ThroughputChart) -> str:
         if b.value is None:
             ax.text(x, 0, b.state, rotation=90, ha="center", va="bottom", fontsize=7, color=INK)
             continue
-        color = PALETTE[2] if b.picked else PALETTE[1] if b.role == "baseline" else PALETTE[0]
+        color = PALETTE[2] if b.picked else PALETTE[1] if b.own else PALETTE[0]
         ax.bar(x, b.value, color=color, width=0.7)
         if b.low is not None and b.high is not None:
             ax.errorbar(x, b.value, yerr=[[max(0.0, b.value - b.low)], [max(0.0, b.high - b.value)]],
@@ -236,7 +238,9 @@ def draw_throughput(chart: ThroughputChart) -> str:
         ax.axhline(chart.baseline, color=PALETTE[1], linestyle=":", linewidth=1)
         ax.text(len(xs) - 0.5, chart.baseline, " baseline", color=PALETTE[1], fontsize=7, va="bottom", ha="right")
     ax.set_xticks(xs)
-    ax.set_xticklabels([b.label for b in chart.bars], fontsize=6.5, rotation=30, ha="right", rotation_mode="anchor")
+    # upright: a label's lines side by side, each ending at the axis, so that many bars' labels never overlap
+    ax.set_xticklabels([b.label for b in chart.bars], fontsize=6.5, rotation=90, ha="center", va="top",
+                       multialignment="right")
     ax.set_xlim(-0.6, len(xs) - 0.4)
     return to_svg(fig)
 
