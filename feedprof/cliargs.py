@@ -285,8 +285,8 @@ def _add_tune(sub: Any) -> None:
                        "gets the same knobs, and the recommendation is per rank. With --online the job "
                        "runs once, to its own end, and the options marked 'offline' are refused.")
     t.add_argument("script", nargs="?", metavar="train.py", help=SCRIPT_HELP + "; optional with --resume")
-    shown_default(t.add_argument("--out", default=None, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})"),
-                  DEFAULT_OUT)
+    shown_default(t.add_argument("--out", default=None, metavar="DIR",  # (None: --resume DIR writes there)
+                                 help=f"output directory (default {DEFAULT_OUT})"), DEFAULT_OUT)
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="offline: go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
     t.add_argument("--budget", type=positive_float, default=defaults.TUNE_BUDGET_S, metavar="S",
