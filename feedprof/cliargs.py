@@ -307,6 +307,21 @@ def _add_tune(sub: Any) -> None:
                    help="offline: settings that change the order of samples may be recommended (torch "
                         "in_order=False, where a slow tail of reads holds batches back); without it their gain is "
                         "only reported")
+    _add_online_flags(t)
+    t.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="offline: " + TENSORBOARD_HELP + "; one run per trial")
+    shown_default(t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
+                                 help=f"offline: end a trial that runs longer than S seconds (default: "
+                                      f"{TRIAL_TIMEOUT_DEFAULT}); a hung trial is recorded as a timeout and the "
+                                      "tune goes on"), TRIAL_TIMEOUT_DEFAULT)
+    _add_window_flags(t, defaults.TUNE_WINDOW, offline="offline: per trial; --interval and --no-gpu also online")
+    t.add_argument("--min-window-batches", type=positive_int, default=defaults.TUNE_WINDOW.min_batches, metavar="N",
+                   help=f"offline: measure at least this many steady-state batches per trial "
+                        f"(default {defaults.TUNE_WINDOW.min_batches})")
+
+
+def _add_online_flags(t: argparse.ArgumentParser) -> None:
+    """tune's options for tuning inside the real run (--online)."""
     t.add_argument("--online", action="store_true",
                    help="tune inside the real run: the job runs once, to its own end, while the training "
                         "loader's workers change between batches (torch DataLoader, Keras PyDataset); the same "
@@ -324,16 +339,6 @@ def _add_tune(sub: Any) -> None:
                    help="--online: switch an IterableDataset's workers between epochs; its worker count decides "
                         "what each worker yields, so an epoch's samples follow it unless the dataset shards by a "
                         "fixed key (without it such a loader is observed, and the summary says what would change)")
-    t.add_argument("--tensorboard", default=None, metavar="DIR",
-                   help="offline: " + TENSORBOARD_HELP + "; one run per trial")
-    shown_default(t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
-                                 help=f"offline: end a trial that runs longer than S seconds (default: "
-                                      f"{TRIAL_TIMEOUT_DEFAULT}); a hung trial is recorded as a timeout and the "
-                                      "tune goes on"), TRIAL_TIMEOUT_DEFAULT)
-    _add_window_flags(t, defaults.TUNE_WINDOW, offline="offline: per trial; --interval and --no-gpu also online")
-    t.add_argument("--min-window-batches", type=positive_int, default=defaults.TUNE_WINDOW.min_batches, metavar="N",
-                   help=f"offline: measure at least this many steady-state batches per trial "
-                        f"(default {defaults.TUNE_WINDOW.min_batches})")
 
 
 def _add_report(sub: Any) -> None:
