@@ -272,7 +272,7 @@ def _add_profile(sub: Any) -> None:
     shown_default(p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
                                  help="stop the script after S seconds in all (default: no limit)"), "no limit")
     p.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP)
-    _add_window_flags(p, defaults.PROFILE_WINDOW)
+    _add_window_flags(p, defaults.PROFILE_WINDOW, "the window and --loader-timeout: without --full")
 
 
 def _add_tune(sub: Any) -> None:
