@@ -33,7 +33,7 @@ def timed(cmd: list) -> dict:
 
 
 def online(job_args: list, out: str, *flags: str) -> dict:
-    row = timed([sys.executable, "-m", "feedprof", "tune", "--online", *flags, JOB, "--out", out, "--", *job_args])
+    row = timed([sys.executable, "-m", "feedprof", "tune", "--online", *flags, "--out", out, JOB, *job_args])
     path = os.path.join(out, "results.json")
     if os.path.exists(path):
         with open(path) as fh:

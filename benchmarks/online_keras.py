@@ -43,7 +43,7 @@ def one_rep(args: List[str], tmp: str, k: int) -> Dict[str, Any]:
     plain_report, online_report, out = (os.path.join(tmp, f"{name}-{k}") for name in ("plain.json", "online.json",
                                                                                         "out"))
     written_s = timed([sys.executable, SCRIPT, "--report", plain_report, *args])
-    online_s = timed([sys.executable, "-m", "feedprof", "tune", "--online", SCRIPT, "--out", out, "--quiet", "--",
+    online_s = timed([sys.executable, "-m", "feedprof", "tune", "--online", "--out", out, "--quiet", SCRIPT,
                       "--report", online_report, *args])
     with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:
         rec = json.load(fh).get("recommendation") or {}

@@ -24,6 +24,8 @@ def _help(action: argparse.Action, prog: str) -> str:
 
 
 def _synopsis(prog: str, parser: argparse.ArgumentParser) -> str:
+    if parser.usage:  # a command that says its own forms (the script, then its arguments)
+        return "\n".join(line.strip() for line in (parser.usage % {"prog": prog}).splitlines())
     words = [prog]
     if any(a.option_strings for a in parser._actions if not isinstance(a, argparse._HelpAction)):
         words.append("[options]")
@@ -49,6 +51,8 @@ def _options(parser: argparse.ArgumentParser, prog: str) -> list:
                 name, arg = f"`{_cell(a.metavar or a.dest)}` (positional)", ""
             default = f"{a.default:g}" if isinstance(a.default, float) else a.default
             shown = "" if default in (None, False, argparse.SUPPRESS) or a.nargs == 0 else f"`{_cell(default)}`"
+            if getattr(a, "default_words", None):  # worked out when the command runs (cliargs.shown_default)
+                shown = _cell(a.default_words) if " " in a.default_words else f"`{_cell(a.default_words)}`"
             rows.append(f"| {name} | {arg} | {shown} | {_help(a, prog)} |")
         if rows:
             title = "Options" if group.title in ("options", "optional arguments") else (
@@ -70,7 +74,10 @@ def render() -> str:
            "| command | what it does |", "|---|---|"]
     out += [f"| [`feedprof {c.dest}`](#feedprof-{c.dest}) | {_cell(c.help)} |" for c in sub._choices_actions]
     out += _options(parser, "feedprof")
-    out += ["", "Every command takes `-h` / `--help`. Arguments for your script (or a launch command) go after `--`."]
+    out += ["", "Every command takes `-h` / `--help` before the script. In `profile` and `tune`, everything after "
+            "the script is the script's own arguments (`--help` too), as `python -m cProfile train.py ARGS` takes "
+            "them: feedprof's options go before the script. A multi-process job's launch command goes after "
+            "`--`, in place of the script."]
     for name, p in sub.choices.items():
         out += ["", f"## feedprof {name}", "", _cell(p.description), "", "```", _synopsis(p.prog, p), "```"]
         out += _options(p, p.prog)

@@ -102,7 +102,7 @@ def report(obj: Any, path: str = "feedprof.html") -> str:
 def to_tensorboard(obj: Any, logdir: str) -> Any:
     """Write a Run or TuneResult (as from :func:`load`) as TensorBoard event files
     under ``logdir`` (a tune: one run per trial); returns the files written.
-    Needs ``pip install 'feedprof[tensorboard]'``."""
+    Needs the tensorboard package (``pip install tensorboard``)."""
     from feedprof.render.tensorboard import write
 
     return write(obj, logdir)

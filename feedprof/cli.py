@@ -15,8 +15,9 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
-from feedprof.cliargs import (DEFAULT_OUT, UsageError, build_parser, check_out_dir, check_script, check_tensorboard,
-                              looks_like_site, split_script_args)
+from feedprof.cliargs import (DEFAULT_OUT, OFFLINE_ONLY, ONLINE_ONLY, SCRIPT_COMMANDS, UsageError, build_parser,
+                              check_out_dir, check_script, check_tensorboard, looks_like_site, options_given,
+                              own_options_in, split_script_args)
 from feedprof.outdir import OutDirInUse
 from feedprof.trial.peers import Peers, task_dir_name, task_of
 from feedprof.store import NotSaved, TrialState, write_refused
@@ -122,12 +123,6 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
 
     if args.online:
         return _tune_online(args, script_args)
-    if args.explore is not None:
-        raise UsageError("--explore goes with --online")
-    if args.allow_rng_change:
-        raise UsageError("--allow-rng-change goes with --online")
-    if args.allow_resharding:
-        raise UsageError("--allow-resharding goes with --online")
     task = task_of(os.environ)
     if task is not None:  # every trial starts the job anew: all tasks' trials would have to run as one
         raise UsageError(f"feedprof tune is task {task.rank} of {task.world_size} here ({task.launcher}): an offline "
@@ -180,8 +175,6 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.app import run_online_tune
     from feedprof.tune.online import OnlineOptions
 
-    if args.resume is not None:
-        raise UsageError("--resume is for offline tunes: an online tune is the run itself")
     script, script_args, launch = _what_to_run(args.script, script_args, "tune")
     out_dir = check_out_dir(_task_out(args.out or DEFAULT_OUT, task_of(os.environ)))
     if args.loader is not None and not looks_like_site(args.loader):
@@ -216,10 +209,11 @@ def _what_to_run(script: Optional[str], script_args: List[str], command: str) ->
     """(script, its arguments, a Launch or None): a script and its arguments, or a
     multi-process job's launch command after -- (no script)."""
     if script is not None:
-        return check_script(script), script_args, None
+        return check_script(script, command), script_args, None
     if not script_args:
-        raise UsageError(f"feedprof {command}: the training script is required, or a launch command after -- "
-                         f"(feedprof {command} -- torchrun --nproc-per-node 2 train.py)")
+        raise UsageError(f"feedprof {command}: give the training script, then its own arguments "
+                         f"(feedprof {command} [options] train.py --epochs 3), or a launch command after -- "
+                         f"(feedprof {command} [options] -- torchrun --nproc-per-node 2 train.py)")
     from feedprof.trial.launch import LaunchError, parse_launch
 
     try:
@@ -343,7 +337,6 @@ def _tolerant_streams() -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _tolerant_streams()
-    ours, script_args = split_script_args(argv)
     # SIGTERM, and SIGHUP (a closed terminal or SSH session) unless ignored (nohup), end a
     # run as Ctrl-C does: what was measured is written
     caught = [s for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None))
@@ -360,13 +353,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         previous = {}
     try:
         parser = build_parser()
-        try:
-            args = parser.parse_args(ours)
-        except UsageError as exc:
-            msg = str(exc)
-            if "unrecognized arguments" in msg:
-                msg += " (arguments for the script go after --: feedprof profile train.py -- --epochs 3)"
-            raise UsageError(msg) from None
+        args, script_args = _parse(parser, argv)
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
@@ -386,3 +373,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
+    """feedprof's arguments and the script's (everything after SCRIPT, as profilers take them), or
+    a UsageError; options that do not go together are refused here, before anything runs."""
+    ours, script_args = split_script_args(argv, parser)
+    try:
+        args = parser.parse_args(ours)
+    except UsageError as exc:
+        msg = str(exc)
+        if "unrecognized arguments" in msg:
+            msg += " (feedprof's options go before the script, the script's own after it: " \
+                   "feedprof tune --budget 60 train.py --epochs 3)"
+        raise UsageError(msg) from None
+    if args.command == "tune":
+        given = options_given(parser, "tune", ours)
+        misfit = [d for d in given if d in (OFFLINE_ONLY if args.online else ONLINE_ONLY)]
+        if misfit and args.online:
+            raise UsageError(f"--{misfit[0].replace('_', '-')} is for offline tunes: with --online the job runs "
+                             "once, to its own end (--explore bounds the exploring)")
+        if misfit:
+            raise UsageError(f"--{misfit[0].replace('_', '-')} goes with --online")
+    if args.command in SCRIPT_COMMANDS and getattr(args, "script", None):
+        theirs = own_options_in(parser, args.command, script_args)
+        if theirs:
+            _err(f"feedprof: {' '.join(theirs)} after {os.path.basename(args.script)} "
+                 f"{'goes' if len(theirs) == 1 else 'go'} to the script, as everything after it does; "
+                 "feedprof's own options go before the script")
+    return args, script_args

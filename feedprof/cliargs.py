@@ -8,6 +8,7 @@ import argparse
 import codecs
 import io
 import os
+import shutil
 import tokenize
 from typing import Any, List, Optional, Sequence, Tuple
 
@@ -16,7 +17,7 @@ from feedprof.defaults import WindowDefaults
 from feedprof.units import parse_bytes
 
 DEFAULT_OUT = "feedprof-out"
-TENSORBOARD_HELP = "also write TensorBoard event files to DIR (pip install 'feedprof[tensorboard]')"
+TENSORBOARD_HELP = "also write TensorBoard event files to DIR (needs the tensorboard package: pip install tensorboard)"
 
 
 class UsageError(Exception):
@@ -31,17 +32,83 @@ class _Parser(argparse.ArgumentParser):
 # ------------------------------------------------------------- validation
 
 
-def split_script_args(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
-    """Everything after the first ``--`` belongs to the user's script."""
+SCRIPT_COMMANDS = ("profile", "tune")  # the commands that run a script: everything after it is its own
+
+
+def split_script_args(argv: Sequence[str], parser: argparse.ArgumentParser) -> Tuple[List[str], List[str]]:
+    """(feedprof's words, the script's), as profilers take them (``python -m cProfile train.py ARGS``).
+
+    In a command that runs a script, everything after SCRIPT is the script's, an option of
+    feedprof's too; a ``--`` just after SCRIPT is dropped. With no SCRIPT, what follows ``--`` is a
+    launch command (``feedprof tune -- torchrun ... train.py``). Elsewhere, what follows ``--``.
+    Words before SCRIPT are walked with the command's own options, so that an option's value
+    (``--out DIR``) is never taken for the script."""
     argv = list(argv)
+    at = next((i for i, w in enumerate(argv) if not w.startswith("-")), None)
+    if at is None or argv[at] not in SCRIPT_COMMANDS:
+        return _split_at_dashes(argv)
+    options = _options_of(parser, argv[at])
+    i = at + 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[:i], argv[i + 1:]
+        if word.startswith("-") and word != "-":
+            action = _action_of(options, word)
+            i += 2 if action is not None and action.nargs is None and "=" not in word else 1
+            continue
+        rest = argv[i + 1:]
+        return argv[:i + 1], rest[1:] if rest[:1] == ["--"] else rest
+    return argv, []
+
+
+def _split_at_dashes(argv: List[str]) -> Tuple[List[str], List[str]]:
     if "--" in argv:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
 
 
-def check_script(path: str) -> str:
+def _options_of(parser: argparse.ArgumentParser, command: str) -> dict:
+    """A command's option strings, each with its action."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices[command]._option_string_actions)
+
+
+def _action_of(options: dict, word: str) -> Optional[argparse.Action]:
+    """The option ``word`` names, as argparse reads it: exactly, ``--name=value``, or a long
+    option's unambiguous prefix; None for an option the command does not have."""
+    name = word.split("=", 1)[0] if word.startswith("--") else word
+    if name in options:
+        return options[name]
+    found = {id(a): a for o, a in options.items() if o.startswith("--") and o.startswith(name)}
+    return next(iter(found.values())) if len(found) == 1 and name.startswith("--") else None
+
+
+def options_given(parser: argparse.ArgumentParser, command: str, ours: Sequence[str]) -> List[str]:
+    """The dests of the options written in ``ours`` (feedprof's words of ``command``), in order."""
+    options = _options_of(parser, command)
+    given = []
+    for word in ours:
+        action = _action_of(options, word) if word.startswith("-") else None
+        if action is not None and action.dest not in given:
+            given.append(action.dest)
+    return given
+
+
+def own_options_in(parser: argparse.ArgumentParser, command: str, script_args: Sequence[str]) -> List[str]:
+    """Options of feedprof's command written after the script (they are the script's): said once,
+    as a user who put ``--out DIR`` there may have meant it for feedprof."""
+    options = _options_of(parser, command)  # (a --help there is the script's own help, asked for)
+    return [w for w in script_args if w.startswith("--") and w.split("=", 1)[0] in options
+            and not isinstance(options[w.split("=", 1)[0]], argparse._HelpAction)]
+
+
+def check_script(path: str, command: str = "tune") -> str:
     """The script as an absolute path, or a UsageError that says what is wrong."""
+    if not os.path.exists(path) and os.sep not in path and shutil.which(path):  # torchrun, srun, python ...
+        raise UsageError(f"{path} is a command, not a training script: a launch command goes after -- "
+                         f"(feedprof {command} -- {path} ...)")
     if not os.path.exists(path):
         raise UsageError(f"no such script: {path}")
     if os.path.isdir(path):
@@ -133,8 +200,9 @@ def positive_float(text: str) -> float:
 # ---------------------------------------------------------------- parsers
 
 
-def _add_window_flags(p: argparse.ArgumentParser, window: WindowDefaults) -> None:
-    g = p.add_argument_group("measurement window")
+def _add_window_flags(p: argparse.ArgumentParser, window: WindowDefaults, offline: str = "") -> None:
+    """The measurement window's flags; ``offline``: what to add where they are for trials alone."""
+    g = p.add_argument_group("measurement window" + (f" ({offline})" if offline else ""))
     g.add_argument("--window-batches", type=positive_int, default=window.batches, metavar="N",
                    help=f"steady-state batches to measure before ending the script (default {window.batches})")
     g.add_argument("--window-seconds", type=positive_float, default=window.seconds, metavar="S",
@@ -149,6 +217,26 @@ def _add_window_flags(p: argparse.ArgumentParser, window: WindowDefaults) -> Non
                         f"(default {defaults.LOADER_TIMEOUT_S:g})")
 
 
+def shown_default(action: argparse.Action, words: str) -> argparse.Action:
+    """A default worked out when the command runs (from the machine, the baseline trial), in the
+    words --help gives it: docs/make_cli_reference.py shows them in its default column."""
+    action.default_words = words  # type: ignore[attr-defined]
+    return action
+
+
+# Defaults worked out when the command runs: their words, for --help and docs/cli.md.
+MAX_WORKERS_DEFAULT = "max(32, 2 × usable CPUs)"  # tune/tuner.py default_max_workers
+MAX_MEMORY_DEFAULT = "80 % of free RAM, or of the container's limit"  # tune/budget.py HEADROOM
+TRIAL_TIMEOUT_DEFAULT = "4 × the baseline trial, at least 30 s"  # tune/tuner.py TRIAL_TIMEOUT_*
+LOADER_DEFAULT = "the loader that delivers the most batches"
+
+# tune's options that an online tune has no use for (the job runs once, to its own end): given
+# with --online they are refused (exit 2), never silently ignored
+OFFLINE_ONLY = ("resume", "budget", "trial_timeout", "tensorboard", "allow_reorder", "window_batches",
+                "window_seconds", "warmup_batches", "loader_timeout", "min_window_batches")
+ONLINE_ONLY = ("explore", "allow_rng_change", "allow_resharding")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from feedprof import __version__
 
@@ -161,53 +249,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SCRIPT_HELP = "the training script (.py); everything after it is its own arguments, passed to it as they are"
+ARGS_WORDS = ("Everything after the script is the script's own arguments (as python -m cProfile train.py ARGS "
+              "takes them), an option of feedprof's too: feedprof's options go before the script. ")
+
+
+def _usage(command: str, *more: str) -> str:
+    lines = [f"feedprof {command} [options] train.py [args ...]",
+             f"feedprof {command} [options] -- LAUNCH COMMAND (torchrun, srun, mpirun ... train.py [args ...])"]
+    return "\n       ".join(lines + list(more))
+
+
 def _add_profile(sub: Any) -> None:
-    p = sub.add_parser("profile", help="one observed run of a script, no sweep",
-                       description="Run SCRIPT once, unmodified, and say whether its training loop "
-                       "waits for data. Script arguments go after --. A multi-process job: leave out SCRIPT "
+    p = sub.add_parser("profile", help="one observed run of a script, no sweep", usage=_usage("profile"),
+                       description="Run the training script once, unmodified, and say whether its training loop "
+                       "waits for data. " + ARGS_WORDS + "A multi-process job: leave out the script "
                        "and give its launch command after -- (feedprof profile -- torchrun --nproc-per-node 2 "
                        "train.py): every rank is profiled.")
-    p.add_argument("script", nargs="?", help="the training script (.py); or none, and a launch command after --")
+    p.add_argument("script", nargs="?", metavar="train.py", help=SCRIPT_HELP)
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     p.add_argument("--full", action="store_true", help="run the script to completion instead of a window")
-    p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
-                   help="stop the script after S seconds in all")
+    shown_default(p.add_argument("--timeout", type=positive_float, default=None, metavar="S",
+                                 help="stop the script after S seconds in all (default: no limit)"), "no limit")
     p.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP)
-    _add_window_flags(p, defaults.PROFILE_WINDOW)
+    _add_window_flags(p, defaults.PROFILE_WINDOW, "the window and --loader-timeout: without --full")
 
 
 def _add_tune(sub: Any) -> None:
     t = sub.add_parser("tune", help="sweep the loader settings, recommend the best",
-                       description="Run SCRIPT unmodified with different loader settings injected, "
+                       usage=_usage("tune", "feedprof tune [options] --resume DIR"),
+                       description="Run the training script unmodified with different loader settings injected, "
                        "within a time budget, and recommend the config that keeps the accelerator fed. "
-                       "Script arguments go after --. A multi-process job: leave out SCRIPT and give its launch "
+                       + ARGS_WORDS + "A multi-process job: leave out the script and give its launch "
                        "command after -- (feedprof tune -- torchrun --nproc-per-node 2 train.py): every rank "
-                       "gets the same knobs, and the recommendation is per rank.")
-    t.add_argument("script", nargs="?", help="the training script (.py); or none, and a launch command after --; "
-                   "optional with --resume")
-    t.add_argument("--out", default=None, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+                       "gets the same knobs, and the recommendation is per rank. With --online the job "
+                       "runs once, to its own end, and the options marked 'offline' are refused.")
+    t.add_argument("script", nargs="?", metavar="train.py", help=SCRIPT_HELP + "; optional with --resume")
+    shown_default(t.add_argument("--out", default=None, metavar="DIR",  # (None: --resume DIR writes there)
+                                 help=f"output directory (default {DEFAULT_OUT})"), DEFAULT_OUT)
     t.add_argument("--resume", default=None, metavar="DIR",
-                   help="go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
+                   help="offline: go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
     t.add_argument("--budget", type=positive_float, default=defaults.TUNE_BUDGET_S, metavar="S",
-                   help=f"time budget for the whole tune in seconds (default {defaults.TUNE_BUDGET_S:g})")
-    t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
-                   help="most workers to try (default: max(32, 2 x usable CPUs); beyond the CPU count "
-                        "only when the workers wait on I/O)")
-    t.add_argument("--max-memory", type=byte_size, default=None, metavar="SIZE",
-                   help="RAM the job may use, e.g. 8G or 512M (default: 80%% of what is free, or of the "
-                        "container's memory limit); configs predicted to need more are not run")
-    t.add_argument("--loader", default=None, metavar="FILE:LINE",
-                   help="the loader to tune, by where it is built (default: the one that delivers most batches)")
+                   help=f"offline: time budget for the whole tune in seconds (default {defaults.TUNE_BUDGET_S:g})")
+    shown_default(t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
+                                 help=f"most workers to try (default: {MAX_WORKERS_DEFAULT}; beyond the CPU count "
+                                      "only when the workers wait on I/O)"), MAX_WORKERS_DEFAULT)
+    shown_default(t.add_argument("--max-memory", type=byte_size, default=None, metavar="SIZE",
+                                 help=f"RAM the job may use, e.g. 8G or 512M (default: "
+                                      f"{MAX_MEMORY_DEFAULT.replace('%', '%%')}); configs predicted to need more "
+                                      "are not run, and online a config whose job passes it is left"),
+                  MAX_MEMORY_DEFAULT)
+    shown_default(t.add_argument("--loader", default=None, metavar="FILE:LINE",
+                                 help=f"the loader to tune, by where it is built (default: {LOADER_DEFAULT})"),
+                  LOADER_DEFAULT)
     t.add_argument("--quiet", action="store_true", help="no progress display")
     t.add_argument("--allow-reorder", action="store_true",
-                   help="settings that change the order of samples may be recommended (torch in_order=False, "
-                        "where a slow tail of reads holds batches back); without it their gain is only reported")
+                   help="offline: settings that change the order of samples may be recommended (torch "
+                        "in_order=False, where a slow tail of reads holds batches back); without it their gain is "
+                        "only reported")
+    _add_online_flags(t)
+    t.add_argument("--tensorboard", default=None, metavar="DIR",
+                   help="offline: " + TENSORBOARD_HELP + "; one run per trial")
+    shown_default(t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
+                                 help=f"offline: end a trial that runs longer than S seconds (default: "
+                                      f"{TRIAL_TIMEOUT_DEFAULT}); a hung trial is recorded as a timeout and the "
+                                      "tune goes on"), TRIAL_TIMEOUT_DEFAULT)
+    _add_window_flags(t, defaults.TUNE_WINDOW, offline="offline: per trial; --interval and --no-gpu also online")
+    t.add_argument("--min-window-batches", type=positive_int, default=defaults.TUNE_WINDOW.min_batches, metavar="N",
+                   help=f"offline: measure at least this many steady-state batches per trial "
+                        f"(default {defaults.TUNE_WINDOW.min_batches})")
+
+
+def _add_online_flags(t: argparse.ArgumentParser) -> None:
+    """tune's options for tuning inside the real run (--online)."""
     t.add_argument("--online", action="store_true",
                    help="tune inside the real run: the job runs once, to its own end, while the training "
-                        "loader's settings change; nothing the model sees changes (torch DataLoader, Keras PyDataset)")
-    t.add_argument("--explore", type=explore_budget, default=None, metavar="S|N%",
-                   help="--online: explore for at most S seconds (default 60) or N%% of the run so far, "
-                        "then keep the pick for the rest of the run")
+                        "loader's workers change between batches (torch DataLoader, Keras PyDataset); the same "
+                        "samples in the same order, but random draws made inside workers follow the worker "
+                        "count (docs/online.md)")
+    shown_default(t.add_argument("--explore", type=explore_budget, default=None, metavar="S|N%",
+                                 help=f"--online: explore for at most S seconds (default {defaults.EXPLORE_S:g}) or "
+                                      "N%% of the run so far, then keep the pick for the rest of the run"),
+                  f"{defaults.EXPLORE_S:g} s")
     t.add_argument("--allow-rng-change", action="store_true",
                    help="--online: switch a loader even where that moves draws from the script's random streams "
                         "(a dataset or collate_fn drawing at 0 workers, a sampler drawing lazily while the loop "
@@ -216,14 +339,6 @@ def _add_tune(sub: Any) -> None:
                    help="--online: switch an IterableDataset's workers between epochs; its worker count decides "
                         "what each worker yields, so an epoch's samples follow it unless the dataset shards by a "
                         "fixed key (without it such a loader is observed, and the summary says what would change)")
-    t.add_argument("--tensorboard", default=None, metavar="DIR", help=TENSORBOARD_HELP + "; one run per trial")
-    t.add_argument("--trial-timeout", type=positive_float, default=None, metavar="S",
-                   help="end a trial that runs longer than S seconds (default: 4 x the baseline trial, "
-                        "at least 30 s); a hung trial is recorded as a timeout and the tune goes on")
-    _add_window_flags(t, defaults.TUNE_WINDOW)
-    t.add_argument("--min-window-batches", type=positive_int, default=defaults.TUNE_WINDOW.min_batches, metavar="N",
-                   help=f"measure at least this many steady-state batches per trial "
-                        f"(default {defaults.TUNE_WINDOW.min_batches})")
 
 
 def _add_report(sub: Any) -> None:
@@ -233,8 +348,9 @@ def _add_report(sub: Any) -> None:
     r.add_argument("results", metavar="JSON_OR_DIR", nargs="+",
                    help="one results.json or run.json; or those of every node or task of one job, merged (a "
                         "directory: its own, or those of its subdirectories, as one feedprof per task writes them)")
-    r.add_argument("-o", "--output", default=None, metavar="FILE",
-                   help="where to write the page (default: report.html beside the JSON file)")
+    shown_default(r.add_argument("-o", "--output", default=None, metavar="FILE",
+                                 help="where to write the page (default: report.html beside the JSON file)"),
+                  "report.html beside the JSON file")
 
 
 def _add_gpus(sub: Any) -> None:

@@ -3,7 +3,7 @@
     cb = feedprof.keras.ProfileCallback()
     model.fit(dataset, epochs=3, callbacks=[cb])
     print(cb.summary()); cb.save("run.json"); cb.report("feedprof.html")
-    cb.to_tensorboard("runs/fit")  # TensorBoard event files (pip install 'feedprof[tensorboard]')
+    cb.to_tensorboard("runs/fit")  # TensorBoard event files (needs pip install tensorboard)
 
 The callback is to ``fit`` what ``feedprof.profile()`` is to a PyTorch loop:
 it samples CPU, memory and GPU while training runs and times every step.

@@ -162,7 +162,7 @@ class Profile:
         return write_report(self.tuned() if self._tuner is not None else self.run, path)
 
     def to_tensorboard(self, logdir: str) -> str:
-        """Write the run as TensorBoard event files in ``logdir`` (``pip install 'feedprof[tensorboard]'``)."""
+        """Write the run as TensorBoard event files in ``logdir`` (needs ``pip install tensorboard``)."""
         from feedprof.render.tensorboard import write_run
 
         write_run(self.run, logdir)

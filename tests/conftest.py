@@ -109,6 +109,15 @@ def cli(capsys, monkeypatch):
     return run
 
 
+def feedprof_args(command, script, *words):
+    """``COMMAND [options] SCRIPT [its args]`` from feedprof's options and the script's arguments
+    written in one list, ``--`` between them (as a helper's ``*extra`` has them): feedprof's
+    options go before the script, everything after it is the script's."""
+    words = list(words)
+    cut = words.index("--") if "--" in words else len(words)
+    return [*command, *words[:cut], script, *words[cut + 1:]]
+
+
 def run_feedprof(args, via="module", timeout=240, cwd=None, env=None):
     """The real CLI in a subprocess: ``python -m feedprof`` or the ``feedprof`` script.
     A test that calls it requests ``e2e`` (or ``no_leftovers``)."""

@@ -17,7 +17,7 @@ def as_written(script, report, *args):
 
 def online(tmp_path, script, report, *args, extra=()):
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--online", script, "--out", str(out), *extra, "--", "--report", str(report), *args],
+    proc = run_feedprof(["tune", "--online", "--out", str(out), *extra, script, "--report", str(report), *args],
                         timeout=240)
     seen = json.loads(report.read_text()) if report.exists() else None
     results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import run_feedprof, write_script
+from tests.conftest import feedprof_args, run_feedprof, write_script
 
 pytestmark = pytest.mark.usefixtures("torch")  # every script here is a torch one
 
@@ -18,7 +18,7 @@ QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batc
 
 def tune(tmp_path, script, *extra, preexec_fn=None):
     out = tmp_path / "out"
-    args = ["tune", script, "--out", str(out), *QUICK, *extra]
+    args = feedprof_args(["tune"], script, "--out", str(out), *QUICK, *extra)
     if preexec_fn is None:
         proc = run_feedprof(args, timeout=300)
     else:
@@ -194,8 +194,8 @@ if __name__ == "__main__":
 def test_workers_that_copy_their_dataset_are_seen_growing(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", GROWS)
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--window-seconds", "3", "--window-batches", "5000",
-                         "--interval", "0.1"])
+    proc = run_feedprof(["profile", "--out", str(out), "--window-seconds", "3", "--window-batches", "5000",
+                         "--interval", "0.1", script])
     assert proc.returncode == 0, proc.stderr
     run = json.loads((out / "run.json").read_text())
     grows = [n for n in run["summary"]["notes"] if n["code"] == "memory_grows"]
@@ -233,7 +233,7 @@ if __name__ == "__main__":
 def test_cuda_in_a_forked_worker_of_the_scripts_own_loader(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", CUDA_IN_WORKER.format(workers=2))
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--window-batches", "40", "--interval", "0.1"])
+    proc = run_feedprof(["profile", "--out", str(out), "--window-batches", "40", "--interval", "0.1", script])
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert "Cannot re-initialize CUDA in forked subprocess" in last and 'multiprocessing_context="spawn"' in last

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_feedprof, write_script
+from tests.conftest import feedprof_args, run_feedprof, write_script
 from tests.scripts import torch_loop
 
 
@@ -13,7 +13,7 @@ FAST = ["--window-batches", "40", "--warmup-batches", "2", "--interval", "0.1"]
 
 def profile(tmp_path, script, *extra, via="module"):
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), *FAST, *extra], via=via)
+    proc = run_feedprof(feedprof_args(["profile"], script, "--out", str(out), *FAST, *extra), via=via)
     run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
     return proc, run
 
@@ -160,9 +160,9 @@ def test_full_run_to_completion(tmp_path, no_leftovers, torch):
 @pytest.mark.parametrize("args,message", [
     (["profile", "missing.py"], "no such script: missing.py"),
     (["profile", "."], "is a directory"),
-    (["profile", "x.py", "--bogus"], "unrecognized arguments: --bogus"),
-    (["profile", "x.py", "--window-batches", "abc"], "expected a whole number"),
-    (["profile", "x.py", "--interval", "-1"], "expected a positive number"),
+    (["profile", "--bogus", "x.py"], "unrecognized arguments: --bogus"),
+    (["profile", "--window-batches", "abc", "x.py"], "expected a whole number"),
+    (["profile", "--interval", "-1", "x.py"], "expected a positive number"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(tmp_path, args, message, cli):
@@ -192,19 +192,19 @@ def test_a_second_run_into_a_directory_in_use_is_bad_usage(tmp_path, no_leftover
 
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1))
     out = tmp_path / "out"
-    first = subprocess.Popen([sys.executable, "-m", "feedprof", "profile", script, "--out", str(out), *FAST],
+    first = subprocess.Popen([sys.executable, "-m", "feedprof", "profile", "--out", str(out), *FAST, script],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lock = out / ".feedprof.lock"
     deadline = time.monotonic() + 60
     while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = run_feedprof(["tune", script, "--out", str(out), "--budget", "10"])
+    second = run_feedprof(["tune", "--out", str(out), "--budget", "10", script])
     assert second.returncode == 2, second.stderr
     assert f"in use by another feedprof run (PID {first.pid})" in second.stderr
     assert len(second.stderr.strip().splitlines()) == 1
     assert first.wait(timeout=240) == 0, first.stderr
     assert json.loads((out / "run.json").read_text())["outcome"]["state"] == "ok"
-    again = run_feedprof(["profile", script, "--out", str(out), *FAST])  # free once the first has ended
+    again = run_feedprof(["profile", "--out", str(out), *FAST, script])  # free once the first has ended
     assert again.returncode == 0, again.stderr
 
 

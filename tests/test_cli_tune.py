@@ -2,7 +2,7 @@
 import json
 import time
 
-from tests.conftest import run_feedprof, write_script
+from tests.conftest import feedprof_args, run_feedprof, write_script
 from tests.scripts import torch_loop
 
 QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
@@ -11,7 +11,7 @@ QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batc
 
 def tune(tmp_path, script, *extra, timeout=300):
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), *QUICK, *extra], timeout=timeout)
+    proc = run_feedprof(feedprof_args(["tune"], script, "--out", str(out), *QUICK, *extra), timeout=timeout)
     path = out / "results.json"
     return proc, (json.loads(path.read_text()) if path.exists() else None)
 
@@ -91,7 +91,7 @@ def test_tune_bad_usage(tmp_path, cli):
     for args, message in [(["--budget", "-1"], "expected a positive number"),
                           (["--max-workers", "abc"], "expected a whole number"),
                           (["--loader", "nocolon"], "--loader expects FILE:LINE")]:
-        proc = cli(["tune", str(tmp_path / "x.py"), *args])
+        proc = cli(["tune", *args, str(tmp_path / "x.py")])
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 

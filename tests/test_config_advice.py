@@ -131,7 +131,7 @@ QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batc
 
 def tune(root, *argv, budget=40):
     out = root / "out"
-    proc = run_feedprof(["tune", "train.py", "--out", str(out), *QUICK, "--budget", str(budget), "--", *argv],
+    proc = run_feedprof(["tune", "--out", str(out), *QUICK, "--budget", str(budget), "train.py", "--", *argv],
                         timeout=400, cwd=str(root))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc, json.loads((out / "results.json").read_text())["recommendation"]

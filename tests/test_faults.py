@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, run_feedprof, write_script
+from tests.conftest import REPO, feedprof_args, run_feedprof, write_script
 from tests.scripts import torch_loop
 
 
@@ -27,7 +27,7 @@ def no_feedprof_traceback(stderr):
 
 def profile(tmp_path, script, *extra):
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), *QUICK, *extra])
+    proc = run_feedprof(feedprof_args(["profile"], script, "--out", str(out), *QUICK, *extra))
     return proc, out
 
 
@@ -54,7 +54,7 @@ def test_script_faults(tmp_path, body, exit_code, message, no_leftovers, torch):
 def test_a_file_that_is_not_python(tmp_path, command, content, cli):
     path = tmp_path / "train.py"
     path.write_bytes(content)
-    proc = cli([command, str(path), "--out", str(tmp_path / "out")])
+    proc = cli([command, "--out", str(tmp_path / "out"), str(path)])
     assert proc.returncode == 2
     assert "is not a Python script" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
@@ -123,8 +123,8 @@ if __name__ == "__main__":
 def test_a_failing_trial_is_classified_and_the_tune_goes_on(tmp_path, fault, state, cause, reason, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", WORKER_FAULT.replace("{fault}", fault))
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "60", "--trial-timeout", "8",
-                         "--max-workers", "4", *TUNE_QUICK])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "60", "--trial-timeout", "8",
+                         "--max-workers", "4", *TUNE_QUICK, script])
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
     bad = [t for t in res["trials"] if t["config"].get("num_workers")]
@@ -175,8 +175,8 @@ def _default_sigint():
 def test_interrupted_tune_keeps_its_trials_and_resumes(tmp_path, signum, moment, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=3, step_ms=2, n=400, batch_size=4, epochs=100))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", script, "--out", str(out),
-                             "--budget", "90", "--max-workers", "8", *TUNE_QUICK],
+    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--out", str(out),
+                             "--budget", "90", "--max-workers", "8", *TUNE_QUICK, script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     if moment == "in a trial":
         # Baseline and ceiling are measured; wait until the ladder's first rung
@@ -214,8 +214,8 @@ def test_gpu_lost_mid_run_leaves_a_gap_and_sampling_goes_on(tmp_path, no_leftove
     out = tmp_path / "out"
     env = {"PYTHONPATH": os.pathsep.join([os.path.join(REPO, "tests", "fake_nvml"),
                                           os.environ.get("PYTHONPATH", "")])}
-    proc = run_feedprof(["profile", script, "--out", str(out), "--window-seconds", "4", "--window-batches",
-                         "5000", "--interval", "0.1"], env=env)
+    proc = run_feedprof(["profile", "--out", str(out), "--window-seconds", "4", "--window-batches",
+                         "5000", "--interval", "0.1", script], env=env)
     assert proc.returncode == 0, proc.stderr
     run = json.loads((out / "run.json").read_text())
     util = run["samples"]["gpus"][0]["util_pct"]
@@ -236,7 +236,7 @@ def test_unusable_output_directory_fails_before_any_trial(tmp_path, out_arg, mes
         out_arg = str(tmp_path / "a-file")
         (tmp_path / "a-file").write_text("")
     for command in ("profile", "tune"):
-        proc = cli([command, script, "--out", out_arg])
+        proc = cli([command, "--out", out_arg, script])
         assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
         assert "never runs" not in proc.stdout
 
@@ -247,7 +247,7 @@ def test_full_disk_fails_before_any_trial(tmp_path, e2e):  # a real process: its
     def small_files():  # every write past 16 KiB fails, as on a full disk
         resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
 
-    proc = subprocess.run([sys.executable, "-m", "feedprof", "tune", script, "--out", str(tmp_path / "out")],
+    proc = subprocess.run([sys.executable, "-m", "feedprof", "tune", "--out", str(tmp_path / "out"), script],
                           capture_output=True, text=True, preexec_fn=small_files, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "not writable" in proc.stderr and "never runs" not in proc.stdout
@@ -336,7 +336,7 @@ def test_profile_of_scripts_a_new_user_tries(tmp_path, body, exit_code, message,
 def test_tune_of_a_script_whose_baseline_fails(tmp_path, body, message, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", body)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "30", *TUNE_QUICK])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "30", *TUNE_QUICK, script])
     assert proc.returncode == 1 and message in proc.stderr and no_feedprof_traceback(proc.stderr)
     if body is REQUIRED_ARG:  # the script's own words, not only its exit code
         assert "error: the following arguments are required: --data" in proc.stderr
@@ -349,7 +349,7 @@ def test_tune_of_a_script_whose_baseline_fails(tmp_path, body, message, no_lefto
 def test_a_flood_of_output_is_kept_out_of_the_way(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", FLOOD)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "20", "--max-workers", "4", *TUNE_QUICK])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "20", "--max-workers", "4", *TUNE_QUICK, script])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "xxxxxxxxxx" not in proc.stdout + proc.stderr  # the script's output goes to each trial's output.log
     assert "x" * 20000 in (out / "trials" / "00-baseline" / "output.log").read_text()

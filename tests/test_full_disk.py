@@ -68,7 +68,7 @@ def test_output_filesystem_full_mid_run(tmp_path, command, fill_at, no_leftovers
                                                                out=str(out)))
     extra = ["--budget", "90", "--quiet", *QUICK] if command == "tune" else ["--window-batches", "40"]
     keep = tmp_path / "kept"
-    proc = _in_small_filesystem(out, [command, script, "--out", str(out), *extra], keep)
+    proc = _in_small_filesystem(out, [command, "--out", str(out), *extra, script], keep)
     assert proc.returncode == 2, proc.stderr
     name = "results.json" if command == "tune" else "run.json"
     line = [s for s in proc.stderr.splitlines() if s.startswith("feedprof: cannot write")]

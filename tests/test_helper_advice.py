@@ -159,8 +159,8 @@ def test_a_helper_argument_left_to_its_default_is_added_at_the_users_call(tmp_pa
 def test_tune_names_the_script_call_and_flag(tmp_path, no_leftovers, torch):
     lib, script = project(tmp_path)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "train.py", "--out", str(out), "--budget", "40", "--window-seconds", "0.6",
-                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "--",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "40", "--window-seconds", "0.6",
+                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "train.py",
                          "-j", "0"], timeout=300, cwd=os.path.dirname(script),
                         env={"PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(lib)),
                                                             os.environ.get("PYTHONPATH", "")])})
@@ -231,7 +231,7 @@ def test_a_script_that_batches_by_itself_has_no_loader(tmp_path, no_leftovers):
     """No DataLoader, PyDataset or tf.data: "no data loader", exit 1, for tune and profile."""
     script = write_script(tmp_path, "train.py", OWN_BATCHING)
     for command in ("tune", "profile"):
-        proc = run_feedprof([command, script, "--out", str(tmp_path / command), "--", "--epochs", "1"],
+        proc = run_feedprof([command, "--out", str(tmp_path / command), script, "--epochs", "1"],
                             cwd=str(tmp_path))
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert "no data loader was iterated" in proc.stdout + proc.stderr
@@ -465,8 +465,8 @@ def test_tune_of_timms_shape_pastes_a_line_that_runs(tmp_path, no_leftovers, tor
     helper, script = timm_project(tmp_path)
     out = tmp_path / "out"
     site_packages = os.path.dirname(os.path.dirname(helper))
-    proc = run_feedprof(["tune", "train.py", "--out", str(out), "--budget", "40", "--window-seconds", "0.6",
-                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "--",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "40", "--window-seconds", "0.6",
+                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "train.py",
                          "-j", "0"], timeout=300, cwd=os.path.dirname(script),
                         env={"PYTHONPATH": os.pathsep.join([site_packages, os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr[-3000:]

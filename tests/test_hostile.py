@@ -24,8 +24,8 @@ def test_spawn_workers_are_tuned_measured_and_kept_in_the_advice(tmp_path, no_le
     spawned workers, and keeps the start method in the paste line."""
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1, workers=1, n=160, epochs=2))
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "45", "--max-workers", "2", *TUNE_QUICK,
-                         "--", "--context", "spawn"])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "45", "--max-workers", "2", *TUNE_QUICK,
+                         script, "--context", "spawn"])
     assert proc.returncode == 0, proc.stderr
     assert no_feedprof_traceback(proc.stderr)
     trials = json.loads((out / "results.json").read_text())["trials"]
@@ -67,7 +67,7 @@ if __name__ == "__main__":
 def test_forkserver_workers_are_measured(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", FORKSERVER)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", "--max-workers", "2", *TUNE_QUICK])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "40", "--max-workers", "2", *TUNE_QUICK, script])
     assert proc.returncode == 0, proc.stderr
     assert no_feedprof_traceback(proc.stderr)
     trials = json.loads((out / "results.json").read_text())["trials"]
@@ -125,12 +125,12 @@ def test_spaces_other_alphabets_and_bytes_that_are_not_utf8(tmp_path, no_leftove
     script = write_script(where, "train ñ.py", HOSTILE_OUTPUT)
     out = where / "out ü"
     env = {"PYTHONIOENCODING": "ascii"}  # a terminal that shows none of it
-    proc = feedprof_bytes(["profile", script, "--out", str(out / "p"), "--window-batches", "30",
-                         "--warmup-batches", "2", "--interval", "0.1"], cwd=str(where), env=env)
+    proc = feedprof_bytes(["profile", "--out", str(out / "p"), "--window-batches", "30",
+                         "--warmup-batches", "2", "--interval", "0.1", script], cwd=str(where), env=env)
     assert proc.returncode == 0, proc.stderr
     assert no_feedprof_traceback(proc.stderr) and "train ?.py:" in proc.stdout
-    proc = feedprof_bytes(["tune", script, "--out", str(out / "t"), "--budget", "40", "--max-workers", "4",
-                         *TUNE_QUICK], cwd=str(where))
+    proc = feedprof_bytes(["tune", "--out", str(out / "t"), "--budget", "40", "--max-workers", "4",
+                         *TUNE_QUICK, script], cwd=str(where))
     assert proc.returncode == 0, proc.stderr
     assert no_feedprof_traceback(proc.stderr)
     result = json.loads((out / "t" / "results.json").read_text(encoding="utf-8"))
@@ -148,8 +148,8 @@ def test_copy_on_read_is_projected_to_the_epoch_and_the_recommended_workers(tmp_
 
     script = write_script(tmp_path, "train.py", GROWS)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", "--max-workers", "2",
-                         "--window-seconds", "2", "--min-window-batches", "20", "--interval", "0.1"])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "40", "--max-workers", "2",
+                         "--window-seconds", "2", "--min-window-batches", "20", "--interval", "0.1", script])
     assert proc.returncode == 0, proc.stderr
     assert no_feedprof_traceback(proc.stderr)
     rec = json.loads((out / "results.json").read_text())["recommendation"]
@@ -194,7 +194,7 @@ if __name__ == "__main__":
 def test_a_low_open_file_limit_is_named_and_a_config_that_works_recommended(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", LOW_FD_LIMIT)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", *TUNE_QUICK])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "40", *TUNE_QUICK, script])
     assert proc.returncode == 0, proc.stderr
     assert no_feedprof_traceback(proc.stderr)
     result = json.loads((out / "results.json").read_text())

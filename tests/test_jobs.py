@@ -175,7 +175,7 @@ TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup
 def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", DATA_PARALLEL)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "50", "--max-workers", "16", *TUNE_QUICK])
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "50", "--max-workers", "16", *TUNE_QUICK, script])
     assert proc.returncode == 0, proc.stderr
     rec = json.loads((out / "results.json").read_text())["recommendation"]
     assert rec["config"]["num_workers"] >= 2 and rec["speedup"] > 2
@@ -185,7 +185,7 @@ def test_fit_under_a_mirrored_strategy_is_tuned_as_an_ordinary_script(tmp_path, 
     pytest.importorskip("tensorflow")
     script = write_script(tmp_path, "train.py", mirrored())
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "70", "--max-workers", "16", *TUNE_QUICK],
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "70", "--max-workers", "16", *TUNE_QUICK, script],
                         env=QUIET_TF, timeout=400)
     assert proc.returncode == 0, proc.stderr
     rec = json.loads((out / "results.json").read_text())["recommendation"]
@@ -196,7 +196,7 @@ def test_a_custom_loop_over_a_distributed_dataset_is_measured(tmp_path, no_lefto
     pytest.importorskip("tensorflow")
     script = write_script(tmp_path, "train.py", mirrored(custom_loop=True))
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), *QUICK], env=QUIET_TF, timeout=300)
+    proc = run_feedprof(["profile", "--out", str(out), *QUICK, script], env=QUIET_TF, timeout=300)
     assert proc.returncode == 0, proc.stderr
     s = json.loads((out / "run.json").read_text())["summary"]
     assert s["framework"] == "tf.data" and s["batches_measured"] >= 30

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import run_feedprof, write_script
+from tests.conftest import feedprof_args, run_feedprof, write_script
 from tests.scripts_keras import (CALLBACK, TF_KERAS_SEQUENCE, TFDATA_BUILT_APART, TFDATA_FIT, TFDATA_FIT_EACH_EPOCH,
                                  TFDATA_FIT_STEP_LOG, TFDATA_LOOP, pydataset)
 
@@ -21,7 +21,7 @@ TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup
 
 def tune(tmp_path, script, *extra, env=None):
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), *TUNE_QUICK, *extra], env={**QUIET_TF, **(env or {})},
+    proc = run_feedprof(feedprof_args(["tune"], script, "--out", str(out), *TUNE_QUICK, *extra), env={**QUIET_TF, **(env or {})},
                         timeout=400)
     res = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
     return proc, res
@@ -29,7 +29,7 @@ def tune(tmp_path, script, *extra, env=None):
 
 def profile(tmp_path, script, *extra, env=None):
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--interval", "0.1", *extra],
+    proc = run_feedprof(feedprof_args(["profile"], script, "--out", str(out), "--interval", "0.1", *extra),
                         env={**QUIET_TF, **(env or {})}, timeout=300)
     run = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else None
     return proc, run
@@ -200,8 +200,8 @@ def test_multiprocessing_trial_that_hangs_is_classified(tmp_path, no_leftovers):
         "        while time.perf_counter() < end:  # decoding in Python: holds the GIL\n"
         "            pass"))
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "90", "--trial-timeout", "10",
-                         "--max-workers", "4", *TUNE_QUICK], env=QUIET_TF, timeout=300)
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "90", "--trial-timeout", "10",
+                         "--max-workers", "4", *TUNE_QUICK, script], env=QUIET_TF, timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
     hung = [t for t in res["trials"] if t["config"].get("use_multiprocessing")]

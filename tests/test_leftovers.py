@@ -180,8 +180,8 @@ def test_profile_says_what_its_script_left_behind(tmp_path, no_leftovers, torch)
     pids = tmp_path / "escaped.txt"
     out = tmp_path / "out"
     try:
-        proc = run_feedprof(["profile", script, "--out", str(out), "--window-batches", "30", "--warmup-batches",
-                             "2", "--interval", "0.1"], env={"ESCAPED_PIDS": str(pids)})
+        proc = run_feedprof(["profile", "--out", str(out), "--window-batches", "30", "--warmup-batches",
+                             "2", "--interval", "0.1", script], env={"ESCAPED_PIDS": str(pids)})
         escaped = [int(x) for x in pids.read_text().split()]
         assert proc.returncode == 0, proc.stderr
         assert len(escaped) == 1 and psutil.pid_exists(escaped[0])  # reported, not killed
@@ -203,9 +203,9 @@ def test_tune_names_what_each_forked_trial_left_behind(tmp_path, no_leftovers, t
     try:
         # Room for a trial after the baseline on a loaded machine (15 s left only the baseline where it
         # took 3.6 s and the fork server 3 s more): the baseline and the ceiling are enough here.
-        proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "25", "--max-workers", "2",
+        proc = run_feedprof(["tune", "--out", str(out), "--budget", "25", "--max-workers", "2",
                              "--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
-                             "--interval", "0.1", "--quiet"], env={"ESCAPED_PIDS": str(pids)})
+                             "--interval", "0.1", "--quiet", script], env={"ESCAPED_PIDS": str(pids)})
         assert proc.returncode == 0, proc.stderr
         escaped = sorted(int(x) for x in pids.read_text().split())
         res = json.loads((out / "results.json").read_text())

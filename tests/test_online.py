@@ -83,8 +83,8 @@ def test_feedprof_exits_with_the_jobs_own_status(tmp_path, no_leftovers):
 def test_ctrl_c_keeps_what_was_measured(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", SEEDED)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--online", script, "--out", str(out),
-                             "--", "--report", str(tmp_path / "r.json"), "--epochs", "50"],
+    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--online", "--out", str(out), script,
+                             "--report", str(tmp_path / "r.json"), "--epochs", "50"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     events = out / "run" / "events.jsonl"

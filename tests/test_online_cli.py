@@ -16,7 +16,7 @@ from conftest import write_script
 ])
 def test_bad_online_flags_are_one_line_and_exit_2(tmp_path, cli, args, message):
     script = write_script(tmp_path, "train.py", "print('never run')\n")
-    proc = cli(["tune", script, "--out", str(tmp_path / "out"), *args])
+    proc = cli(["tune", "--out", str(tmp_path / "out"), *args, script])
     assert proc.returncode == 2
     assert message in proc.stderr and "Traceback" not in proc.stderr
 

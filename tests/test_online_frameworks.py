@@ -26,7 +26,7 @@ def as_written(tmp_path, script, *args, env=None):
 
 def online(tmp_path, script, *args, flags=(), env=None):
     out, report = tmp_path / "out", tmp_path / "online.json"
-    argv = ["tune", "--online", *flags, script, "--out", str(out), "--", "--report", str(report), *args]
+    argv = ["tune", "--online", *flags, "--out", str(out), script, "--report", str(report), *args]
     proc = run_feedprof(argv, env={**QUIET_TF, **(env or {})}, timeout=400)
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(report.read_text()) if report.exists() else None
@@ -138,7 +138,7 @@ def test_an_iterable_dataset_in_a_job_of_several_ranks_is_not_switched(tmp_path,
 def test_a_tfdata_pipelines_report_names_autotunes_choices(tmp_path, tensorflow, no_leftovers):
     script = write_script(tmp_path, "train.py", TFDATA_AUTOTUNE)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--online", script, "--out", str(out)], env=QUIET_TF, timeout=400)
+    proc = run_feedprof(["tune", "--online", "--out", str(out), script], env=QUIET_TF, timeout=400)
     assert proc.returncode == 0, proc.stderr
     results = json.loads((out / "results.json").read_text())
     pipeline = max(results["run"]["loaders"], key=lambda rec: rec["batches"])

@@ -59,7 +59,7 @@ def _results(out):
 def test_workers_that_take_more_than_the_budget_are_left_for_fewer(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", IO_BOUND)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--online", "--max-memory", "900M", script, "--out", str(out), "--",
+    proc = run_feedprof(["tune", "--online", "--max-memory", "900M", "--out", str(out), script,
                          "--worker-mib", "80"], timeout=300)
     assert proc.returncode == 0, proc.stderr
     online = _results(out)["online"]
@@ -77,8 +77,8 @@ def test_memory_another_program_takes_meanwhile_is_no_failure_of_the_config(tmp_
     script = write_script(tmp_path, "train.py", IO_BOUND)
     out = tmp_path / "out"
     said = tmp_path / "said.txt"  # (a file: a pipe nobody reads while the test waits could block it)
-    tune = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--online", "--max-memory", "1500M", script,
-                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=open(said, "w"), text=True)
+    tune = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--online", "--max-memory", "1500M",
+                             "--out", str(out), script], stdout=subprocess.DEVNULL, stderr=open(said, "w"), text=True)
     hog = None
     try:
         deadline = time.monotonic() + 120

@@ -114,9 +114,10 @@ def test_in_order_false_is_measured_where_a_slow_tail_blocks_and_recommended_onl
 
     script = write_script(tmp_path, "train.py", SLOW_TAIL)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "60", "--max-workers", "4",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "60", "--max-workers", "4",
                          "--window-seconds", "1.5", "--min-window-batches", "40", "--warmup-batches", "2",
-                         "--interval", "0.1", "--quiet"] + (["--allow-reorder"] if allow else []), timeout=300)
+                         "--interval", "0.1", "--quiet"] + (["--allow-reorder"] if allow else []) + [script],
+                        timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "results.json").read_text())
     rec = res["recommendation"]
@@ -270,7 +271,7 @@ def test_a_tune_that_moves_a_dataset_s_own_generator_into_workers_says_so(tmp_pa
 
     script = write_script(tmp_path, "train.py", OWN_RNG_IO)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "45", "--max-workers", "8"], timeout=300)
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "45", "--max-workers", "8", script], timeout=300)
     assert proc.returncode == 0, proc.stderr
     rec = json.loads((out / "results.json").read_text())["recommendation"]
     assert rec["config"]["num_workers"] >= 2, rec["config"]

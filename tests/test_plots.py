@@ -46,7 +46,8 @@ def test_throughput_chart_marks_baseline_pick_and_ceiling():
     rec = Recommendation(framework="torch", config={"num_workers": 4}, trial_index=2, ceiling_batches_per_s=100.0,
                          baseline_batches_per_s=10.0)
     chart = plots.throughput_data(TuneResult(trials=trials, recommendation=rec))
-    assert [b.label for b in chart.bars] == ["#0", "#2", "#3"]  # the ceiling is a line, not a bar
+    # each bar by its trial and its config; the ceiling is a line, not a bar
+    assert [b.label for b in chart.bars] == ["#0 num_workers=0", "#2 num_workers=4", "#3 num_workers=64"]
     assert [b.picked for b in chart.bars] == [False, True, False]
     assert chart.bars[2].value is None and chart.bars[2].state == "rejected"
     assert chart.ceiling == 100.0 and chart.baseline == 10.0
@@ -62,3 +63,40 @@ def test_svg_is_deterministic_and_themeable():
     a, b = plots.draw_curves([c], gpu_note="GPU: not available"), plots.draw_curves([c], gpu_note="GPU: not available")
     assert a == b
     assert plots.GRID not in a and "stroke-opacity: 0.15" in a
+
+
+def test_a_bar_label_is_its_config_a_setting_to_a_line():
+    assert plots.bar_label("num_workers=8, persistent_workers=True", "#3") == "#3 num_workers=8\npersistent_workers=True"
+    assert plots.bar_label("num_workers=0") == "num_workers=0"
+    assert plots.bar_label("method=$x") == r"method=\$x"  # text, not mathtext
+
+
+def test_an_online_run_names_its_configs_and_counts_them_as_its_chart_and_timeline_do():
+    """A run whose last switch came as it ended (its switches name 3 configs, its windows 2):
+    the run's section counted switches ("explored 3 config(s)") above a chart of 2 bars
+    labelled #0, #1 and a timeline legend of 2. It counts what the chart draws, and the chart's
+    bars are named by their configs."""
+    from feedprof.render.html import render_tune
+    from feedprof.render.online import online_lines, timeline_data
+    from tests.records import make_online_result
+
+    result = make_online_result({0: [12.0, 11.0], 32: [80.0, 84.0]}, switched_at_end=16)
+    chart = plots.throughput_data(result)
+    assert [b.label for b in chart.bars] == ["num_workers=0", "num_workers=32"]
+    legend = set(timeline_data(result)[3])
+    assert legend == {"num_workers=0", "num_workers=32"}
+    said = online_lines(result)[0]
+    assert "tried 2 config(s), the script's own settings included" in said, said
+    assert "switched to 1 more that no window measured" in said
+    assert len(chart.bars) == len(legend) == 2
+    page = render_tune(result)
+    assert "explored 3" not in page and "tried 2 config(s)" in page and ">#0<" not in page
+
+
+def test_the_scripts_own_settings_measured_again_are_coloured_as_its_own():
+    trials = (make_trial(index=0, role="baseline", config={"num_workers": 0}, state="ok", batches_per_s=10.0),
+              make_trial(index=1, role="search", config={"num_workers": 4}, state="ok", batches_per_s=40.0),
+              make_trial(index=2, role="confirm", config={"num_workers": 0}, state="ok", batches_per_s=11.0))
+    chart = plots.throughput_data(TuneResult(trials=trials))
+    assert [b.own for b in chart.bars] == [True, False, True]
+    assert [b.role for b in chart.bars] == ["baseline", "search", "confirm"]

@@ -146,9 +146,9 @@ def test_a_tune_piped_to_a_file_has_one_line_per_trial(tmp_path, no_leftovers, t
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     out = tmp_path / "out"
     # room for two trials on a loaded machine; a short search (two workers at most) ends it early on a quiet one
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "40", "--max-workers", "2",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "40", "--max-workers", "2",
                          "--window-seconds", "0.6",
-                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1"],
+                         "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", script],
                         env={"TERM": "xterm-256color"})  # a terminal's TERM, yet stderr is a pipe
     assert proc.returncode == 0, proc.stderr
     for text in (proc.stderr, proc.stdout):

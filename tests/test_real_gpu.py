@@ -36,7 +36,7 @@ def cuda(torch):
 def test_profile_of_a_cuda_job_reads_the_real_gpu_and_times_the_wait(tmp_path, cuda, no_leftovers):
     script = write_script(tmp_path, "train.py", SEEDED)
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--interval", "0.1", "--",
+    proc = run_feedprof(["profile", "--out", str(out), "--interval", "0.1", script,
                          "--report", str(tmp_path / "r.json"), "--cuda", "--fetch-ms", "5", "--epochs", "2"],
                         timeout=240)
     assert proc.returncode == 0, proc.stderr
@@ -108,7 +108,7 @@ def test_gpus_names_a_real_orphan_that_holds_cuda_memory(cuda, e2e):
 def test_a_tune_of_a_job_that_moves_batches_to_cuda_tries_pin_memory(tmp_path, cuda, no_leftovers):
     script = write_script(tmp_path, "train.py", SEEDED)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "90", "--",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "90", script,
                          "--report", str(tmp_path / "r.json"), "--cuda", "--epochs", "40", "--fetch-ms", "2"],
                         timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -123,7 +123,7 @@ def test_a_profile_of_a_cuda_job_says_where_its_batch_time_and_loading_time_go(t
     0 workers), and the loading code's time by the dataset's own function (it waits: a sleep)."""
     script = write_script(tmp_path, "train.py", SEEDED)
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--",
+    proc = run_feedprof(["profile", "--out", str(out), script,
                          "--report", str(tmp_path / "r.json"), "--cuda", "--fetch-ms", "5", "--epochs", "2"],
                         timeout=240)
     assert proc.returncode == 0, proc.stderr

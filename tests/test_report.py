@@ -41,9 +41,9 @@ def tuned(tmp_path_factory, e2e, torch):
         """)
     assert XSS in script
     out = root / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", "25", "--window-seconds", "0.5",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "25", "--window-seconds", "0.5",
                          "--min-window-batches", "15", "--warmup-batches", "2", "--max-workers", "8",
-                         "--interval", "0.1", "--quiet", "--", XSS])
+                         "--interval", "0.1", "--quiet", script, "--", XSS])
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -79,7 +79,7 @@ def test_report_of_a_profile_run(tmp_path, e2e, torch):
             time.sleep(0.001)
         """)
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--window-batches", "30", "--interval", "0.1"])
+    proc = run_feedprof(["profile", "--out", str(out), "--window-batches", "30", "--interval", "0.1", script])
     assert proc.returncode == 0, proc.stderr
     page = (out / "report.html").read_text()
     assert "feedprof profile" in page and "Loaders seen" in page and "Throughput of every config" not in page

@@ -67,7 +67,7 @@ def _trials(path):
 def test_a_script_that_ignores_signals_still_ends(tmp_path, signum, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", STUBBORN)
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", script, "--out", str(out), *TUNE],
+    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--out", str(out), *TUNE, script],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 240
     while len(_trials(out / "results.json")) < 3 or not list((out / "trials").glob("03-*/output.log")):

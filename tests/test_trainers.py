@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.conftest import run_feedprof, write_script
+from tests.conftest import feedprof_args, run_feedprof, write_script
 from tests.scripts_trainers import LIGHTNING, NODES, STATEFUL, TRANSFORMERS
 
 QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batches", "2",
@@ -17,7 +17,7 @@ QUICK = ["--window-seconds", "0.6", "--min-window-batches", "20", "--warmup-batc
 
 def tune(tmp_path, script, budget, *extra):
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", script, "--out", str(out), "--budget", str(budget), *QUICK, *extra],
+    proc = run_feedprof(feedprof_args(["tune"], script, "--out", str(out), "--budget", str(budget), *QUICK, *extra),
                         timeout=300, cwd=str(tmp_path))
     path = out / "results.json"
     return proc, (json.loads(path.read_text()) if path.exists() else None)
@@ -120,7 +120,7 @@ def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no
         "    for batch in loader:", "    node.reset()\n    for batch in node:")
     script = write_script(tmp_path, "train.py", text)
     out = tmp_path / "out"
-    proc = run_feedprof(["profile", script, "--out", str(out), "--window-batches", "30"], timeout=120,
+    proc = run_feedprof(["profile", "--out", str(out), "--window-batches", "30", script], timeout=120,
                         cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = json.loads((out / "run.json").read_text())
@@ -141,7 +141,7 @@ def test_trainers_are_tuned_online_unmodified(tmp_path, no_leftovers, trainer):
             else TRANSFORMERS.replace("num_train_epochs=2", "num_train_epochs=1"))
     script = write_script(tmp_path, "train.py", body)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--online", script, "--out", str(out), "--quiet"], timeout=300, cwd=str(tmp_path))
+    proc = run_feedprof(["tune", "--online", "--out", str(out), "--quiet", script], timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert len({s["config"]["num_workers"] for s in res["online"]["switches"]}) >= 2

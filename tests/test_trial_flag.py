@@ -81,8 +81,7 @@ def test_every_process_of_a_run_cut_short_sees_it_and_no_other_does(tmp_path, no
     script = write_script(tmp_path, "train.py", NOTES)
     record = tmp_path / "noted.txt"
     assert TRIAL_FLAG_ENV not in os.environ  # what the runs see is feedprof's doing
-    proc = run_feedprof([command[0], script, "--out", str(tmp_path / "out"), *command[1:], "--",
-                         "--record", str(record)], timeout=240)
+    proc = run_feedprof([*command, "--out", str(tmp_path / "out"), script, "--record", str(record)], timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = noted(record)
     assert {who for who, _, _ in seen} == {"main", "worker"}, seen

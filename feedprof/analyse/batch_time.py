@@ -13,6 +13,12 @@ NOTE [ Where a batch's time goes ]
       (analyse/ceiling.py); else the script's own settings at 0 workers (the loop loads between
       steps, never beside them)
       step = step_alone + slowdown: the same step, slower beside the workers
+    the slowdown, by the training process's CPU and its wait for a CPU (the sampler's means over each
+    window, cores x seconds a batch; its CPU less its own loading work is the step's) against the
+    run the step alone comes from:
+      slowdown_runq = its wait for a CPU a batch, beside less alone: the workers took the cores
+      slowdown_cpu  = the step's CPU a batch, beside less alone: more work in each step
+      slowdown_wait = the rest: the step waits on neither (the device, a copy to it, a lock)
     noise: each part computed per chunk of the window (analyse/stats.chunks), half its range
 """
 from __future__ import annotations
@@ -27,11 +33,25 @@ from feedprof.store import BatchTime, Run, StepLog, TimePart
 
 @dataclass(frozen=True)
 class StepAlone:
-    """The step with nothing loading beside it, seconds per batch, and what measured it."""
+    """The step with nothing loading beside it, seconds per batch, and what measured it; with the
+    training process's CPU in the step and its wait for a CPU, a batch, where they were sampled."""
 
     s: float
     source: str  # "ceiling" | "no_workers"
     spread_s: Optional[float] = None
+    cpu_s: Optional[float] = None
+    runq_s: Optional[float] = None
+
+
+def _main_process(run: Run, f: dict) -> Tuple[Optional[float], Optional[float]]:
+    """(the step's CPU a batch: the training process's CPU less its own loading work, its wait for
+    a CPU a batch), from the sampler's means over the window (None: not sampled)."""
+    s = run.summary
+    if s is None or s.main_cpu_pct is None:
+        return None, None
+    cpu = max(0.0, s.main_cpu_pct / 100 * f["batch"] - f.get("loop_loading", 0.0))
+    runq = s.main_runq_pct / 100 * f["batch"] if s.main_runq_pct is not None else None
+    return cpu, runq
 
 
 def _totals(steps: StepLog, lo: int, hi: int) -> Tuple[int, float, float, Optional[float]]:
@@ -97,20 +117,29 @@ def batch_time(run: Optional[Run], role: str, alone: Optional[StepAlone] = None,
     parts = [TimePart("blocked", f["blocked"], spread.get("blocked"))]
     if "loop_loading" in f:
         parts.append(TimePart("loop_loading", f["loop_loading"], spread.get("loop_loading")))
-    parts += _step(f["step"], spread.get("step"), alone)
+    parts += _step(f["step"], spread.get("step"), alone, *_main_process(run, f))
     return BatchTime(config=dict(config if config is not None else rec.config), role=role, batch_s=f["batch"],
                      parts=tuple(parts), step_alone_from=alone.source if alone is not None else "",
                      batches=sum(steps.n_steps))
 
 
-def _step(step_s: float, spread_s: Optional[float], alone: Optional[StepAlone]) -> List[TimePart]:
+def _step(step_s: float, spread_s: Optional[float], alone: Optional[StepAlone], cpu_s: Optional[float] = None,
+          runq_s: Optional[float] = None) -> List[TimePart]:
     """The step, split into the step alone and its slowdown where the step alone was measured (a
-    step that ran no slower than alone is all step alone: no negative slowdown)."""
+    step that ran no slower than alone is all step alone: no negative slowdown), the slowdown split
+    by the training process's CPU and its wait for a CPU where both runs sampled them."""
     if alone is None:
         return [TimePart("step", step_s, spread_s)]
     base = min(alone.s, step_s)
     noise = None if spread_s is None and alone.spread_s is None else (spread_s or 0.0) + (alone.spread_s or 0.0)
-    return [TimePart("step_alone", base, alone.spread_s), TimePart("slowdown", step_s - base, noise)]
+    slowdown = step_s - base
+    parts = [TimePart("step_alone", base, alone.spread_s)]
+    if None in (cpu_s, runq_s, alone.cpu_s, alone.runq_s):
+        return parts + [TimePart("slowdown", slowdown, noise)]
+    runq = min(slowdown, max(0.0, runq_s - alone.runq_s))
+    cpu = min(slowdown - runq, max(0.0, cpu_s - alone.cpu_s))
+    return parts + [TimePart("slowdown_runq", runq), TimePart("slowdown_cpu", cpu),
+                    TimePart("slowdown_wait", slowdown - runq - cpu, noise)]
 
 
 def step_alone_of(run: Optional[Run], source: str) -> Optional[StepAlone]:
@@ -122,7 +151,8 @@ def step_alone_of(run: Optional[Run], source: str) -> Optional[StepAlone]:
     f = step_parts(window_steps(run, rec))
     if f is None:
         return None
-    return StepAlone(s=f["step"], source=source, spread_s=f["spread"].get("step"))
+    cpu, runq = _main_process(run, f)
+    return StepAlone(s=f["step"], source=source, spread_s=f["spread"].get("step"), cpu_s=cpu, runq_s=runq)
 
 
 def loads_beside_the_step(config: dict) -> bool:

@@ -14,13 +14,18 @@ NOTE [ What would close the gap ]
                       waits (I/O, sleep)                 ─► waiting: thread workers, deeper prefetch
       loop_loading  the training process receives (or at 0 workers loads) each batch itself
                     ─► training_process: less to receive; pin_memory where it is the pinning
-      slowdown      the step runs slower beside the workers ─► contention: cores of its own for the
-                    training process; pin_memory off
+      slowdown      the step runs slower beside the workers, told apart by the training process's
+                    CPU and its wait for a CPU (analyse/batch_time.py):
+                      waiting for a CPU        ─► contention: cores of its own for the training process
+                      more CPU work a step     ─► step_work: less to touch a batch; pin_memory as measured
+                      waiting on neither       ─► step_waits: a GPU job's copy of each fresh batch: pinned
+                                                  memory (asynchronous copies), a smaller dtype to copy
     every prediction is capped by the step alone (the ceiling) and by the CPUs: no config can run
     faster than the machine's cores can compute its loading and its step (their CPU a batch, measured)
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, List, Optional, Sequence
 
 from feedprof.analyse.diagnose import workers_of
@@ -83,13 +88,25 @@ def gap_explained(t: BatchTime, loading: Optional[LoadingProfile],
     big = {k: v for k, v in parts.items() if v is not None and v >= MIN_PART * t.batch_s}
     top = max(big, key=big.get, default="")
     share = cpu_share(loading) if loading is not None else None
-    bound = {"": "", "loop_loading": "training_process", "slowdown": "contention"}.get(top) \
-        or _loader_bound(share, cpu_bound)
+    if top == "slowdown":
+        bound = _slowdown_bound(t)
+    else:
+        bound = {"": "", "loop_loading": "training_process"}.get(top) or _loader_bound(share, cpu_bound)
     short = 1 - alone / t.batch_s if alone and t.batch_s else 0.0
     return GapExplained(config=dict(t.config), fraction_short=max(0.0, short), batch_s=t.batch_s, step_alone_s=alone,
                         step_alone_from=t.step_alone_from, blocked_s=parts["blocked"],
-                        loop_loading_s=parts["loop_loading"], slowdown_s=parts["slowdown"], bound=bound,
-                        loading_cpu_share=share)
+                        loop_loading_s=parts["loop_loading"], slowdown_s=parts["slowdown"],
+                        slowdown_runq_s=t.seconds("slowdown_runq"), slowdown_cpu_s=t.seconds("slowdown_cpu"),
+                        slowdown_wait_s=t.seconds("slowdown_wait"), bound=bound, loading_cpu_share=share)
+
+
+def _slowdown_bound(t: BatchTime) -> str:
+    """Why the step runs slower beside the workers: the largest of the slowdown's measured parts."""
+    split = {"contention": t.seconds("slowdown_runq"), "step_work": t.seconds("slowdown_cpu"),
+             "step_waits": t.seconds("slowdown_wait")}
+    if any(v is None for v in split.values()):
+        return "step_slower"
+    return max(split, key=split.get)
 
 
 def _loader_bound(share: Optional[float], cpu_bound: Optional[bool]) -> str:
@@ -102,12 +119,20 @@ def _loader_bound(share: Optional[float], cpu_bound: Optional[bool]) -> str:
 def remedies(gap: GapExplained, t: BatchTime, loading: Optional[LoadingProfile],
              evidence: Sequence[ConfigEvidence], cap: Optional[float], space: Any) -> List[Reason]:
     rate = 1 / t.batch_s
+    device = bool(getattr(space, "cuda_used", False))
     if gap.bound == "contention":
-        out = [_part_remedy("own_cores", gap, t, gap.slowdown_s, cap)] + _pin(t, evidence, gap.bound, rate)
+        out = [_part_remedy("own_cores", gap, t, gap.slowdown_runq_s, cap)]
+    elif gap.bound == "step_work":
+        out = [_part_remedy("receive_less", gap, t, gap.slowdown_cpu_s, cap)] + _pin(t, evidence, gap.bound, rate)
+    elif gap.bound == "step_waits":
+        out = (_pin(t, evidence, gap.bound, rate) or _pin_predicted(gap, t, cap, device)) + \
+            ([_part_remedy("smaller_copy", gap, t, gap.slowdown_wait_s, cap)] if device else [])
+    elif gap.bound == "step_slower":
+        out = _pin(t, evidence, gap.bound, rate)
     elif gap.bound == "training_process":
         out = [_part_remedy("receive_less", gap, t, gap.loop_loading_s, cap)] + _pin(t, evidence, gap.bound, rate)
     elif gap.bound in ("cores", "workers"):
-        out = _line_remedies(gap.bound, loading, rate, cap, bool(getattr(space, "cuda_used", False)))
+        out = _line_remedies(gap.bound, loading, rate, cap, device)
     else:
         out = _waiting_remedies(loading, t, evidence, rate)
     return [r for r in out if r is not None and _worth(r, rate)]
@@ -143,6 +168,15 @@ def _pin(t: BatchTime, evidence: Sequence[ConfigEvidence], bound: str, rate: flo
         return []
     return [Remedy(kind="pin_memory", bound=bound, measured_batches_per_s=e.figure, from_batches_per_s=rate,
                    config=dict(other))]
+
+
+def _pin_predicted(gap: GapExplained, t: BatchTime, cap: Optional[float], device: bool) -> List[Optional[Remedy]]:
+    """A GPU job whose step waits beside the workers, unpinned: pinned batches copy asynchronously
+    (with non_blocking=True), so the step need not wait for the copy (predicted: that wait gone)."""
+    if not device or t.config.get("pin_memory") is not False:
+        return []
+    r = _part_remedy("pin_memory", gap, t, gap.slowdown_wait_s, cap)
+    return [None if r is None else dataclasses.replace(r, config={**t.config, "pin_memory": True})]
 
 
 def _line_remedies(bound: str, loading: Optional[LoadingProfile], rate: float, cap: Optional[float],

@@ -197,6 +197,7 @@ def _host_means(run: Run, rec: LoaderRecord) -> dict:
         main_cpu_pct=mean(s.main_cpu_pct),
         workers_cpu_pct=mean(s.workers_cpu_pct),
         workers_runq_pct=mean(s.workers_runq_pct),
+        main_runq_pct=mean(s.main_runq_pct),
         other_cpu_cores=mean(other_cores(s)),
         gpu_util_pct=tuple(mean(g.util_pct) for g in s.gpus),
         peak_tree_rss_bytes=peaks.tree_rss_bytes,

@@ -15,12 +15,16 @@ from feedprof.units import fmt_pct
 
 ROLE_WORDS = {"script": "the script's own settings", "pick": "recommended", "ceiling": "compute ceiling",
               "run": "this run"}
-PART_ORDER = ("blocked", "loop_loading", "step_alone", "slowdown", "step")
+PART_ORDER = ("blocked", "loop_loading", "step_alone", "slowdown", "slowdown_runq", "slowdown_cpu", "slowdown_wait",
+              "step")
 LEGEND = {"blocked": "the loop waiting in the loader", "loop_loading": "loading work in the training process",
           "step_alone": "the step alone", "slowdown": "the step's slowdown beside the workers",
+          "slowdown_runq": "slowdown: waiting for a CPU", "slowdown_cpu": "slowdown: more CPU work a step",
+          "slowdown_wait": "slowdown: waiting on something else",
           "step": "the step (alone not measured)"}
 PART_COLORS = {"blocked": plots.PALETTE[1], "loop_loading": plots.PALETTE[4 % len(plots.PALETTE)],
-               "step_alone": plots.PALETTE[0], "slowdown": plots.PALETTE[3], "step": plots.PALETTE[0]}
+               "step_alone": plots.PALETTE[0], "slowdown": plots.PALETTE[3], "slowdown_runq": plots.PALETTE[3],
+               "slowdown_cpu": plots.PALETTE[5], "slowdown_wait": plots.PALETTE[2], "step": plots.PALETTE[0]}
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ def draw_batch_time(data: StackedBars) -> str:
                 continue
             ax.barh(y, value, left=left, color=PART_COLORS.get(name, plots.INK), height=0.6,
                     label=None if name in seen else LEGEND.get(name, name),
-                    hatch="//" if name == "slowdown" else None)
+                    hatch="//" if name.startswith("slowdown") else None)
             seen.add(name)
             left += value
     ax.set_yticks(ys)

@@ -13,7 +13,7 @@ from typing import Any, List
 
 from feedprof.render import plots
 from feedprof.render.html import (curves_section, esc, evidence_table, leftovers_section, no_gpu, summary_verdict,
-                                  trials_table, tune_verdict)
+                                  trial_label, trials_table, tune_verdict)
 from feedprof.store import Run, StoreError, Summary, TuneResult
 from feedprof.units import fmt_seconds
 
@@ -69,9 +69,9 @@ def tune_html(result: TuneResult) -> str:
     body = [tune_verdict(result, copy_button=False)] + leftovers_section(result)
     chart = plots.throughput_data(result)
     if chart.bars:  # as wide as its bars need: a two-bar chart stretched to the cell's width is all bar
-        body.append(f"<div style=\"max-width: {min(1000, 240 + 80 * len(chart.bars))}px\">"
+        body.append(f"<div style=\"max-width: {plots.chart_width_px(chart)}px\">"
                     f"{plots.draw_throughput(chart)}</div>")
-    body += curves_section([(f"#{t.index} {'recommended' if t.index == picked else t.role}", t.run) for t in shown],
+    body += curves_section([(trial_label(t, "recommended" if t.index == picked else ""), t.run) for t in shown],
                            no_gpu(result.host))
     if result.online is not None and result.evidence:  # (configs tried in the real run: their evidence)
         body.append(f"<details><summary>All {len(result.evidence)} configs tried in the run</summary>"

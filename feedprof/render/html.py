@@ -176,8 +176,9 @@ def leftovers_section(obj: Any) -> List[str]:
 # ------------------------------------------------------------------- tune
 
 
-def _trial_label(t: Trial) -> str:
-    return f"#{t.index} {t.role}"
+def trial_label(t: Trial, role: str = "") -> str:
+    """A trial's row in the curves: its number, its role and its config (as the chart's bars)."""
+    return plots.bar_label(config_cell(t), f"#{t.index} {role or t.role}")
 
 
 def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
@@ -232,9 +233,10 @@ def render_tune(result: TuneResult) -> str:
     if picked is not None and picked.run is not None and picked.run.ranks:
         body += ranks_html(picked.run)
     chart = plots.throughput_data(result)
-    if chart.bars:
+    if chart.bars:  # as wide as its bars need: a few bars stretched to the page's width would be all bar
         body.append("<h2>Throughput of every config tried</h2>")
-        body.append(plots.draw_throughput(chart))
+        body.append(f"<div style=\"max-width: {plots.chart_width_px(chart)}px\">"
+                    f"{plots.draw_throughput(chart)}</div>")
         ceiling = ("the step time while data was ready, from the run's windows" if online
                    else "one cached batch replayed")
         whiskers = "window of the run" if online else "chunk of the window"
@@ -248,7 +250,7 @@ def render_tune(result: TuneResult) -> str:
         body += online_section(result)
     else:
         body.append("<h2>Utilisation over time, every trial</h2>")
-        body += curves_section([(_trial_label(t), t.run) for t in result.trials if t.run is not None],
+        body += curves_section([(trial_label(t), t.run) for t in result.trials if t.run is not None],
                                 no_gpu(result.host))
     body.append("<h2>Every config the run tried</h2>" if online else "<h2>All trials</h2>")
     body.append(evidence_table(result) if online and result.evidence else trials_table(result))

@@ -1,8 +1,9 @@
 """Words and the timeline for an online tune (``feedprof tune --online``)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
+from feedprof.analyse.evidence import config_key
 from feedprof.render.words.autotune import autotune_lines
 from feedprof.render.online_checks import carry_lines, hold_lines, order_lines, randomness_lines
 from feedprof.render.words import config_words
@@ -62,9 +63,8 @@ def online_lines(result: TuneResult) -> List[str]:
     if len(configs) <= 1 and not o.failures:  # (no switch, or only to the script's own: a held loader)
         return [f"The job ran once, {ended}; its loader's settings were not changed"] \
             + _untuned_lines(result, unchanged=True) + autotune_lines(result.run) + _check_lines(result)
-    lines = [f"The job ran once, {ended}; feedprof explored {len(configs)} config(s) over "
-             f"{fmt_seconds(o.explored_s)} of the run ({len(o.windows)} windows), switching "
-             f"{SWITCHED_AT.get(o.switch_at, o.switch_at)}"]
+    lines = [f"The job ran once, {ended}; feedprof {_tried_words(result)} over {fmt_seconds(o.explored_s)} of "
+             f"the run ({len(o.windows)} windows), switching {SWITCHED_AT.get(o.switch_at, o.switch_at)}"]
     if o.settled_at_s is not None:
         lines.append(f"settled on {config_words(o.settled_config, result.framework)} at {fmt_seconds(o.settled_at_s)} "
                      f"and kept it for the rest of the run")
@@ -77,6 +77,24 @@ def online_lines(result: TuneResult) -> List[str]:
                      "worker yields, so each epoch's samples (their batches and their order) were those of the "
                      "worker count in force, as --allow-resharding allowed")
     return lines + _check_lines(result)
+
+
+def _tried_words(result: TuneResult) -> str:
+    """How many configs the run tried, counted as the throughput chart and the table count them
+    (its evidence: every config measured, or that failed before its first window), not by its
+    switches: a switch the run ended before measuring (or a loader rebuilt since) is no config tried."""
+    keys = {config_key(e.config) for e in result.evidence}
+    failed = sum(1 for e in result.evidence if e.failed)
+    rec = result.recommendation
+    own = config_key(rec.baseline_config) in keys if rec is not None and rec.baseline_config else False
+    words = f"tried {len(keys)} config(s)" + (", the script's own settings included" if own else "")
+    if failed:
+        words += f" ({failed} of them failed)"
+    tried = {config_words(e.config, result.framework) for e in result.evidence}
+    unmeasured = {config_words(s.config, result.framework) for s in result.online.switches if s.config} - tried
+    if unmeasured:
+        words += f", and switched to {len(unmeasured)} more that no window measured"
+    return words
 
 
 def _failure_line(f: Any, framework: str) -> str:
@@ -140,14 +158,21 @@ def format_online(result: TuneResult) -> str:
     return "\n".join(["feedprof --online: " + lines[0]] + [f"  - {line}" for line in lines[1:]]) if lines else ""
 
 
+def timeline_data(result: TuneResult) -> Tuple[List[Tuple[float, float]], List[float], List[float], List[str]]:
+    """What the timeline draws: rank 0's windows in time order, each (its span, its rate, its data
+    wait %, the config in force in the words of the chart's bars); empty without windows."""
+    o = result.online
+    ws = sorted((w for w in o.windows if w.rank == 0), key=lambda w: w.t_start_s) if o is not None else []
+    return ([(w.t_start_s, w.t_end_s) for w in ws], [w.batches_per_s for w in ws],
+            [100 * w.wait_fraction for w in ws], [config_words(w.config, result.framework) for w in ws])
+
+
 def timeline_svg(result: TuneResult) -> str:
     """The report's timeline of an online run (rank 0's windows), or "" without windows."""
     from feedprof.render import plots
 
-    o = result.online
-    ws = sorted((w for w in o.windows if w.rank == 0), key=lambda w: w.t_start_s) if o is not None else []
-    if not ws:
+    spans, rates, waits, labels = timeline_data(result)
+    if not spans:
         return ""
-    return plots.draw_timeline([(w.t_start_s, w.t_end_s) for w in ws], [w.batches_per_s for w in ws],
-                               [100 * w.wait_fraction for w in ws], [config_words(w.config, result.framework) for w in ws],
-                               o.settled_at_s, [f.t_s for f in o.failures])
+    o = result.online
+    return plots.draw_timeline(spans, rates, waits, labels, o.settled_at_s, [f.t_s for f in o.failures])

@@ -17,6 +17,8 @@ from typing import List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import score
+from feedprof.render.progress import config_cell
+from feedprof.render.words import config_words
 from feedprof.store import Recommendation, Run, TuneResult
 from feedprof.store.reasons import PickFigures
 
@@ -32,13 +34,14 @@ CEILING_ON_CHART = 3.0  # draw the ceiling line only if it is within this factor
 
 @dataclass(frozen=True)
 class Bar:
-    label: str  # trial number, never user text
+    label: str  # the config, in feedprof's words for it (a line per setting; offline, the trial's number first)
     value: Optional[float]
     low: Optional[float]
     high: Optional[float]
     state: str
     role: str
     picked: bool
+    own: bool = False  # the script's own settings (the baseline, or a trial that measured them again)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ def throughput_data(result: TuneResult) -> ThroughputChart:
     rec = result.recommendation
     picked = next((t for t in result.trials if rec is not None and t.index == rec.trial_index), None)
     rec_trial_config = picked.config if picked is not None else {}
+    own = next((config_key(t.config) for t in result.trials if t.role == "baseline"), None)
     bars = []
     for t in result.trials:
         if t.role == "ceiling":
@@ -59,14 +63,23 @@ def throughput_data(result: TuneResult) -> ThroughputChart:
         s = score(t)
         # the spread of chunk throughputs, scaled onto the amortised score
         scale = s / t.batches_per_s if s and t.batches_per_s else 1.0
-        bars.append(Bar(label=f"#{t.index}", value=s,
+        bars.append(Bar(label=bar_label(config_cell(t), f"#{t.index}"), value=s,
                         low=None if t.batches_per_s_low is None else t.batches_per_s_low * scale,
                         high=None if t.batches_per_s_high is None else t.batches_per_s_high * scale,
-                        state=t.state, role=t.role,
+                        state=t.state, role=t.role, own=config_key(t.config) == own,
                         picked=rec is not None and config_key(t.config) == config_key(rec_trial_config)))
     bars += _evidence_bars(result) if not result.trials else []
     return ThroughputChart(bars=tuple(bars), ceiling=rec.ceiling_batches_per_s if rec else None,
                            baseline=rec.baseline_batches_per_s if rec else None)
+
+
+def bar_label(config_text: str, number: str = "") -> str:
+    """A bar's label: its config a setting to a line ("num_workers=8" over "persistent_workers=True"),
+    after the trial's number where there is one; a "$" kept as text (matplotlib would read mathtext)."""
+    lines = [part.strip() for part in config_text.split(", ")]
+    if number:
+        lines[0] = f"{number} {lines[0]}"
+    return "\n".join(lines).replace("$", r"\$")
 
 
 def measured_pick(rec: Optional[Recommendation]) -> Optional[tuple]:
@@ -88,9 +101,10 @@ def _evidence_bars(result: TuneResult) -> List[Bar]:
     for i, e in enumerate(result.evidence):
         scale = e.rate / e.steady_rate if e.rate and e.steady_rate else 1.0
         low, high = (min(e.rates) * scale, max(e.rates) * scale) if e.rates and not e.failed else (None, None)
-        bars.append(Bar(label=f"#{i}", value=None if e.failed else e.rate, low=low, high=high,
+        bars.append(Bar(label=bar_label(config_words(e.config, result.framework)),
+                        value=None if e.failed else e.rate, low=low, high=high,
                         state="failed" if e.failed else "ok",
-                        role="baseline" if config_key(e.config) == base else "search",
+                        role="baseline" if config_key(e.config) == base else "search", own=config_key(e.config) == base,
                         picked=config_key(e.config) == picked))
     return bars
 
@@ -193,6 +207,11 @@ def to_svg(fig) -> str:
     return svg
 
 
+def chart_width_px(chart: ThroughputChart) -> int:
+    """How wide the throughput chart is shown: as its bars need, up to a page's width."""
+    return min(1000, 240 + 80 * len(chart.bars))
+
+
 def draw_throughput(chart: ThroughputChart) -> str:
     fig = new_figure(max(4.0, 0.55 * len(chart.bars) + 2), 2.6)
     ax = fig.add_subplot(1, 1, 1)
@@ -202,7 +221,7 @@ def draw_throughput(chart: ThroughputChart) -> str:
         if b.value is None:
             ax.text(x, 0, b.state, rotation=90, ha="center", va="bottom", fontsize=7, color=INK)
             continue
-        color = PALETTE[2] if b.picked else PALETTE[1] if b.role == "baseline" else PALETTE[0]
+        color = PALETTE[2] if b.picked else PALETTE[1] if b.own else PALETTE[0]
         ax.bar(x, b.value, color=color, width=0.7)
         if b.low is not None and b.high is not None:
             ax.errorbar(x, b.value, yerr=[[max(0.0, b.value - b.low)], [max(0.0, b.high - b.value)]],
@@ -219,7 +238,9 @@ def draw_throughput(chart: ThroughputChart) -> str:
         ax.axhline(chart.baseline, color=PALETTE[1], linestyle=":", linewidth=1)
         ax.text(len(xs) - 0.5, chart.baseline, " baseline", color=PALETTE[1], fontsize=7, va="bottom", ha="right")
     ax.set_xticks(xs)
-    ax.set_xticklabels([b.label for b in chart.bars], fontsize=7)
+    # upright: a label's lines side by side, each ending at the axis, so that many bars' labels never overlap
+    ax.set_xticklabels([b.label for b in chart.bars], fontsize=6.5, rotation=90, ha="center", va="top",
+                       multialignment="right")
     ax.set_xlim(-0.6, len(xs) - 0.4)
     return to_svg(fig)
 

@@ -17,8 +17,8 @@ import types
 from typing import Any
 
 _FILE_UID = itertools.count()  # two files opened in one second by one process get different names
-INSTALL_HINT = ("feedprof's TensorBoard export needs the tensorboard package: "
-                "pip install 'feedprof[tensorboard]' (or pip install tensorboard)")
+INSTALL_HINT = ("feedprof's TensorBoard export needs the tensorboard package: pip install tensorboard "
+                "(from feedprof's clone: pip install -e '.[tensorboard]')")
 
 
 def require_tensorboard() -> Any:

@@ -22,9 +22,16 @@ class TimePart:
 #                 a batch from the workers; at 0 workers all of the loading)
 #   step_alone    the step as it runs with nothing loading beside it (the compute ceiling's replay, or
 #                 the script at 0 workers); a copy to the device made in the step is part of it
-#   slowdown      the same step taking longer beside the workers (cores, memory bandwidth, the GIL)
+#   slowdown      the same step taking longer beside the workers, split where the training process's
+#                 CPU and its wait for a CPU were sampled in both runs into:
+#     slowdown_runq   waiting for a CPU (the workers took the cores)
+#     slowdown_cpu    more CPU work in each step (fresh batches to touch and copy, caches and memory
+#                     bandwidth shared with the workers)
+#     slowdown_wait   waiting on something that is neither (the device, a copy to it, a lock)
 #   step          the step and slowdown together, where the step alone was not measured
-PARTS = ("blocked", "loop_loading", "step_alone", "slowdown", "step")
+PARTS = ("blocked", "loop_loading", "step_alone", "slowdown", "slowdown_runq", "slowdown_cpu", "slowdown_wait",
+         "step")
+SLOWDOWN_PARTS = ("slowdown_runq", "slowdown_cpu", "slowdown_wait")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,9 @@ class BatchTime:
         return next((p for p in self.parts if p.name == name), None)
 
     def seconds(self, name: str) -> Optional[float]:
+        """A part's seconds a batch; "slowdown" is its three parts' sum where it was split."""
         p = self.part(name)
+        if p is None and name == "slowdown" and any(self.part(n) for n in SLOWDOWN_PARTS):
+            return sum(self.seconds(n) or 0.0 for n in SLOWDOWN_PARTS)
         return p.s if p is not None else None
 

@@ -196,6 +196,7 @@ class Summary:
     main_cpu_pct: Optional[float] = None
     workers_cpu_pct: Optional[float] = None
     workers_runq_pct: Optional[float] = None  # the workers' wait for a CPU (percent of one core)
+    main_runq_pct: Optional[float] = None  # the training process's wait for a CPU (percent of one core)
     other_cpu_cores: Optional[float] = None  # cores busy with processes outside the job
     gpu_util_pct: Tuple[Optional[float], ...] = ()  # per device, CUDA order
     peak_tree_rss_bytes: Optional[int] = None

@@ -43,7 +43,8 @@ from feedprof.store.codec import json_names
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "schemas")  # feedprof/schemas
-INSTALL_HINT = "validating feedprof JSON needs jsonschema: pip install 'feedprof[schema]' (or pip install jsonschema)"
+INSTALL_HINT = ("validating feedprof JSON needs jsonschema: pip install jsonschema "
+                "(from feedprof's clone: pip install -e '.[schema]')")
 REGENERATE = "python -m feedprof.store.schema --write"
 TAG = "code"  # codec.TAG: the key naming a tagged union's member
 

@@ -21,6 +21,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from feedprof import defaults
 from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store.online import (OnlineCarry, OnlineFailure, OnlineHold, OnlineLoaderMode, OnlineOrderCheck, OnlineRandomness,
@@ -39,7 +40,7 @@ JOB_MEMORY_IDLE_EVERY_S = 30.0  # ... and this often while the machine has lost 
 
 @dataclass(frozen=True)
 class OnlineOptions:
-    explore_s: float = 60.0  # exploring stops after this long, measured from the first window
+    explore_s: float = defaults.EXPLORE_S  # exploring stops after this long, measured from the first window
     explore_share: Optional[float] = None  # or: at most this share of the run so far (--explore 10%)
     window_seconds: float = 0.5
     min_window_batches: int = 3

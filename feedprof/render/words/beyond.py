@@ -15,6 +15,9 @@ PART_WORDS = {
     "loop_loading": "receiving batches from the workers",
     "step_alone": "the step alone",
     "slowdown": "the step's slowdown beside the workers",
+    "slowdown_runq": "the step waiting for a CPU beside the workers",
+    "slowdown_cpu": "more CPU work in each step beside the workers",
+    "slowdown_wait": "the step waiting on something else beside the workers",
     "step": "the step (alone and beside the workers, not told apart here)",
 }
 # At 0 workers the loop loads each batch itself: its wait is its own loading, waiting or computing
@@ -27,8 +30,14 @@ BOUND_WORDS = {
     "workers": "the loop waits for loaders whose code computes, with CPU time to spare: more workers can help",
     "training_process": "the training process spends that time on its own loading work (receiving each batch "
                         "from the workers, or at 0 workers the loading itself)",
-    "contention": "the step itself runs slower beside the workers: they compete with it for the cores, the "
-                  "memory bandwidth or (threads, the pin-memory thread) the GIL",
+    "contention": "the step runs slower beside the workers, mostly waiting for a CPU: the workers take the "
+                  "training process's cores",
+    "step_work": "the step runs slower beside the workers, mostly doing more CPU work each step: fresh batches to "
+                 "touch and copy, caches and memory bandwidth shared with the workers",
+    "step_waits": "the step runs slower beside the workers, mostly waiting on something that is neither a CPU nor "
+                  "its own work (on a GPU job: the copy of each fresh batch to the device, or the device)",
+    "step_slower": "the step runs slower beside the workers (why was not told apart: the training process's CPU "
+                   "was not sampled in both runs)",
 }
 REMEDY_WORDS = {
     "own_cores": "Give the training process cores of its own (keep the workers off them: os.sched_setaffinity "
@@ -43,6 +52,8 @@ REMEDY_WORDS = {
     "thread_workers": "{line} waits rather than computes: threads wait as well as processes, for less memory "
                       "(torchdata.nodes ParallelMapper(method='thread'))",
     "more_prefetch": "{config}",
+    "smaller_copy": "Copy less to the device each step: keep samples uint8 until they are on the GPU, and convert "
+                    "and normalise there",
 }
 
 
@@ -68,8 +79,10 @@ def _gap(x: r.GapExplained, d: Callable) -> str:
     short = f"{fmt_pct(x.fraction_short)} short of its step alone ({ms(x.step_alone_s)} a batch)" \
         if x.step_alone_s else "its step alone was not measured here"
     names = PART_WORDS if workers_of(x.config) else PART_WORDS_NO_WORKERS
-    parts = [(x.blocked_s, names["blocked"]), (x.loop_loading_s, names["loop_loading"]),
-             (x.slowdown_s, names["slowdown"])]
+    split = [(x.slowdown_runq_s, names["slowdown_runq"]), (x.slowdown_cpu_s, names["slowdown_cpu"]),
+             (x.slowdown_wait_s, names["slowdown_wait"])]
+    parts = [(x.blocked_s, names["blocked"]), (x.loop_loading_s, names["loop_loading"])] + (
+        split if x.slowdown_wait_s is not None else [(x.slowdown_s, names["slowdown"])])
     because = ", ".join(f"{ms(s)} {words}" for s, words in parts if s is not None and s >= 0.0005)
     bound = BOUND_WORDS.get(x.bound, "")
     share = f" (its loading code computes {fmt_pct(x.loading_cpu_share)} of its time)" \
@@ -85,10 +98,11 @@ def _remedy(x: r.Remedy, d: Callable) -> str:
     cost = f" (it costs {ms(x.seconds_per_batch)} a batch, {fmt_pct(x.share)} of the loading time)" \
         if x.site or x.function else ""
     if x.measured_batches_per_s is not None:
-        return f"{text}: measured {fmt_rate(x.measured_batches_per_s)}, against {fmt_rate(x.from_batches_per_s)}."
+        return (f"{text}: measured {fmt_rate(x.measured_batches_per_s)} over whole epochs, against the pick's "
+                "figure above.")
     if x.predicted_batches_per_s is not None:
-        return (f"{text}{cost}: predicted {fmt_rate(x.predicted_batches_per_s)} from {fmt_rate(x.from_batches_per_s)} "
-                "(predicted from the measured parts, not measured).")
+        return (f"{text}{cost}: predicted {fmt_rate(x.predicted_batches_per_s)} while training, from "
+                f"{fmt_rate(x.from_batches_per_s)} (predicted from the measured parts, not measured).")
     return f"{text}{cost}."
 
 

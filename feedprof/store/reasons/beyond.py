@@ -12,8 +12,12 @@ from feedprof.store.reasons.base import Config, Reason
 #   cores             the loop blocks on a loader whose code computes, and the workers fill the CPUs
 #   workers           the loop blocks on a loader whose code computes, with CPU time to spare
 #   training_process  the training process's own loading work (receiving batches, collating at 0 workers)
-#   contention        the step itself runs slower beside the workers (cores, memory bandwidth, the GIL)
-BOUNDS = ("waiting", "cores", "workers", "training_process", "contention")
+#   the step itself runs slower beside the workers, and most of that is
+#     contention        waiting for a CPU (the workers took the cores)
+#     step_work         more CPU work in each step (fresh batches to touch and copy, shared caches and memory bandwidth)
+#     step_waits        waiting on something that is neither (the device, a copy to it, a lock)
+#     step_slower       (not told apart: the training process's CPU was not sampled in both runs)
+BOUNDS = ("waiting", "cores", "workers", "training_process", "contention", "step_work", "step_waits", "step_slower")
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,9 @@ class GapExplained(Reason):
     blocked_s: Optional[float] = None
     loop_loading_s: Optional[float] = None
     slowdown_s: Optional[float] = None
+    slowdown_runq_s: Optional[float] = None  # the slowdown's parts (store/batch_time.py), where told apart
+    slowdown_cpu_s: Optional[float] = None
+    slowdown_wait_s: Optional[float] = None
     bound: str = ""
     loading_cpu_share: Optional[float] = None  # of the loading code's time: computing (what splits "blocked")
 
@@ -50,8 +57,8 @@ class PartNotMeasured(Reason):
 
 @dataclass(frozen=True)
 class Remedy(Reason):
-    """What would close the gap where ``bound`` binds. ``kind``: "fewer_workers", "own_cores",
-    "pin_memory", "receive_less", "cheaper_line", "cache_line", "device_line", "thread_workers",
+    """What would close the gap where ``bound`` binds. ``kind``: "own_cores", "pin_memory",
+    "receive_less", "smaller_copy", "cheaper_line", "cache_line", "device_line", "thread_workers",
     "more_prefetch". ``measured_batches_per_s``: a trial ran it (``config``); otherwise
     ``predicted_batches_per_s`` is the rate the measured parts predict (None: no prediction).
     ``site``/``function``: the user's line it concerns, ``seconds_per_batch``: what that costs."""
