@@ -21,6 +21,12 @@ max(30, 2 x batches in flight) steps are skipped, then each window runs until
 window_s has passed: steps / wall time, epoch start-ups and validation
 included. --fit-steps times a whole fit call from outside instead (fit is
 stopped after that many steps; rate = steps / wall time of the call).
+--epochs N times whole epochs instead: the script runs until N epochs have
+started and ended after warm-up, each timed from its start to the next one's
+(its start-up, its end and what the loop does between epochs, validation
+included): epoch_rate_per_s = their steps over their wall time, what a
+stopwatch around whole epochs sees (the windows' rate_per_s is measured
+beside it, over the same run).
 
 A multi-process job (--launch) runs to its end with the config forced in every
 rank; its rate is the slowest rank's over all that rank's windows.
@@ -194,7 +200,7 @@ def measure_job(launch: Sequence[str], script: str, framework: str, config: Opti
             "stdout_tail": raw["stdout_tail"], "stderr_tail": raw["stderr_tail"]}
 
 
-def _state(raw: Dict[str, Any], config: Any, windows: int, fit_steps: Optional[int]) -> str:
+def _state(raw: Dict[str, Any], config: Any, windows: int, fit_steps: Optional[int], epochs: int = 0) -> str:
     res = raw["result"]
     if raw["returncode"] is None:
         return "timeout"
@@ -202,7 +208,8 @@ def _state(raw: Dict[str, Any], config: Any, windows: int, fit_steps: Optional[i
         return "failed" if raw["returncode"] else "no steps"
     if config is not None and not any(ld["forced"] for ld in res["loaders"]):
         return "not forced"  # no loader matched the framework or --site: nothing was measured
-    done = bool(res["fit_calls"]) if fit_steps else len(res["windows"]) >= windows
+    done = bool(res["fit_calls"]) if fit_steps else (len(res.get("epochs", [])) >= epochs if epochs
+                                                     else len(res["windows"]) >= windows)
     if res["state"] == "measured" and done:
         return "ok"
     return "ended early" if raw["returncode"] == 0 else "failed"
@@ -212,31 +219,36 @@ def measure(script: str, framework: str, config: Optional[Dict[str, Any]], *, ar
             site: Optional[str] = None, window_s: float = 10.0, windows: int = 1,
             warmup_steps: Optional[int] = None, warmup_min_steps: int = 30, batch_size: Optional[int] = None,
             fit_steps: Optional[int] = None, timeout_s: Optional[float] = None, python: Optional[str] = None,
-            cwd: Optional[str] = None) -> Dict[str, Any]:
+            cwd: Optional[str] = None, epochs: int = 0) -> Dict[str, Any]:
     """One run of the script with config forced; its training rate over `windows`
     windows of >= window_s each (rate_per_s: all their steps / all their wall time).
     With fit_steps: fit is stopped after that many steps and the whole call is timed
-    (fit_rate_per_s). config None: nothing forced, the script's own settings timed."""
+    (fit_rate_per_s). With epochs: run until that many whole epochs are timed
+    (epoch_rate_per_s). config None: nothing forced, the script's own settings timed."""
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {FRAMEWORKS}, not {framework!r}")
     spec = {"framework": framework, "config": config, "site": site, "window_s": window_s, "windows": windows,
             "warmup_steps": warmup_steps, "warmup_min_steps": warmup_min_steps, "fit_steps": fit_steps,
-            "stop": True}
+            "stop": True, "epochs": epochs}
     if timeout_s is None:
-        timeout_s = 120.0 + 3 * window_s * windows
+        timeout_s = 120.0 + 3 * window_s * windows + (600.0 if epochs else 0.0)
     raw = run_child(script, spec, args, timeout_s, python, cwd)
-    return summarise_run(raw, config, windows, fit_steps, batch_size)
+    return summarise_run(raw, config, windows, fit_steps, batch_size, epochs)
 
 
 def summarise_run(raw: Dict[str, Any], config: Any, windows: int, fit_steps: Optional[int],
-                  batch_size: Optional[int]) -> Dict[str, Any]:
+                  batch_size: Optional[int], epochs: int = 0) -> Dict[str, Any]:
     res = raw["result"] or {"windows": [], "fit_calls": [], "loaders": []}
+    whole = res.get("epochs", [])
+    epoch_wall_s = sum(e["wall_s"] for e in whole)
     wins = res["windows"]
     steps, wall_s = sum(w["steps"] for w in wins), sum(w["wall_s"] for w in wins)
     bs = batch_size or next((w["batch_size"] for w in wins if w["batch_size"]), None)
     rate = steps / wall_s if wall_s > 0 else None
     fit = res["fit_calls"][0] if res["fit_calls"] else None
-    return {"state": _state(raw, config, windows, fit_steps), "config": config, "rate_per_s": rate,
+    return {"state": _state(raw, config, windows, fit_steps, epochs), "config": config, "rate_per_s": rate,
+            "epoch_rate_per_s": sum(e["steps"] for e in whole) / epoch_wall_s if epoch_wall_s > 0 else None,
+            "epochs": whole,
             "samples_per_s": rate * bs if rate and bs else None, "batch_size": bs,
             "window_rates_per_s": [w["rate_per_s"] for w in wins], "windows": wins,
             "fit_rate_per_s": fit["rate_per_s"] if fit else None, "fit": fit,
@@ -300,7 +312,8 @@ def measure_interleaved(script: str, configs: Union[Dict[str, Any], Sequence[Any
         summary[label] = {"config": labelled[label], "states": [r["state"] for r in mine],
                           "rate_per_s": spread([r["rate_per_s"] for r in ok if r["rate_per_s"]]),
                           "samples_per_s": spread([r["samples_per_s"] for r in ok if r["samples_per_s"]]),
-                          "fit_rate_per_s": spread([r["fit_rate_per_s"] for r in ok if r["fit_rate_per_s"]])}
+                          "fit_rate_per_s": spread([r["fit_rate_per_s"] for r in ok if r["fit_rate_per_s"]]),
+                          "epoch_rate_per_s": spread([r["epoch_rate_per_s"] for r in ok if r.get("epoch_rate_per_s")])}
     return {"summary": summary, "runs": runs}
 
 
@@ -323,6 +336,8 @@ def describe_run(rep: int, reps: int, label: str, r: Dict[str, Any]) -> str:
     parts.append(f"load {r['load_avg_1m']:.1f}")
     if len(r["windows"]) > 1:
         parts.append("windows " + ", ".join(f"{x:.1f}" for x in r["window_rates_per_s"]) + " steps/s")
+    if r.get("epochs"):
+        parts.append(f"{len(r['epochs'])} whole epoch(s): {_fmt(r['epoch_rate_per_s'])} steps/s")
     if r["fit"]:
         parts.append(f"fit call: {r['fit']['steps']} steps in {r['fit']['wall_s']:.1f} s = "
                      f"{_fmt(r['fit_rate_per_s'])} steps/s")
@@ -348,6 +363,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--warmup-steps", type=int, help="default: max(30, 2 x batches in flight)")
     ap.add_argument("--batch-size", type=int, help="for samples/s where the harness cannot see it (fit)")
     ap.add_argument("--fit-steps", type=int, help="external timing: stop fit after N steps, time the call")
+    ap.add_argument("--epochs", type=int, default=0, help="time N whole epochs after warm-up (epoch_rate_per_s)")
     ap.add_argument("--timeout-s", type=float)
     ap.add_argument("--launch", default="", help="a multi-process job: its launch command before the script, "
                     "e.g. 'torchrun --nproc-per-node 2' (every rank forced, the job run to its end)")
@@ -374,7 +390,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     out = measure_interleaved(args.script, args.configs, args.reps, framework=args.framework, on_result=show,
                               args=args.script_args, site=args.site, window_s=args.window_s,
                               windows=args.windows, warmup_steps=args.warmup_steps, batch_size=args.batch_size,
-                              fit_steps=args.fit_steps, timeout_s=args.timeout_s, launch=shlex.split(args.launch))
+                              fit_steps=args.fit_steps, timeout_s=args.timeout_s, launch=shlex.split(args.launch),
+                              epochs=args.epochs)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"command": sys.argv, **out}, fh, indent=1)

@@ -208,6 +208,8 @@ def one(name, reps, out_rows, tunes=3, grid=True, final_reps=2):
             t.update(judge(medians, contenders, t["recommended"]))
         row["independent"] = summary
         row["load_avg_1m"] = statistics.median(loads)  # how busy the machine was while re-measuring
+        if not launch:  # both of feedprof's figures against a stopwatch: whole epochs, and inside them
+            row["stopwatch"] = stopwatch(script, contenders[AA], loader, rec)
         if final_reps:
             held = held_out(script, contenders, row["grid_best"], [t["recommended"] for t in row["tunes"]],
                             final_reps, loader, launch)
@@ -216,6 +218,26 @@ def one(name, reps, out_rows, tunes=3, grid=True, final_reps=2):
                 t["quality_held_out"] = _ratio_of(held["medians"], t["recommended"], row["grid_best"])
     print(verdict_line(row), flush=True)
     out_rows.append(row)
+
+
+def stopwatch(script, config, loader, rec, epochs=2):
+    """The first tune's pick timed by the harness over whole epochs (epoch starts and what the loop
+    does between epochs included) and in windows inside them, beside feedprof's two figures for it:
+    the rate over whole epochs (the recommendation's batches/s) and while the loop trains."""
+    framework = HARNESS_FRAMEWORK.get(loader.framework)
+    if framework is None:
+        return None
+    site = loader.site if framework == "torch" else None
+    r = independent.measure(script, framework, config, site=site, window_s=5.0, windows=1, epochs=epochs)
+    print(f"  stopwatch: {r['state']}; {len(r['epochs'])} whole epochs {r['epoch_rate_per_s']} steps/s "
+          f"(feedprof {rec.batches_per_s}); windows {r['rate_per_s']} (feedprof while training "
+          f"{rec.training_batches_per_s})", flush=True)
+    return {"state": r["state"], "epoch_rate_per_s": r["epoch_rate_per_s"], "window_rate_per_s": r["rate_per_s"],
+            "epochs": len(r["epochs"]), "feedprof_epoch_per_s": rec.batches_per_s,
+            "feedprof_training_per_s": rec.training_batches_per_s,
+            "epoch_ratio": rec.batches_per_s / r["epoch_rate_per_s"] if r["epoch_rate_per_s"] else None,
+            "training_ratio": (rec.training_batches_per_s / r["rate_per_s"]
+                               if rec.training_batches_per_s and r["rate_per_s"] else None)}
 
 
 def held_out(script, contenders, best, picks, reps, loader, launch):
@@ -272,7 +294,15 @@ def verdict_line(row):
             f"{row['tune_s']:.0f} s{_vs_grid(row)}; feedprof's "
             f"pick rate / independent {_ratio(rate_ag)}, speedup {_ratio(speed_ag)}"
             + (f"; held out {100 * row['quality_held_out']:.1f} %" if row.get("quality_held_out") else "")
+            + _stopwatch_words(row.get("stopwatch"))
             + (f"; {100 * row['vs_autotune']:.0f} % of AUTOTUNE's throughput" if row.get("vs_autotune") else ""))
+
+
+def _stopwatch_words(sw):
+    if not sw:
+        return ""
+    return (f"; over whole epochs feedprof / stopwatch {_ratio(sw['epoch_ratio'])}, while training "
+            f"{_ratio(sw['training_ratio'])}")
 
 
 def _vs_grid(row):

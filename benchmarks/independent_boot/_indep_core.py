@@ -39,6 +39,7 @@ class Loader:
         self.config, self.in_flight, self.batch_size = config, in_flight, batch_size
         self.steps = 0
         self.epoch_starts: List[float] = []
+        self.epoch_start_steps: List[int] = []  # steps delivered when each epoch started
         self.first_t: Optional[float] = None  # first delivery
         self.batches_per_epoch: Optional[int] = None
 
@@ -62,6 +63,7 @@ class State:
         self.warm_t = 0.0
         self.window_marks: List[tuple] = []  # (t, steps) of each delivery inside the window
         self.windows: List[Dict[str, Any]] = []
+        self.epochs: List[Dict[str, Any]] = []  # whole epochs of the leader after warm-up: steps, wall
         self.fit_calls: List[Dict[str, Any]] = []
         self.first_step_s: Optional[float] = None
         self.pid: Optional[int] = None  # the process that timed steps (not a forked worker)
@@ -183,7 +185,10 @@ def _warmed_up(st: State, rec: Loader, now: float) -> None:
 def epoch_start(rec: Loader) -> None:
     now = time.perf_counter()
     rec.epoch_starts.append(now)
+    rec.epoch_start_steps.append(rec.steps)
     st = STATE
+    if rec is st.leader and st.align is not None:
+        _whole_epoch(st, rec, now)
     if rec is not st.leader or not st.align:
         return
     if st.window_start is None:
@@ -225,6 +230,18 @@ def delivered(rec: Loader, n: int = 1, batch: Any = None) -> None:
         _close_window(st, rec, now)
 
 
+def _whole_epoch(st: State, rec: Loader, now: float) -> None:
+    """The epoch that just ended, start to start (its start-up, its end and whatever the loop did
+    between epochs included: what a stopwatch around whole epochs sees), if it began after warm-up."""
+    if len(rec.epoch_starts) < 2 or rec.epoch_starts[-2] < st.warm_t:
+        return
+    st.epochs.append({"steps": rec.steps - rec.epoch_start_steps[-2], "wall_s": now - rec.epoch_starts[-2]})
+    wanted = int(st.spec.get("epochs") or 0)
+    if wanted and len(st.epochs) >= wanted and st.spec.get("stop", True):
+        finish()
+    write_result("running")
+
+
 def _close_window(st: State, rec: Loader, now: float) -> None:
     t0, s0 = st.window_start
     wall_s, steps = now - t0, rec.steps - s0
@@ -242,7 +259,8 @@ def _close_window(st: State, rec: Loader, now: float) -> None:
         "batch_size": rec.batch_size, "warmup_steps": warmup_steps(rec), "started_s": t0 - T0})
     st.window_start, st.window_marks = (now, rec.steps), []  # the next window starts here
     n_windows = int(st.spec.get("windows", 1))
-    if st.spec.get("stop", True) and not st.spec.get("fit_steps") and n_windows and len(st.windows) >= n_windows:
+    if st.spec.get("stop", True) and not st.spec.get("fit_steps") and not st.spec.get("epochs") and n_windows \
+            and len(st.windows) >= n_windows:
         finish()
     write_result("running")  # observing: every window is kept as soon as it is measured
 
@@ -284,7 +302,7 @@ def write_result(state: str) -> None:
         return
     data = {"state": state, "pid": os.getpid(), "framework": st.framework, "config": st.config,
             "site": st.site, "leader": st.leader.key if st.leader else None,
-            "loaders": [r.as_json() for r in st.loaders], "windows": st.windows,
+            "loaders": [r.as_json() for r in st.loaders], "windows": st.windows, "epochs": st.epochs,
             "fit_calls": st.fit_calls, "first_step_s": st.first_step_s, "elapsed_s": time.perf_counter() - T0}
     path = os.path.join(out_dir, f"result-{os.getpid()}.json")
     tmp = path + ".tmp"
