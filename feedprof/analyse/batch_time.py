@@ -155,18 +155,21 @@ def step_alone_of(run: Optional[Run], source: str) -> Optional[StepAlone]:
     return StepAlone(s=f["step"], source=source, spread_s=f["spread"].get("step"), cpu_s=cpu, runq_s=runq)
 
 
-def loads_beside_the_step(config: dict) -> bool:
-    """Do workers load while the step runs? (0 workers: the loop loads between its steps.)"""
-    return bool(workers_of(config))
+def loads_beside_the_step(run: Optional[Run]) -> bool:
+    """Does the training loader load while the step runs (workers, a prefetch buffer, a queue)? At 0
+    workers the loop loads between its steps. (Unknown: assumed it does.)"""
+    rec = training_loader(run) if run is not None else None
+    if rec is None:
+        return True
+    return bool(rec.in_flight or workers_of(rec.config))
 
 
 def profile_batch_time(run: Run) -> Optional[BatchTime]:
     """A single observed run (feedprof profile): at 0 workers the step runs alone by construction;
     with workers the step alone was not measured here (a tune measures it)."""
-    rec = training_loader(run)
-    if rec is None:
+    if training_loader(run) is None:
         return None
-    alone = None if loads_beside_the_step(rec.config) else step_alone_of(run, "no_workers")
+    alone = None if loads_beside_the_step(run) else step_alone_of(run, "no_workers")
     return batch_time(run, "run", alone)
 
 

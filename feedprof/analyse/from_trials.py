@@ -99,7 +99,7 @@ class TrialMeasurements:
             if alone is not None:
                 return alone
         b = self.baseline_trial
-        if b is not None and b.state == TrialState.OK and not loads_beside_the_step(b.config):
+        if b is not None and b.state == TrialState.OK and not loads_beside_the_step(b.run):
             return step_alone_of(b.run, "no_workers")
         return None
 

@@ -32,6 +32,7 @@ import sys
 from typing import Any, Dict, Optional
 
 from feedprof.store.reasons import NoSuperInit
+from feedprof.record.loadprof import loading
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 
@@ -139,6 +140,8 @@ def install(ctl: Any) -> None:
                                                              dataset=type(self).__name__, site=site), self)
         if plan.replay:
             replay_items(type(self), orig_getitem_owner)
+        else:
+            profile_items(type(self))
 
     def adapter_init(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
         handle = getattr(x, "_feedprof_handle", None)
@@ -193,6 +196,23 @@ def _no_super_init(ctl: Any, x: Any, caller: Any, replayed: Dict[type, Any]) -> 
     if plan.replay:
         replay_items(type(x), replayed)
     return handle
+
+
+def profile_items(cls: type) -> None:
+    """Every __getitem__ of this dataset class marked for the loading profiler (record/loadprof.py),
+    wherever Keras calls it: the main thread, its thread pool, its forked processes."""
+    if cls.__dict__.get("_feedprof_profiled", False):
+        return
+    orig = cls.__getitem__
+    label = cls.__name__
+
+    def __getitem__(self: Any, index: Any) -> Any:
+        with loading(label):
+            return orig(self, index)
+
+    __getitem__.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.__getitem__ = __getitem__
+    cls._feedprof_profiled = True
 
 
 def replay_items(cls: type, saved: Dict[type, Any]) -> None:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
 from feedprof.record.steps import LoaderInfo
+from feedprof.record.loadprof import loading
 from feedprof.store.codes import Framework
 
 KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
@@ -102,12 +103,42 @@ class Pipeline:
                          "deterministic": self.deterministic, "private_threadpool_size": None})
 
 
+def profile_py_functions() -> None:
+    """The Python a pipeline runs (tf.py_function, tf.numpy_function bodies, in tf.data's threads)
+    marked for the loading profiler (record/loadprof.py), by the function's name."""
+    import tensorflow as tf
+
+    for name in ("py_function", "numpy_function"):
+        orig = getattr(tf, name)
+        if getattr(orig, "_feedprof_profiled", False):
+            continue
+
+        def wrapper(func: Any, inp: Any = None, Tout: Any = None, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+            return _orig(func if func is None else _profiled(func), inp, Tout, *args, **kwargs)  # (None: a decorator)
+
+        wrapper._feedprof_profiled = True  # type: ignore[attr-defined]
+        wrapper.__wrapped__ = orig  # type: ignore[attr-defined]
+        setattr(tf, name, wrapper)
+
+
+def _profiled(func: Any) -> Any:
+    label = getattr(func, "__name__", "py_function")
+
+    def run(*args: Any) -> Any:
+        with loading(label):
+            return func(*args)
+
+    run.__name__ = label
+    return run
+
+
 def install(ctl: Any) -> None:
     from tensorflow.python.data.ops import dataset_ops
 
     D = dataset_ops.DatasetV2
     if getattr(D, "_feedprof_patched", False):
         return
+    profile_py_functions()
     originals = {name: getattr(D, name) for name in PARALLEL + ("prefetch", "__iter__")}
     sigs = {name: inspect.signature(fn) for name, fn in originals.items()}
 

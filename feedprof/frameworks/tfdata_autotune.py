@@ -10,7 +10,8 @@ NOTE [ Reading AUTOTUNE's choices ]
       ─► a reading: each op's parallelism / buffer_size as in force (the parameter's shared state,
          which the op reads), the most AUTOTUNE may choose there, whether it is AUTOTUNE's
       kept only when it differs from the last one (at most MAX_READINGS)
-    the record is written ─► a last reading; LoaderRecord.autotune
+    the record is written ─► a last reading, with each op's elements and processing time (tf.data's
+         own statistics: where the pipeline's time goes, per op); LoaderRecord.autotune
 
 The ops are TensorFlow's after its own rewrites (a map followed by a batch may run as one
 MapAndBatch op; a Prefetch AUTOTUNE injected itself may appear at the end), listed from the
@@ -23,7 +24,7 @@ import dataclasses
 import weakref
 from typing import Any, Callable, List, Optional, Tuple
 
-from feedprof.store.run import AutotunedKnob, AutotuneReading
+from feedprof.store.run import AutotunedKnob, AutotuneReading, OpTime
 
 SAMPLE_S = 1.0  # read the model at most this often
 MAX_READINGS = 256  # a long run keeps its first readings and its latest ones
@@ -31,8 +32,8 @@ KNOBS = ("parallelism", "buffer_size", "cycle_length")
 UNBOUNDED = 1e15  # a parameter's max beyond this is "no limit" (TensorFlow writes int64 max)
 
 
-def read_knobs(iterator: Any) -> Optional[Tuple[AutotunedKnob, ...]]:
-    """The pipeline's settings as its iterator holds them now, or None where TensorFlow cannot say."""
+def read_model(iterator: Any) -> Any:
+    """The pipeline's autotuning model as its iterator holds it now, or None where TensorFlow cannot say."""
     import tensorflow as tf
     from tensorflow.core.framework import model_pb2
 
@@ -42,6 +43,18 @@ def read_knobs(iterator: Any) -> Optional[Tuple[AutotunedKnob, ...]]:
         model.ParseFromString(proto.numpy())
     except (AttributeError, TypeError, ValueError, tf.errors.OpError):  # no model (autotune off) or a gone iterator
         return None
+    return model
+
+
+def read_ops(model: Any) -> Tuple[OpTime, ...]:
+    """Each op's elements and time, as tf.data's own statistics count them, source first."""
+    chain = list(reversed(_from_output(model)))
+    return tuple(OpTime(position=k, op=n.name, elements=int(n.num_elements), processing_s=n.processing_time / 1e9)
+                 for k, n in enumerate(chain))
+
+
+def knobs_of(model: Any) -> Tuple[AutotunedKnob, ...]:
+    """The pipeline's settings as its model holds them."""
     chain = _from_output(model)
     knobs: List[AutotunedKnob] = []
     for position, node in enumerate(reversed(chain)):
@@ -76,6 +89,7 @@ class AutotuneWatch:
         self.readings: List[AutotuneReading] = []  # times on the clock of ``now``
         self.iterator: Callable[[], Any] = lambda: None
         self.t_read = float("-inf")
+        self.ops: Tuple[OpTime, ...] = ()  # the latest iterator's ops' time, at the last reading
 
     def follow(self, iterator: Any) -> None:
         """A new iterator over the pipeline (an epoch, a fit): the last one's final reading first."""
@@ -97,7 +111,9 @@ class AutotuneWatch:
             return
         self.t_read = self.now()
         try:
-            knobs = read_knobs(it)
+            model = read_model(it)
+            knobs = knobs_of(model) if model is not None else None
+            self.ops = read_ops(model) if model is not None else self.ops
         except Exception:  # noqa: BLE001 - feedprof's side must never end the job: no more readings
             self.iterator = lambda: None
             return
@@ -110,7 +126,10 @@ class AutotuneWatch:
     def over_the_run(self, origin_s: float) -> Tuple[AutotuneReading, ...]:
         """Every reading (times from ``origin_s``), the latest taken now (the record is being written)."""
         self.read()
-        return tuple(dataclasses.replace(r, t_s=r.t_s - origin_s) for r in self.readings)
+        out = [dataclasses.replace(r, t_s=r.t_s - origin_s) for r in self.readings]
+        if out:
+            out[-1] = dataclasses.replace(out[-1], ops=self.ops)
+        return tuple(out)
 
 
 class Sampled:

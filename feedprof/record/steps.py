@@ -238,6 +238,7 @@ class StepRecorder:
             dataset=info.dataset,
             batch_size=info.batch_size,
             batches_per_epoch=info.batches_per_epoch,
+            in_flight=info.in_flight,
             config=dict(info.config),
             script_config=dict(info.script_config),
             injected=where.injected,

@@ -37,7 +37,7 @@ _MODULES: Dict[str, tuple] = {
     "host": ("GpuInfo", "HostInfo"),
     "samples": ("GpuSeries", "Peaks", "Samples"),
     "procs": ("Leftovers",),
-    "run": ("SCHEMA_RUN", "AutotunedKnob", "AutotuneReading", "EpochLog", "LoaderRecord", "OtherProcess", "Outcome", "RankInfo", "Run", "StepLog",
+    "run": ("SCHEMA_RUN", "AutotunedKnob", "AutotuneReading", "EpochLog", "LoaderRecord", "OtherProcess", "OpTime", "Outcome", "RankInfo", "Run", "StepLog",
             "Summary", "Window"),
     "tune": ("SCHEMA_TUNE", "Recommendation", "Trial", "TuneResult", "TuneStart"),
     "evidence": ("ConfigEvidence",),

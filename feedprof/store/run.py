@@ -72,11 +72,25 @@ class AutotunedKnob:
 
 
 @dataclass(frozen=True)
+class OpTime:
+    """One op of a running tf.data pipeline, as tf.data's own statistics count it (its autotuning
+    model, for the iterator running then): the elements it produced, and the time it spent producing
+    them, its inputs' time left out (summed over its parallel calls: it can exceed the wall time)."""
+
+    position: int  # counted from the pipeline's source (0)
+    op: str
+    elements: int
+    processing_s: float
+
+
+@dataclass(frozen=True)
 class AutotuneReading:
-    """A tf.data pipeline's settings at ``t_s`` (seconds from the run's start), read from its iterator."""
+    """A tf.data pipeline's settings at ``t_s`` (seconds from the run's start), read from its iterator;
+    the last reading of a run also holds its ops' time (``ops``)."""
 
     t_s: float
     knobs: Tuple[AutotunedKnob, ...] = ()
+    ops: Tuple[OpTime, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +111,7 @@ class LoaderRecord:
     dataset: str = ""
     batch_size: Optional[int] = None
     batches_per_epoch: Optional[int] = None
+    in_flight: int = 0  # batches its config makes ahead, beside the step (0: it loads between steps)
     config: Dict[str, Any] = field(default_factory=dict)  # knobs in effect
     script_config: Dict[str, Any] = field(default_factory=dict)  # knobs the script asked for
     injected: bool = False

@@ -23,7 +23,8 @@ PART_WORDS = {
 # At 0 workers the loop loads each batch itself: its wait is its own loading, waiting or computing
 PART_WORDS_NO_WORKERS = {**PART_WORDS, "blocked": "loading, waiting (I/O, sleep, a lock)",
                          "loop_loading": "loading, computing"}
-ALONE_FROM = {"ceiling": "as the compute ceiling's replay ran it", "no_workers": "as it ran at 0 workers"}
+ALONE_FROM = {"ceiling": "as the compute ceiling's replay ran it",
+              "no_workers": "as it ran with nothing loading beside it (the script's own settings)"}
 BOUND_WORDS = {
     "waiting": "the loop waits for loaders whose code mostly waits (I/O, sleep, a lock), not computes",
     "cores": "the loop waits for loaders whose code computes, and the workers fill the CPUs: the cores are the limit",
@@ -124,6 +125,8 @@ def words() -> Dict[type, Callable[[Any, Callable], str]]:
 
 def cost_words(c: Cost) -> str:
     """One line of the loading code: its share, and what its time is."""
+    if not c.split:
+        return f"{fmt_pct(c.share):>5} {line_words(c.site, c.function)}: {ms(c.seconds_per_call)} a call"
     wait = max(0.0, 1 - c.cpu_share - c.runq_share)
     kind = (f"computing {fmt_pct(c.cpu_share)}" + (f", waiting for a CPU {fmt_pct(c.runq_share)}"
                                                   if c.runq_share >= 0.05 else "")
@@ -135,7 +138,11 @@ def loading_words(p: LoadingProfile) -> List[str]:
     """The profile's costliest functions (with what they call) and lines, one per row."""
     per_call = p.wall_s / p.calls if p.calls else 0.0
     where = "the training process" if p.in_main else f"{p.processes} worker process(es)"
-    head = (f"{p.dataset}: {p.calls} loading calls in {where}, {ms(per_call)} each, computing "
-            f"{fmt_pct(p.cpu_s / p.wall_s if p.wall_s else None)} of it")
+    if p.source == "tf.data":
+        head = (f"{p.dataset}: its ops' own time (tf.data's statistics, inputs left out; parallel calls summed), "
+                f"{ms(per_call)} an element in all")
+    else:
+        head = (f"{p.dataset}: {p.calls} loading calls in {where}, {ms(per_call)} each, computing "
+                f"{fmt_pct(p.cpu_s / p.wall_s if p.wall_s else None)} of it")
     return [head] + [f"function {cost_words(c)}" for c in costs(p, lines=False)] + \
         [f"line     {cost_words(c)}" for c in costs(p)]
