@@ -1,0 +1,119 @@
+"""The loading profiler in this process (record/loadprof.py): a loader whose stages are known by
+construction (a wait, and CPU work), sampled as a trial samples it. Verdicts that are unambiguous
+on a busy machine too: the wait is the larger share and waits, the CPU stage computes."""
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from feedprof.record import loadprof
+from feedprof.record.loadprof import LoadingProfiler, loading, merge_profiles, read_profiles
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def spin(seconds):
+    t = time.thread_time()
+    x = 0
+    while time.thread_time() - t < seconds:
+        for i in range(100):
+            x += i * i
+    return x
+
+
+def read_record():
+    time.sleep(0.006)
+
+
+def decode_record():
+    spin(0.002)
+
+
+def dumps_library():
+    return json.dumps(list(range(20000)))  # a library function (the standard library) called from this line
+
+
+@pytest.fixture
+def profiler(tmp_path, monkeypatch):
+    p = LoadingProfiler()
+    p.configure(str(tmp_path), HERE, os.getpid())
+    monkeypatch.setattr(loadprof, "PROFILER", p)
+    return p
+
+
+def run_loader(seconds, *stages):
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        with loading("Staged"):
+            for stage in stages:
+                stage()
+
+
+def test_a_wait_and_cpu_work_are_told_apart_with_their_shares(profiler):
+    run_loader(2.0, read_record, decode_record)
+    (p,) = merge_profiles([profiler.snapshot()])
+    assert p.dataset == "Staged" and p.calls > 50 and p.in_main and p.sampled_s > 0
+    by_fn = {f.function.split(":")[-1]: f for f in p.functions}
+    read, decode = by_fn["read_record"], by_fn["decode_record"]
+    assert read.wall_s > decode.wall_s  # 6 ms a call against 2 ms
+    assert 0.5 < read.wall_s / p.sampled_s < 0.95
+    assert read.cpu_s + read.runq_s < 0.35 * read.wall_s  # it sleeps: waiting
+    assert decode.cpu_s + decode.runq_s > 0.5 * decode.wall_s  # it spins: computing (or waiting for a CPU)
+    assert p.cpu_s < 0.6 * p.wall_s  # the exact totals agree: mostly waiting
+
+
+def test_library_frames_are_folded_into_the_user_line_that_called_them(profiler):
+    run_loader(1.0, dumps_library)
+    (p,) = merge_profiles([profiler.snapshot()])
+    top = p.lines[0]
+    assert top.function == "dumps_library" and top.site.startswith("test_loadprof.py:")
+    assert all("json" not in line.site for line in p.lines)  # json's own frames are never a line
+
+
+def test_nothing_is_sampled_while_nothing_loads(profiler):
+    run_loader(0.2, read_record)
+    time.sleep(0.1)  # (a tick already under way when the last call ended still counts)
+    before = profiler.snapshot()["datasets"]["Staged"]["sampled_s"]
+    time.sleep(0.3)  # the sampler is asleep: no tick while no loading call runs
+    assert profiler.snapshot()["datasets"]["Staged"]["sampled_s"] == before
+    assert not profiler._active
+
+
+def test_threads_that_load_are_each_sampled(profiler):
+    threads = [threading.Thread(target=run_loader, args=(1.0, read_record)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (p,) = merge_profiles([profiler.snapshot()])
+    assert p.sampled_s > 1.5  # three threads loading for 1 s each: more than one thread's worth
+
+
+def test_every_process_flushes_its_counts_and_the_parent_merges_them(profiler, tmp_path):
+    run_loader(0.3, read_record)
+    profiler.flush()
+    other = dict(profiler.snapshot(), pid=123456, main=False)
+    (tmp_path / "loading-123456.json").write_text(json.dumps(other))
+    (tmp_path / "loading-99.json.tmp").write_text("{half-written")  # killed mid-write: not read
+    (p,) = merge_profiles(read_profiles(str(tmp_path)))
+    mine = profiler.snapshot()["datasets"]["Staged"]
+    assert p.processes == 2 and p.calls == 2 * mine["calls"] and p.in_main
+
+
+def test_switch_interval_is_restored_after_a_loading_call(profiler):
+    import sys
+
+    before = sys.getswitchinterval()
+    with loading("Staged"):
+        assert sys.getswitchinterval() == pytest.approx(loadprof.SWITCH_S)
+    assert sys.getswitchinterval() == before
+
+
+def test_off_without_a_directory(monkeypatch):
+    p = LoadingProfiler()
+    monkeypatch.setattr(loadprof, "PROFILER", p)
+    with loading("Staged"):
+        pass
+    assert p._thread is None and not p._stats
