@@ -4,14 +4,15 @@ of pure-Python CPU), each stage timed by the workload itself (wall and CPU time,
 STAGES_TIMERS_DIR/stages-<pid>.json, flushed every second), so that a profiler's shares can be
 checked against timers that share no code with it (benchmarks/stages.py). The step is a 5 ms wait
 (the CPU idle, as while a GPU computes); --step-cpu-ms makes it CPU work instead (a step that
-competes with the workers for the cores).
+competes with the workers for the cores). --read-ms, --decode-ms, --augment-ms set each stage's cost
+(a remedy applied: a stage made cheaper), --own-cores K keeps K cores for the training process (its
+workers on the rest).
 
-    python benchmarks/workloads/stages_known.py [--workers N] [--step-cpu-ms 20]
+    python benchmarks/workloads/stages_known.py [--workers N] [--step-cpu-ms 20] [--decode-ms 0]
 """
 import argparse
 import json
 import os
-import threading
 import time
 
 import torch
@@ -59,21 +60,30 @@ def spin(seconds):
     return x
 
 
+COST_S = {"read": 0.003, "decode": 0.002, "augment": 0.001}  # set by the flags
+
+
 @timed("read")
 def read_record(i):
-    time.sleep(0.003)
+    time.sleep(COST_S["read"])
     return i
 
 
 @timed("decode")
 def decode_record(raw):
-    spin(0.002)
+    t, x = time.thread_time(), 0  # (each stage spins in its own lines: a profile names the stage itself)
+    while time.thread_time() - t < COST_S["decode"]:
+        for i in range(200):
+            x += i * i
     return torch.full((64,), float(raw % 7))
 
 
 @timed("augment")
 def augment_sample(x):
-    spin(0.001)
+    t, y = time.thread_time(), 0
+    while time.thread_time() - t < COST_S["augment"]:
+        for i in range(200):
+            y += i * i
     return x * 2
 
 
@@ -94,14 +104,29 @@ def train_step(x, step_cpu_s):
     return x.sum()
 
 
+def own_cores(k):
+    """Keep k cores for this process; its loader workers go to the rest (a worker_init_fn)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if k <= 0 or k >= len(allowed):
+        return None
+    os.sched_setaffinity(0, set(allowed[:k]))
+    rest = set(allowed[k:])
+    return lambda worker_id: os.sched_setaffinity(0, rest)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--step-cpu-ms", type=float, default=0.0)
     ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--read-ms", type=float, default=3.0)
+    ap.add_argument("--decode-ms", type=float, default=2.0)
+    ap.add_argument("--augment-ms", type=float, default=1.0)
+    ap.add_argument("--own-cores", type=int, default=0)
     args = ap.parse_args()
+    COST_S.update(read=args.read_ms / 1000, decode=args.decode_ms / 1000, augment=args.augment_ms / 1000)
     torch.set_num_threads(1)
-    loader = DataLoader(Staged(), batch_size=8, num_workers=args.workers)
+    loader = DataLoader(Staged(), batch_size=8, num_workers=args.workers, worker_init_fn=own_cores(args.own_cores))
     for _ in range(args.epochs):
         for x in loader:
             train_step(x, args.step_cpu_ms / 1000)
