@@ -62,8 +62,8 @@ def explain_gap(times: Sequence[BatchTime], loading: Optional[LoadingProfile], c
     out: List[Reason] = [gap] if gap is not None else []
     if gap is not None and gap.bound:
         budget = _cpu_budget(t, use, cpus)
-        out += remedies(gap, t, loading, evidence, min(x for x in (ceiling, budget, _alone_rate(t)) if x) or None,
-                        space)
+        out += remedies(gap, t, loading, evidence, min([x for x in (ceiling, budget, _alone_rate(t)) if x],
+                                                        default=None), space)
     return out + notes
 
 
