@@ -141,6 +141,23 @@ def test_one_feedprof_per_node_around_torchrun_writes_a_run_per_node(tmp_path, s
     _merged_per_node(tmp_path)
 
 
+def test_a_rank_that_fails_on_the_other_node_fails_the_run_with_its_own_traceback(tmp_path, slurm_nodes):
+    """Rank 1, on n2, cannot read its data; rank 0, on n1, waits for it in a collective: the run
+    fails with rank 1's traceback, not rank 0's, and nothing of it is left on either node."""
+    failing = SLURM_DDP.replace("for epoch in range(args.epochs):",
+                                "if rank == 1:\n    raise OSError('the storage is not mounted on ' + os.uname().nodename)\n"
+                                "for epoch in range(args.epochs):", 1)
+    script = write_script(tmp_path, "ddp.py", failing)
+    log = _sbatch(tmp_path, [f"{FEEDPROF} profile --out out -- srun -n 2 {PYTHON} {script}",
+                             "echo feedprof-exit=$?"])
+    assert _exit_of(log, "feedprof") != 0, log[-4000:]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    outcome = run["outcome"]
+    assert outcome["state"] == "failed" and outcome["cause"]["code"] == "rank_failed", outcome
+    assert outcome["cause"]["rank"] == 1 and "not mounted on n2" in outcome["traceback"], outcome
+    assert _processes_of(script) == []
+
+
 def _merged_per_node(tmp_path):
     """A run per node (each task's own directory), each naming its own host, merged into one page."""
     runs = sorted(glob.glob(str(tmp_path / "feedprof-out" / "*-rank*" / "results.json")))
