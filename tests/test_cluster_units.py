@@ -14,7 +14,7 @@ from feedprof.analyse.merge import MergeError, merge_tunes
 from feedprof.analyse.stragglers import nodes_differ, rank_spread, ranks_per_node, waits_of_online
 from feedprof.frameworks.paste import with_launch
 from feedprof.render.nodes import differences, render_tunes
-from feedprof.render.ranks import format_ranks, rank_usage, self_sampled_note
+from feedprof.render.ranks import format_ranks, rank_usage, ranks_html, self_sampled_note
 from feedprof.render.words import say
 from feedprof.store import (HostInfo, OnlineWindow, RankInfo, Recommendation, Run, Samples, Summary, Trial, TuneResult,
                             records_in, save)
@@ -192,5 +192,10 @@ def test_the_ranks_that_measured_themselves_are_named_with_their_cpu_and_memory(
     assert note.startswith("rank 1 (node n2) measured itself on its own node") and "feedprof on n1" in note
     assert note in format_ranks(job)
     usage = {label: (cores, gib) for label, _, cores, gib in rank_usage(job)}
-    assert usage["rank 1 (n2)"] == ((1.5, 2.0), (1.5, 1.5))  # the rank and its workers: cores, GiB
+    assert usage["rank 1 (n2)"] == ((1.5, 2.0), ((0.0, 1.5), (0.5, 1.5)))  # the rank and its workers: cores, GiB
+    pss = dataclasses.replace(job.ranks[1].samples, tree_pss_bytes=(None, 2 ** 30))
+    job = dataclasses.replace(job, ranks=(job.ranks[0], dataclasses.replace(job.ranks[1], samples=pss)))
+    assert {label: gib for label, _, _, gib in rank_usage(job)}["rank 1 (n2)"] == ((0.5, 1.0),)  # PSS, where read
     assert self_sampled_note(Run(ranks=(_rank(0, "n1", 2, 0.1),))) == ""
+    page = "".join(ranks_html(job))
+    assert "CPU and memory per rank" in page and "<svg" in page and "measured itself on its own node" in page

@@ -92,9 +92,10 @@ def rank_waits(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[float, ...]
 
 
 def rank_usage(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[Optional[float], ...],
-                                         Tuple[Optional[float], ...]]]:
-    """(label, times, cores, GiB) per rank: the CPU and the memory (RSS) of its process tree, its
-    loader workers included, as the chart draws them."""
+                                         Tuple[Tuple[float, float], ...]]]:
+    """(label, times, cores, (time, GiB) points) per rank: the CPU of its process tree, its loader
+    workers included, and the tree's memory: PSS where it was read (RSS counts the pages the
+    workers share with the rank once per worker), else RSS."""
     gib = float(2 ** 30)
     out = []
     for i, r in enumerate(run.ranks):
@@ -102,23 +103,24 @@ def rank_usage(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[Optional[fl
         if not s.t_s:
             continue
         cores = tuple(None if m is None else (m + (w or 0.0)) / 100.0 for m, w in zip(s.main_cpu_pct, s.workers_cpu_pct))
-        rss = tuple(None if m is None else (m + (w or 0)) / gib for m, w in zip(s.main_rss_bytes, s.workers_rss_bytes))
+        memory = tuple((t, p / gib) for t, p in zip(s.t_s, s.tree_pss_bytes) if p is not None) or tuple(
+            (t, (m + (w or 0)) / gib) for t, m, w in zip(s.t_s, s.main_rss_bytes, s.workers_rss_bytes) if m is not None)
         info = r.rank
         label = f"rank {info.rank if info else i}" + (f" ({info.node})" if info and info.node else "")
-        out.append((label, tuple(s.t_s), cores, rss))
+        out.append((label, tuple(s.t_s), cores, memory))
     return out
 
 
 def draw_rank_usage(usage: Sequence[Tuple[str, Tuple[float, ...], Tuple[Optional[float], ...],
-                                          Tuple[Optional[float], ...]]]) -> str:
+                                          Tuple[Tuple[float, float], ...]]]) -> str:
     fig = plots.new_figure(8.0, 2.4)
     cpu_ax, mem_ax = fig.subplots(1, 2, sharex=True)
     plots.style_axes(cpu_ax, "CPU (cores)")
-    plots.style_axes(mem_ax, "memory, RSS (GiB)")
-    for k, (label, t, cores, rss) in enumerate(usage):
+    plots.style_axes(mem_ax, "memory (GiB)")
+    for k, (label, t, cores, memory) in enumerate(usage):
         color = plots.PALETTE[k % len(plots.PALETTE)]
         plots.draw_line(cpu_ax, t, cores, color, label)
-        plots.draw_line(mem_ax, t, rss, color, label)
+        plots.draw_line(mem_ax, [x for x, _ in memory], [y for _, y in memory], color, label)
     for ax in (cpu_ax, mem_ax):
         ax.set_ylim(bottom=0)
         ax.set_xlabel("seconds", color=plots.INK, fontsize=8)
@@ -152,7 +154,8 @@ def ranks_html(run: Run) -> List[str]:
     usage = rank_usage(run)
     if usage:
         out += ["<h2>CPU and memory per rank</h2>", draw_rank_usage(usage),
-                "<p class=\"note\">Each rank's process tree: the rank and its loader workers, on its own node.</p>"]
+                "<p class=\"note\">Each rank's process tree: the rank and its loader workers, on its own node. Memory is "
+                "PSS (pages the workers share with the rank counted once), where it was read.</p>"]
     waits = rank_waits(run)
     if waits:
         out += ["<h2>Data wait per rank</h2>", draw_rank_waits(waits),
