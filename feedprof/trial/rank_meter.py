@@ -55,6 +55,7 @@ class RankMeter:
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the writer thread and a last write at exit or SIGTERM
         self._thread: Optional[threading.Thread] = None
+        self._pid = os.getpid()  # a loader worker forked from the rank inherits this object, not its thread
 
     def start(self) -> "RankMeter":
         self.sampler.start()
@@ -94,6 +95,8 @@ class RankMeter:
                 pass  # a full disk: the trial goes on without this rank's curves
 
     def stop(self) -> None:
-        """The last write (the rank is ending)."""
+        """The last write (the rank is ending; in a process forked from it, nothing)."""
+        if os.getpid() != self._pid:
+            return
         self._stop.set()
         self.write()
