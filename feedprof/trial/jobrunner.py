@@ -4,15 +4,19 @@ rank instrumented (hosted.py), sampled from outside, ended together.
 NOTE [ A trial of a job ]
 
     env: FEEDPROF_JOB_SPEC, PYTHONPATH=bootstrap/:..., a fresh MASTER_PORT / PET_MASTER_PORT
-    launcher ─► ranks (each: result-<rank>.json, events-<rank>.jsonl)
+    launcher ─► ranks (each: result-<rank>.json, events-<rank>.jsonl; a rank out of this
+                feedprof's sight, on another node, samples-<rank>.json too: rank_meter.py)
     _JobWatch (a watch.Watch) polls every rank's events:
-      "started" (rank, pid) ─► a sampler of that rank's process tree
-      every local rank's "window_done" ─► the whole job is ended at once (ranks are
+      "started" (rank, pid, node) ─► a sampler of that rank's process tree, where its PID means
+          something here (in_sight); how many ranks report here (ranks_to_wait_for: a Slurm
+          step's, on every node; else this node's)
+      every such rank's "window_done" ─► the whole job is ended at once (ranks are
           never ended alone: the others would hang in a collective)
       the launcher exits first ─► how it ended (a rank's traceback, if one failed)
       the runner's limits (no batch in time, the trial's timeout), as for one process
     _finish (the InFlight record, flight.py): every process of the job killed, leftovers checked;
-    _assemble_job: a Run per rank (with its samples and summary) inside the job's Run,
+    _assemble_job: a Run per rank (with its samples and host: this feedprof's, or the rank's own
+    from samples-<rank>.json, and its summary) inside the job's Run,
     whose samples are the launcher's whole tree and whose summary the job's (diagnose.py)
 """
 from __future__ import annotations
