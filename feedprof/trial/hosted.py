@@ -8,13 +8,16 @@ NOTE [ Every rank instrumented, the script untouched ]
           a rank? (its launcher's environment, record/ranks.py; or the job's own script)
             yes: Controller(rank) + post-import hooks, as in a trial child (child.py);
                  results to result-<rank>.json, events to events-<rank>.jsonl;
+                 out of feedprof's sight (another node): its own samples too (rank_meter.py),
+                 its time counted from the trial's start through the wall clock;
                  the script then runs as the real __main__, unmodified
             no:  nothing (the launcher; loader workers started with spawn)
       each rank: window measured ─► result written, "window_done" ─► it trains on
       jobrunner: every rank done ─► the whole job's process group is ended together
 
 A rank that fails writes its own traceback (sys.excepthook); one that ends
-writes what it measured (atexit); sys.exit's code is kept for the result.
+writes what it measured (atexit); sys.exit's code is kept for the result; one
+ended by SIGTERM writes it first and takes its loader workers with it.
 """
 from __future__ import annotations
 
