@@ -33,18 +33,17 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
-@pytest.fixture(scope="session")
-def local_slurm(tmp_path_factory):
-    """A real one-node Slurm on localhost for the session (tests/local_slurm.py), stopped afterwards.
+def _local_cluster(tmp_path_factory, nodes):
+    """A real local Slurm of ``nodes`` nodes for the session (tests/local_slurm.py), stopped afterwards.
     Where it cannot run the tests that need it skip, unless FEEDPROF_REQUIRE_SLURM=1 (.ci/run)."""
-    from local_slurm import LocalSlurm, missing
+    from local_slurm import LocalSlurm, TwoNodeSlurm, missing
 
-    why = missing()
+    why = missing(nodes=nodes)
     if why:
         if os.environ.get("FEEDPROF_REQUIRE_SLURM") == "1":
-            pytest.fail(f"FEEDPROF_REQUIRE_SLURM=1, but a local Slurm cannot run here: {why}")
-        pytest.skip(f"no local Slurm: {why}")
-    cluster = LocalSlurm(str(tmp_path_factory.mktemp("slurm")))
+            pytest.fail(f"FEEDPROF_REQUIRE_SLURM=1, but a local Slurm of {nodes} node(s) cannot run here: {why}")
+        pytest.skip(f"no local Slurm of {nodes} node(s): {why}")
+    cluster = (TwoNodeSlurm if nodes == 2 else LocalSlurm)(str(tmp_path_factory.mktemp(f"slurm{nodes}")))
     try:
         cluster.start()
         yield cluster
@@ -52,14 +51,38 @@ def local_slurm(tmp_path_factory):
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def local_slurm(tmp_path_factory):
+    """A real one-node Slurm on localhost."""
+    yield from _local_cluster(tmp_path_factory, 1)
+
+
+@pytest.fixture(scope="session")
+def local_slurm_nodes(tmp_path_factory):
+    """A real two-node Slurm on this machine: nodes n1 and n2, each slurmd in UTS, PID and mount
+    namespaces of its own (tests/local_slurm.py TwoNodeSlurm), as separate machines are."""
+    yield from _local_cluster(tmp_path_factory, 2)
+
+
+def _in_cluster(cluster, monkeypatch):
+    """The cluster's SLURM_CONF in this test's environment (so every srun, squeue and feedprof the
+    test starts uses it); afterwards nothing of the test may be left in its queue."""
+    monkeypatch.setenv("SLURM_CONF", cluster.conf)
+    assert cluster.wait_empty() == [], "an earlier test left jobs in the queue"
+    yield cluster
+    assert cluster.wait_empty() == []
+
+
 @pytest.fixture
 def slurm(local_slurm, monkeypatch, no_leftovers):
-    """The local Slurm, its SLURM_CONF in this test's environment (so every srun, squeue and feedprof
-    the test starts uses it); afterwards nothing of the test may be left in its queue."""
-    monkeypatch.setenv("SLURM_CONF", local_slurm.conf)
-    assert local_slurm.wait_empty() == [], "an earlier test left jobs in the queue"
-    yield local_slurm
-    assert local_slurm.wait_empty() == []
+    """The local one-node Slurm, for this test."""
+    yield from _in_cluster(local_slurm, monkeypatch)
+
+
+@pytest.fixture
+def slurm_nodes(local_slurm_nodes, monkeypatch, no_leftovers):
+    """The local two-node Slurm, for this test."""
+    yield from _in_cluster(local_slurm_nodes, monkeypatch)
 
 
 @pytest.fixture(scope="session")

@@ -245,11 +245,9 @@ def summarize_job(run: Run) -> Summary:
         return Summary(notes=tuple(notes or [NoLoaderIterated()]))
     slowest = min(measured, key=lambda s: s.effective_batches_per_s or s.batches_per_s)
     lag = straggler(per_rank)
-    from feedprof.analyse.stragglers import rank_spread, waits_of_run  # (it reads this module's loaders)
+    from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_run  # (it reads this module's loaders)
 
-    spread = rank_spread(waits_of_run(run))
-    if spread is not None:
-        notes.append(spread)
+    notes += [n for n in (rank_spread(waits_of_run(run)), nodes_differ(run)) if n is not None]
     waits = [s.data_wait_fraction for s in measured if s.data_wait_fraction is not None]
     batch = sum(s.batch_size or 0 for s in measured)
     mean = lambda name: stats.mean([getattr(s, name) for s in measured])  # noqa: E731

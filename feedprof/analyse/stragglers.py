@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from feedprof.analyse import stats
 from feedprof.analyse.diagnose import training_loader, window_steps
 from feedprof.store import OnlineWindow, Run
-from feedprof.store.reasons import RankSpread
+from feedprof.store.reasons import NodesDiffer, RankSpread
 
 WINDOWS_PER_RUN = 8  # a rank's measured steps, cut into this many windows
 MIN_WINDOWS = 3  # fewer cannot tell a slow node from noise
@@ -81,3 +81,36 @@ def rank_spread(waits: RankWaits) -> Optional[RankSpread]:
     return RankSpread(windows=n, ranks=len(waits), median_wait_fraction=median, worst_wait_fraction=worst,
                       worst_rank=rank, worst_node=node, worst_share=share,
                       holds_back=share >= HOLDS_BACK_SHARE and worst - median >= HOLDS_BACK_LEAD)
+
+
+def ranks_per_node(run: Run) -> int:
+    """The most ranks of the job on one node: they share its CPUs and memory (ranks that name no
+    node count as one node's)."""
+    per_node = Counter(r.rank.node if r.rank is not None else "" for r in run.ranks)
+    return max(per_node.values(), default=1)
+
+
+def nodes_differ(run: Run) -> Optional[NodesDiffer]:
+    """Where one job's ranks run on nodes that differ in the CPUs a rank may use there (as each rank
+    reported its share, and each node's usable CPUs where known): each node's, and the rank that
+    sets the pace. None for a job on one node, or on nodes alike."""
+    by_node: Dict[str, List[Run]] = {}
+    for r in run.ranks:
+        if r.rank is not None and r.rank.node:
+            by_node.setdefault(r.rank.node, []).append(r)
+    if len(by_node) < 2:
+        return None
+    nodes = sorted(by_node)
+    rank_cpus = tuple(min(r.rank.cpus or 0 for r in by_node[n] if r.rank) for n in nodes)
+    node_cpus = tuple(max(r.host.cpus_usable for r in by_node[n]) for n in nodes)
+    if len(set(rank_cpus)) < 2 and len({c for c in node_cpus if c}) < 2:
+        return None
+    waits = [(r.rank.rank, r.rank.node, r.summary.data_wait_fraction) for n in nodes for r in by_node[n]
+             if r.rank and r.summary is not None and r.summary.data_wait_fraction is not None]
+    ordered = sorted(waits, key=lambda w: w[2])
+    pace = ordered[-1] if ordered else None
+    others = [w for _, _, w in ordered[:-1]]
+    return NodesDiffer(nodes=tuple(nodes), rank_cpus=rank_cpus, node_cpus=node_cpus,
+                       pace_rank=pace[0] if pace else 0, pace_node=pace[1] if pace else "",
+                       pace_wait_fraction=pace[2] if pace else None,
+                       others_wait_fraction=stats.median(others) if others else None)

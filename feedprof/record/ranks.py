@@ -86,13 +86,20 @@ def slurm_step(env: Mapping[str, str]) -> str:
     return f"{job}.{step}" if job and step else ""
 
 
+def step_tasks(env: Mapping[str, str]) -> Optional[int]:
+    """How many tasks the Slurm step this process runs in has, on every node (None: no step)."""
+    if not slurm_step(env):
+        return None
+    return _int(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS")
+
+
 def _from_slurm(env: Mapping[str, str]) -> Optional[RankInfo]:
     """A task of a Slurm step (srun): only there is SLURM_STEP_ID set; the batch script
     carries SLURM_PROCID=0 too, and is no rank."""
     rank = _int(env, "SLURM_PROCID")
     if rank is None or not slurm_step(env):
         return None
-    size = _int(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS") or rank + 1
+    size = step_tasks(env) or rank + 1
     local = _int(env, "SLURM_LOCALID")
     return RankInfo(rank=rank, local_rank=rank if local is None else local, world_size=size,
                     local_world_size=_slurm_local_tasks(env) or 1, launcher="slurm", job=slurm_step(env))
@@ -133,6 +140,16 @@ def rank_from_env(env: Mapping[str, str]) -> Optional[RankInfo]:
             return RankInfo(**{**info.__dict__, "node": socket.gethostname(), "node_rank": node_rank,
                                "job": info.job or slurm_step(env)})
     return None
+
+
+def sight() -> str:
+    """Where a PID names this process: its host's name and its PID namespace. A process of
+    another sight (another node, a container of its own) cannot be found by the PID it reports."""
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:  # not Linux, or no /proc: the host's name alone
+        namespace = ""
+    return f"{socket.gethostname()} {namespace}".strip()
 
 
 _LAUNCHER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch",

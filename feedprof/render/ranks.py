@@ -63,7 +63,22 @@ def format_ranks(run: Run) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADERS))]
     lines = ["  ranks (the job runs at its slowest rank's pace):"]
     lines += ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines)
+    said = self_sampled_note(run)
+    return "\n".join(lines + ([f"    {said}"] if said else []))
+
+
+def self_sampled_note(run: Run) -> str:
+    """Which ranks' CPU and memory come from the ranks themselves ("" where feedprof sampled every rank)."""
+    own = [r.rank for r in run.ranks if r.rank is not None and r.rank.self_sampled]
+    if not own:
+        return ""
+    names = ", ".join(f"rank {info.rank} (node {info.node or '?'})" for info in own)
+    here = run.host.hostname or "the launching node"
+    if len(own) == 1:
+        return (f"{names} measured itself on its own node: the feedprof on {here} cannot see its processes, "
+                "so its CPU, memory and device figures are the rank's own; the other ranks' are feedprof's.")
+    return (f"{names} measured themselves on their own nodes: the feedprof on {here} cannot see their processes, "
+            "so their CPU, memory and device figures are their own; the other ranks' are feedprof's.")
 
 
 def rank_waits(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[float, ...]]]:
@@ -74,6 +89,43 @@ def rank_waits(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[float, ...]
         if t:
             out.append((f"rank {r.rank.rank if r.rank else i}", t, pct))
     return out
+
+
+def rank_usage(run: Run) -> List[Tuple[str, Tuple[float, ...], Tuple[Optional[float], ...],
+                                         Tuple[Tuple[float, float], ...]]]:
+    """(label, times, cores, (time, GiB) points) per rank: the CPU of its process tree, its loader
+    workers included, and the tree's memory: PSS where it was read (RSS counts the pages the
+    workers share with the rank once per worker), else RSS."""
+    gib = float(2 ** 30)
+    out = []
+    for i, r in enumerate(run.ranks):
+        s = r.samples
+        if not s.t_s:
+            continue
+        cores = tuple(None if m is None else (m + (w or 0.0)) / 100.0 for m, w in zip(s.main_cpu_pct, s.workers_cpu_pct))
+        memory = tuple((t, p / gib) for t, p in zip(s.t_s, s.tree_pss_bytes) if p is not None) or tuple(
+            (t, (m + (w or 0)) / gib) for t, m, w in zip(s.t_s, s.main_rss_bytes, s.workers_rss_bytes) if m is not None)
+        info = r.rank
+        label = f"rank {info.rank if info else i}" + (f" ({info.node})" if info and info.node else "")
+        out.append((label, tuple(s.t_s), cores, memory))
+    return out
+
+
+def draw_rank_usage(usage: Sequence[Tuple[str, Tuple[float, ...], Tuple[Optional[float], ...],
+                                          Tuple[Tuple[float, float], ...]]]) -> str:
+    fig = plots.new_figure(8.0, 2.4)
+    cpu_ax, mem_ax = fig.subplots(1, 2, sharex=True)
+    plots.style_axes(cpu_ax, "CPU (cores)")
+    plots.style_axes(mem_ax, "memory (GiB)")
+    for k, (label, t, cores, memory) in enumerate(usage):
+        color = plots.PALETTE[k % len(plots.PALETTE)]
+        plots.draw_line(cpu_ax, t, cores, color, label)
+        plots.draw_line(mem_ax, [x for x, _ in memory], [y for _, y in memory], color, label)
+    for ax in (cpu_ax, mem_ax):
+        ax.set_ylim(bottom=0)
+        ax.set_xlabel("seconds", color=plots.INK, fontsize=8)
+    mem_ax.legend(fontsize=7, frameon=False, labelcolor=plots.INK, loc="lower right")
+    return plots.to_svg(fig)
 
 
 def draw_rank_waits(waits: Sequence[Tuple[str, Tuple[float, ...], Tuple[float, ...]]]) -> str:
@@ -98,6 +150,12 @@ def ranks_html(run: Run) -> List[str]:
     out = ["<h2>Ranks</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
     lags = [n for n in (run.summary.notes if run.summary else ()) if n.code == "straggler"]
     out += [f"<p class=\"note\">{esc(say(n))}</p>" for n in lags]
+    out += [f"<p class=\"note\">{esc(said)}</p>" for said in [self_sampled_note(run)] if said]
+    usage = rank_usage(run)
+    if usage:
+        out += ["<h2>CPU and memory per rank</h2>", draw_rank_usage(usage),
+                "<p class=\"note\">Each rank's process tree: the rank and its loader workers, on its own node. Memory is "
+                "PSS (pages the workers share with the rank counted once), where it was read.</p>"]
     waits = rank_waits(run)
     if waits:
         out += ["<h2>Data wait per rank</h2>", draw_rank_waits(waits),

@@ -157,6 +157,8 @@ class RankInfo:
     pid: Optional[int] = None
     device: str = ""  # where its batches go ("cuda:0", "cpu")
     gpu_uuid: str = ""  # that device's NVML UUID (matched to the job's GPU curves)
+    self_sampled: bool = False  # its CPU, memory and device curves were taken by the rank itself, on its own node:
+    #                             the feedprof that launched the job could not see it (trial/rank_meter.py)
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,16 @@ NOTE [ Every rank instrumented, the script untouched ]
           a rank? (its launcher's environment, record/ranks.py; or the job's own script)
             yes: Controller(rank) + post-import hooks, as in a trial child (child.py);
                  results to result-<rank>.json, events to events-<rank>.jsonl;
+                 out of feedprof's sight (another node): its own samples too (rank_meter.py),
+                 its time counted from the trial's start through the wall clock;
                  the script then runs as the real __main__, unmodified
             no:  nothing (the launcher; loader workers started with spawn)
       each rank: window measured ─► result written, "window_done" ─► it trains on
       jobrunner: every rank done ─► the whole job's process group is ended together
 
 A rank that fails writes its own traceback (sys.excepthook); one that ends
-writes what it measured (atexit); sys.exit's code is kept for the result.
+writes what it measured (atexit); sys.exit's code is kept for the result; one
+ended by SIGTERM writes it first and takes its loader workers with it.
 """
 from __future__ import annotations
 
@@ -24,15 +27,17 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, List, Optional
 
 from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
 from feedprof.record.host import usable_cpu_count
-from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env
+from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env, sight, step_tasks
 from feedprof.store import RankInfo, TrialState
 from feedprof.frameworks.install import install_adapters
 from feedprof.trial.controller import Controller
 from feedprof.trial.protocol import TrialSpec
+from feedprof.trial.rank_meter import RankMeter, samples_path
 from feedprof.record.userframes import failure_hint, script_traceback
 
 JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
@@ -63,16 +68,33 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     if not _is_rank(sys.argv, info, spec.script):
         return None
     info = dataclasses.replace(info or RankInfo(launcher="python", node=_node()), pid=os.getpid())
-    info = dataclasses.replace(info, cpus=cpu_share(usable_cpu_count(), info.local_world_size, env))
+    out_of_sight = bool(spec.sight) and spec.sight != sight()  # feedprof cannot find this rank by its PID
+    info = dataclasses.replace(info, cpus=cpu_share(usable_cpu_count(), info.local_world_size, env),
+                               self_sampled=out_of_sight)
     script = os.path.abspath(sys.argv[0]) if sys.argv[0] != "-m" else spec.script
-    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]))
+    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]),
+                               origin_s=origin_here(spec) if out_of_sight else spec.origin_s)
     ctl = Controller(spec, rank=info)
+    meter = RankMeter(samples_path(os.path.dirname(spec.result_path), info.rank), info, spec.interval_s, spec.gpu,
+                      spec.origin_s).start() if out_of_sight else None
+    if meter is not None:
+        ctl.emit = meter.emitting(ctl.emit)  # type: ignore[method-assign]
     ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
              world_size=info.world_size, local_world_size=info.local_world_size, node=info.node, job=info.job,
-             cpus=info.cpus)
+             cpus=info.cpus, launcher=info.launcher, self_sampled=out_of_sight, step_tasks=step_tasks(env))
     install_adapters(ctl)
-    _on_the_way_out(ctl)
+    _on_the_way_out(ctl, meter)
     return ctl
+
+
+def origin_here(spec: TrialSpec, now_s: Optional[float] = None, wall_s: Optional[float] = None) -> float:
+    """The trial's time zero on this process's monotonic clock, where the launching feedprof's is
+    another (another node's): through the wall clock, which a cluster's nodes keep in step."""
+    if spec.origin_wall_s is None:
+        return spec.origin_s
+    now_s = time.monotonic() if now_s is None else now_s
+    wall_s = time.time() if wall_s is None else wall_s
+    return now_s - (wall_s - spec.origin_wall_s)
 
 
 def _node() -> str:
@@ -81,8 +103,8 @@ def _node() -> str:
     return socket.gethostname()
 
 
-def _on_the_way_out(ctl: Controller) -> None:
-    """The rank's own end, written unless its window already was."""
+def _on_the_way_out(ctl: Controller, meter: Optional[RankMeter] = None) -> None:
+    """The rank's own end, written unless its window already was (and its own samples' last)."""
     exit_code: List[Any] = []
     original_exit, original_hook = sys.exit, sys.excepthook
 
@@ -99,6 +121,8 @@ def _on_the_way_out(ctl: Controller) -> None:
         original_hook(kind, exc, tb)
 
     def at_exit() -> None:
+        if meter is not None:
+            meter.stop()
         if ctl.result_written:
             return
         code = exit_code[-1] if exit_code else None
@@ -109,23 +133,43 @@ def _on_the_way_out(ctl: Controller) -> None:
 
     sys.exit, sys.excepthook = exit, excepthook
     atexit.register(at_exit)
-    _written_on_sigterm(ctl)
+    _written_on_sigterm(ctl, meter)
 
 
-def _written_on_sigterm(ctl: Controller) -> None:
+def _written_on_sigterm(ctl: Controller, meter: Optional[RankMeter]) -> None:
     """SIGTERM (feedprof interrupted, or ending the job: jobrunner.py) kills the rank as it would,
     but writes what the rank measured first: a rank killed with nothing written leaves its loaders
-    unknown. Only where the script left SIGTERM alone, and only in the rank itself, not in the
-    loader workers it forks (they inherit the handler)."""
+    unknown. Its loader workers get the signal too, at once: left to notice their rank gone, they
+    would outlive it for seconds, where (on another node) no feedprof can see them. Only where the
+    script left SIGTERM alone, and only in the rank itself, not in the loader workers it forks
+    (they inherit the handler)."""
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or threading.current_thread() is not \
             threading.main_thread():
         return
     owner = os.getpid()
 
     def on_term(signum: int, frame: Any) -> None:
-        if os.getpid() == owner and not ctl.result_written:
-            ctl.write_result(TrialState.INTERRUPTED, Interrupted(), exit_code=128 + signum)
+        if os.getpid() == owner:
+            if not ctl.result_written:
+                ctl.write_result(TrialState.INTERRUPTED, Interrupted(), exit_code=128 + signum)
+            if meter is not None:
+                meter.stop()
+            _signal_descendants(signum)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, on_term)
+
+
+def _signal_descendants(signum: int) -> None:
+    import psutil
+
+    try:
+        below = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for p in below:
+        try:
+            p.send_signal(signum)
+        except psutil.Error:
+            continue

@@ -4,15 +4,19 @@ rank instrumented (hosted.py), sampled from outside, ended together.
 NOTE [ A trial of a job ]
 
     env: FEEDPROF_JOB_SPEC, PYTHONPATH=bootstrap/:..., a fresh MASTER_PORT / PET_MASTER_PORT
-    launcher ─► ranks (each: result-<rank>.json, events-<rank>.jsonl)
+    launcher ─► ranks (each: result-<rank>.json, events-<rank>.jsonl; a rank out of this
+                feedprof's sight, on another node, samples-<rank>.json too: rank_meter.py)
     _JobWatch (a watch.Watch) polls every rank's events:
-      "started" (rank, pid) ─► a sampler of that rank's process tree
-      every local rank's "window_done" ─► the whole job is ended at once (ranks are
+      "started" (rank, pid, node) ─► a sampler of that rank's process tree, where its PID means
+          something here (in_sight); how many ranks report here (ranks_to_wait_for: a Slurm
+          step's, on every node; else this node's)
+      every such rank's "window_done" ─► the whole job is ended at once (ranks are
           never ended alone: the others would hang in a collective)
       the launcher exits first ─► how it ended (a rank's traceback, if one failed)
       the runner's limits (no batch in time, the trial's timeout), as for one process
     _finish (the InFlight record, flight.py): every process of the job killed, leftovers checked;
-    _assemble_job: a Run per rank (with its samples and summary) inside the job's Run,
+    _assemble_job: a Run per rank (with its samples and host: this feedprof's, or the rank's own
+    from samples-<rank>.json, and its summary) inside the job's Run,
     whose samples are the launcher's whole tree and whose summary the job's (diagnose.py)
 """
 from __future__ import annotations
@@ -23,7 +27,8 @@ import os
 import re
 import socket
 import subprocess
-from typing import Any, Callable, Dict, List, Optional
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psutil
 
@@ -31,6 +36,7 @@ from feedprof.analyse.diagnose import summarize
 from feedprof.store.reasons import Interrupted, QueuedForResources, QueueWaitTooLong, RankFailed
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run
+from feedprof.record.ranks import sight
 from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
@@ -41,6 +47,7 @@ from feedprof.trial.launch import Launch
 from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
+from feedprof.trial import rank_meter
 from feedprof.trial.signals import deferred_signals
 from feedprof.trial.slurm import SlurmStep, in_allocation, preexec_for_srun, scancel
 from feedprof.trial.watch import Watch, descendants, kill_group
@@ -56,6 +63,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def ranks_to_wait_for(started: Dict[str, Any], launcher: str) -> int:
+    """How many ranks report into the trial's directory, from one rank's "started" event: where
+    feedprof launched a Slurm step, every rank of it on every node (its tasks, or the ranks a
+    launcher starts in each task); else this node's ranks. A rank still starting on another node
+    is waited for: it is no rank that died."""
+    local = int(started.get("local_world_size") or 1)
+    if launcher != "slurm":
+        return local
+    world = int(started.get("world_size") or local)
+    tasks = started.get("step_tasks")
+    if started.get("launcher") == "slurm" or not tasks:  # the step's tasks are the ranks
+        return world
+    return max(local, min(world, local * int(tasks)))
+
+
+def in_sight(started: Dict[str, Any]) -> bool:
+    """Can this feedprof find the rank by the PID it reported (the same node, the same PID
+    namespace)? Else the rank measures itself (trial/rank_meter.py)."""
+    return not started.get("self_sampled") and started.get("node") in (None, "", socket.gethostname())
 
 
 def job_env(trial_dir: str, spec_path: str, opts: TrialOptions) -> Dict[str, str]:
@@ -77,7 +105,8 @@ def _write_job_spec(paths: TrialPaths, launch: Launch, opts: TrialOptions, what:
         target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full,
         decision_path=os.path.join(os.path.dirname(paths.spec), "decision.json") if what.mode == Mode.ONLINE else "",
         allow_rng_change=what.allow_rng_change,
-        allow_resharding=what.allow_resharding)
+        allow_resharding=what.allow_resharding, sight=sight(), origin_wall_s=time.time(),
+        interval_s=opts.interval_s, gpu=opts.gpu)
     with open(paths.spec, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
 
@@ -88,14 +117,16 @@ class _JobWatch(Watch):
     exit_grace_s = 0.0  # the ranks train on after their windows: end the job at once
 
     def __init__(self, proc: Any, origin: float, opts: TrialOptions, trial_dir: str,
-                 on_poll: Optional[Callable[[], None]], clock: Clock, slurm: Optional[SlurmStep] = None):
+                 on_poll: Optional[Callable[[], None]], clock: Clock, slurm: Optional[SlurmStep] = None,
+                 launcher: str = ""):
         super().__init__(proc, origin, opts, "", on_poll, clock)
         self.trial_dir = trial_dir
+        self.launcher = launcher  # the launch command's (launch.py): which ranks report here
         self.slurm = slurm  # the step srun started: its tasks are not the launcher's descendants
         self.offsets: Dict[str, int] = {}
         self.ranks: Dict[int, dict] = {}  # rank -> its "started" event
         self.done: set = set()
-        self.expected: Optional[int] = None  # local ranks, as they report it
+        self.expected: Optional[int] = None  # ranks reporting here, as they say (ranks_to_wait_for)
         self.rank_samplers: Dict[int, Sampler] = {}
         self.failed_at: Dict[int, float] = {}  # rank -> when it failed (the first is the cause)
 
@@ -111,10 +142,10 @@ class _JobWatch(Watch):
         kind = ev.get("event")
         if kind == "started":
             self.ranks[rank] = ev
-            self.expected = max(self.expected or 0, int(ev.get("local_world_size") or 1))
+            self.expected = max(self.expected or 0, ranks_to_wait_for(ev, self.launcher))
             if self.slurm is not None:
                 self.slurm.task_started(ev.get("job") or "")
-            if ev.get("node") in (None, "", socket.gethostname()):  # a PID means something on this node only
+            if in_sight(ev):  # a PID means something on this node only: a rank elsewhere measures itself
                 self._sample_rank(rank, ev.get("pid"))
         elif kind == "first_batch":
             self.first_batch = True
@@ -162,7 +193,7 @@ class _JobWatch(Watch):
         """The ranks on this node that reported in (a Slurm task is no descendant of the launcher)."""
         found = []
         for ev in self.ranks.values():
-            if ev.get("pid") and ev.get("node") in (None, "", socket.gethostname()):
+            if ev.get("pid") and in_sight(ev):
                 try:
                     found.append(psutil.Process(int(ev["pid"])))
                 except psutil.Error:
@@ -178,6 +209,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
             clock: Clock = MONOTONIC) -> Run:
     """Measure one config of a multi-process job; the job's Run, with every rank's inside."""
     paths = TrialPaths.fresh(trial_dir, per_rank=True)
+    rank_meter.clear(trial_dir)
     origin = clock.now_s()
     _write_job_spec(paths, launch, opts, what, origin)
     env = job_env(trial_dir, paths.spec, opts)
@@ -193,7 +225,8 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
                                 **own_group(preexec_for_srun() if slurm else None))
         flight = dataclasses.replace(flight, proc=proc)
         step = SlurmStep(proc, own_allocation=not in_allocation(env), clock=clock) if slurm else None
-        flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step))
+        flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step,
+                                                             launch.launcher))
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
                           clock=clock).start()
         flight.watch.sampler = sampler
@@ -268,18 +301,35 @@ def _ask_for_results(watch: _JobWatch, clock: Clock) -> None:
 
 def _reported_rank(rank: int, started: dict) -> RankInfo:
     """What a rank said of itself when it started (its result, which says more, never came)."""
-    said = {k: started[k] for k in ("local_rank", "world_size", "local_world_size", "node", "job", "cpus", "pid")
-            if started.get(k) is not None}
+    said = {k: started[k] for k in ("local_rank", "world_size", "local_world_size", "launcher", "node", "job", "cpus",
+                                    "pid", "self_sampled") if started.get(k) is not None}
     return RankInfo(rank=rank, **said)
 
 
+def _load_run(path: str) -> Optional[Run]:
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        return load(path)
+    except StoreError:
+        return None
+
+
+def _measured_where(rank: int, watch: _JobWatch, samples: Samples, host: HostInfo) -> Tuple[Samples, HostInfo]:
+    """A rank's samples and host: this feedprof's, where it could see the rank; else what the rank
+    measured of itself on its own node (rank_meter.py), or at least its node's name."""
+    own = _load_run(rank_meter.samples_path(watch.trial_dir, rank))
+    if own is not None:
+        return own.samples, own.host
+    started = watch.ranks.get(rank) or {}
+    if started and not in_sight(started):
+        return samples, HostInfo(hostname=str(started.get("node") or ""))
+    return samples, host
+
+
 def _rank_run(rank: int, path: str, samples: Samples, host: HostInfo, watch: _JobWatch, interrupted: bool) -> Run:
-    child: Optional[Run] = None
-    if os.path.exists(path):
-        try:
-            child = load(path)
-        except StoreError:
-            child = None
+    child = _load_run(path)
+    samples, host = _measured_where(rank, watch, samples, host)
     base = child or Run(kind="trial", rank=_reported_rank(rank, watch.ranks.get(rank) or {}))
     if child is None or child.outcome.state != TrialState.OK:
         outcome = with_figures(classify_end(child.outcome if child else None, None, watch.timed_out, interrupted),

@@ -43,6 +43,12 @@ class TrialSpec:
     decision_path: str = ""  # online mode: the parent's decisions (trial/online_child.py)
     allow_rng_change: bool = False  # online mode: --allow-rng-change
     allow_resharding: bool = False  # online mode: --allow-resharding (an IterableDataset switched between epochs)
+    # a job's ranks (hosted.py): where feedprof runs, so that a rank out of its sight measures itself
+    # (trial/rank_meter.py), and its time zero on the wall clock (another node's monotonic clock is its own)
+    sight: str = ""  # record/ranks.sight() of the feedprof that launched the job
+    origin_wall_s: Optional[float] = None
+    interval_s: float = 0.2  # the sampling period
+    gpu: bool = False  # sample the devices too
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

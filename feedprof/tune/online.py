@@ -17,7 +17,6 @@ import glob
 import json
 import os
 import re
-import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -91,6 +90,7 @@ class Decider:
     framework: str = Framework.TORCH  # the tuned loader's (its Space makes the configs tried)
     switch_at: str = SwitchAt.BATCH  # where the tuned loader switches (between epochs: an IterableDataset)
     space: Optional[Space] = None
+    launcher: str = ""  # the job's launch command's (trial/launch.py): which ranks report here
 
     def poll(self) -> None:
         changed = self._read_events()
@@ -156,10 +156,14 @@ class Decider:
         return changed
 
     def _on_started(self, rank: int, ev: Dict[str, Any]) -> bool:
+        from feedprof.trial.jobrunner import in_sight, ranks_to_wait_for  # (a job's: not loaded in the user's process)
+
         if ev.get("cpus"):
             self.rank_cpus[rank] = int(ev["cpus"])  # what that rank may use (its share of its node)
-        if ev.get("pid") and ev.get("node") in (None, "", socket.gethostname()):  # (a PID names a process here only)
+        if ev.get("pid") and in_sight(ev):  # (a PID names a process here only)
             self.local_pids[rank] = int(ev["pid"])
+        # a config is measured once every rank reporting here has its windows (ranks on other nodes too)
+        self.history.ranks_expected = max(self.history.ranks_expected, ranks_to_wait_for(ev, self.launcher))
         return False
 
     def _on_event(self, rank: int, ev: Dict[str, Any]) -> bool:
@@ -364,7 +368,8 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
     os.makedirs(run_dir, exist_ok=True)
     if os.path.exists(decision):
         os.remove(decision)
-    decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock, on_decision=on_decision)
+    decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock, on_decision=on_decision,
+                      launcher=launch.launcher if launch is not None else "")
     decider.watch_memory(opts.max_memory_bytes)
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,

@@ -224,11 +224,11 @@ def _target_loader(run: Optional[Run]) -> Any:
 
 def _spread(windows: Sequence[Any], run: Optional[Run]) -> tuple:
     """Window by window, which rank holds the job back (analyse/stragglers.py), for a job of ranks."""
-    from feedprof.analyse.stragglers import rank_spread, waits_of_online
+    from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
 
     nodes = {r.rank.rank: r.rank.node for r in (run.ranks if run is not None else ()) if r.rank is not None}
-    spread = rank_spread(waits_of_online(windows, nodes))
-    return (spread,) if spread is not None else ()
+    found = (rank_spread(waits_of_online(windows, nodes)), nodes_differ(run) if run is not None else None)
+    return tuple(n for n in found if n is not None)
 
 
 def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,

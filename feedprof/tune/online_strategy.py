@@ -53,6 +53,7 @@ class RunHistory:
     batches_per_epoch: int = 0  # of the tuned loader, as the loop had its last epoch (0: unknown)
     restarts_per_epoch: bool = False  # its script's loader starts its workers anew every epoch (no persistent_workers) ...
     pools_carried: Optional[bool] = None  # ... but feedprof's pools served the next epochs (True), or no longer may (False)
+    ranks_expected: int = 0  # ranks whose windows a config waits for (every rank of the job reporting here)
 
     def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
         k = config_key(config)
@@ -86,10 +87,11 @@ class RunHistory:
         return rules.charge_per_epoch(steady, bpe, cost)
 
     def n_windows(self, config: Dict[str, Any]) -> int:
+        """Windows of ``config`` every rank has measured (none while a rank has yet to report one)."""
         ranks: Dict[int, int] = {}
         for w in self.of(config):
             ranks[w.rank] = ranks.get(w.rank, 0) + 1
-        return min(ranks.values(), default=0)
+        return min(ranks.values(), default=0) if len(ranks) >= self.ranks_expected else 0
 
     def wait_fraction(self, config: Dict[str, Any]) -> Optional[float]:
         ws = self.of(config)

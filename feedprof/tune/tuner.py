@@ -29,6 +29,7 @@ from feedprof.analyse.limits import survivable
 from feedprof.analyse.measured import epoch_gap_s, evidence_of_trials, trial_from_run
 from feedprof.analyse.from_trials import tried_a_setting
 from feedprof.analyse.recommend import keeps_own_settings, recommend
+from feedprof.analyse.stragglers import ranks_per_node
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
                                     Reason, TuneInterruptedEarly)
@@ -179,9 +180,9 @@ class Tuner:
                                    workers_per_rank=workers_of(rec.config), cpus=self.machine.cpus_usable,
                                    cpu_cap=self.cpu_cap)
         picked = next((t.run for t in self.trials if t.index == rec.trial_index and t.run is not None), None)
-        spread = [n for n in (picked.summary.notes if picked is not None and picked.summary else ())
-                  if n.code == "rank_spread"]
-        return (every, *spread[:1])
+        notes = picked.summary.notes if picked is not None and picked.summary else ()
+        spread = [n for n in notes if n.code == "rank_spread"][:1] + [n for n in notes if n.code == "nodes_differ"][:1]
+        return (every, *spread)
 
     def _busy(self) -> List[Reason]:
         busy = noise.busy_machine(self.trials, self.machine.cpus_usable)
@@ -425,7 +426,7 @@ class Tuner:
         over the ranks on it, less the rank's own process; memory counts every rank."""
         self.script = run.script or self.script
         self.rank_argv = list(next((r.argv for r in run.ranks if r.argv), ()))  # the script's own, in the launch
-        local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [len(run.ranks), 1])
+        local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [ranks_per_node(run), 1])
         shares = [r.rank.cpus for r in run.ranks if r.rank and r.rank.cpus]  # what each rank may use (Slurm's say)
         if shares:
             self.cpu_cap = max(1, min(shares) - (1 if local > 1 else 0))

@@ -244,6 +244,23 @@ def _threads(x: r.ThreadsVersusProcesses, describe: Callable) -> str:
             f"function holds the GIL{mem}.")
 
 
+def _nodes_differ(x: r.NodesDiffer, d: str) -> str:
+    each = "; ".join(f"{node}: {f'{n} CPUs, ' if n else ''}{c or '?'} per rank"
+                     for node, n, c in zip(x.nodes, x.node_cpus, x.rank_cpus))
+    said = [c for c in x.rank_cpus if c]
+    fewest = x.nodes[x.rank_cpus.index(min(said))] if said else ""
+    out = f"the job's nodes differ ({each})"
+    if fewest:
+        out += (f": every rank runs the same line, so the settings fit {fewest}, whose ranks may use the fewest CPUs "
+                "(the search's CPU budget is theirs)")
+    if x.pace_wait_fraction is not None:
+        out += (f"; rank {x.pace_rank} (node {x.pace_node}) sets the job's pace: it waited for data "
+                f"{fmt_pct(x.pace_wait_fraction)} of the time"
+                + (f", the other ranks {fmt_pct(x.others_wait_fraction)}" if x.others_wait_fraction is not None
+                   else ""))
+    return out
+
+
 def _rank_spread(x: r.RankSpread, d: str) -> str:
     where = f"rank {x.worst_rank}" + (f" (node {x.worst_node})" if x.worst_node else "")
     head = (f"over {x.windows} windows of {x.ranks} ranks, the median rank waited for data "
@@ -338,6 +355,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "
         "wait), so the job runs at its pace: look at what is different about that rank's data or node"),
     r.RankSpread: _rank_spread,
+    r.NodesDiffer: _nodes_differ,
     r.OverMemoryBudget: lambda x, d: (f"predicted to need {fmt_bytes(x.need_bytes)} of memory "
                                       f"({fmt_bytes(x.per_worker_bytes)} per worker), more than the "
                                       f"{fmt_bytes(x.free_bytes)} free"),

@@ -16,7 +16,7 @@ from feedprof.store.reasons.origin import (BuiltByHelper, ConfigOriginUnknown, H
 from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
-    NoLoaderIterated, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
+    NoLoaderIterated, NodesDiffer, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
     OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, QueuedForResources, QueueWaitTooLong, RankFailed, RankSpread, SamplingStopped, ScriptExited, ScriptFailed,
     SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
     WindowNotReached, WorkerInfoNeverAsked)
@@ -40,7 +40,7 @@ __all__ = [
     "HelperTakesNoSetting", "PasteLineWithheld", "SetByOverride", "CudaInForkedWorker", "DuplicatedPerWorker",
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
-    "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
+    "NodesDiffer", "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
     "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "QueuedForResources", "QueueWaitTooLong", "RankFailed", "RankSpread", "SamplingStopped", "ScriptExited",
     "ScriptFailed", "SharedMemoryExhausted", "Straggler", "TooManyOpenFiles", "TrainerSuggestedWorkers",
     "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",

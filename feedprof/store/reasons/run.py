@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Tuple
 
 from feedprof.store.reasons.base import Reason
 from feedprof.store.codes import Framework
@@ -262,6 +262,23 @@ class RankSpread(Reason):
     worst_node: str = ""
     worst_share: float = 0.0  # the share of windows in which it was the worst
     holds_back: bool = False  # always the same rank, by a clear margin
+
+
+@dataclass(frozen=True)
+class NodesDiffer(Reason):
+    """One job's ranks on nodes that differ in the CPUs a rank may use (one feedprof for every node):
+    the one setting every rank runs fits the node whose ranks have the fewest. And the rank that
+    sets the job's pace: the one that waited longest for data (training is synchronous: the others
+    wait for it)."""
+
+    code: ClassVar[str] = "nodes_differ"
+    nodes: Tuple[str, ...] = ()
+    rank_cpus: Tuple[int, ...] = ()  # per node: the CPUs each of its ranks may use (the fewest of its ranks'; 0: not said)
+    node_cpus: Tuple[int, ...] = ()  # per node: the CPUs usable there (0: not known)
+    pace_rank: int = 0
+    pace_node: str = ""
+    pace_wait_fraction: Optional[float] = None
+    others_wait_fraction: Optional[float] = None  # the median of the other ranks'
 
 
 @dataclass(frozen=True)
