@@ -133,11 +133,14 @@ def run_grid(script, work, topts, launch):
     return trials, result.duration_s - baseline_s
 
 
-def contenders_of(space, recs, grid_trials, framework):
-    """{label: config} to re-measure: every tune's pick, the grid's three best, the script's
-    own settings (None: nothing forced), AUTOTUNE for tf.data, and the first pick again (A/A)."""
+def contenders_of(space, recs, grid_trials, framework, also=()):
+    """{label: config} to re-measure: every tune's pick, the grid's three best, the configs named
+    with --also, the script's own settings (None: nothing forced), AUTOTUNE for tf.data, and the
+    first pick again (A/A)."""
     ranked = sorted((t for t in grid_trials if score(t)), key=score, reverse=True)
     out = {space.describe(t.config): space.legalize(t.config) for t in ranked[:3]}
+    for cfg in also:
+        out.setdefault(space.describe(space.legalize(cfg)), space.legalize(cfg))
     for rec in recs:
         rec_cfg = space.legalize(rec.config)
         out.setdefault(space.describe(rec_cfg), rec_cfg)
@@ -174,7 +177,7 @@ def tune_once(script, work, topts, launch, k):
     return result, tuner, tune_s
 
 
-def one(name, reps, out_rows, tunes=3, grid=True, final_reps=2):
+def one(name, reps, out_rows, tunes=3, grid=True, final_reps=2, also=()):
     script = os.path.join(HERE, "workloads", f"{name}.py")
     launch = workload_launch(script)
     work = tempfile.mkdtemp(prefix=f"feedprof-bench-{name}-")
@@ -192,7 +195,7 @@ def one(name, reps, out_rows, tunes=3, grid=True, final_reps=2):
         grid_trials = [t for r, _, _ in runs for t in r.trials if t.role != Role.CEILING]
         grid_s = None
 
-    contenders = contenders_of(space, [r.recommendation for r, _, _ in runs], grid_trials, loader.framework)
+    contenders = contenders_of(space, [r.recommendation for r, _, _ in runs], grid_trials, loader.framework, also)
     medians, summary, loads = remeasure(script, contenders, reps, loader, launch)
     row = {"workload": name, "framework": loader.framework, "launch": list(launch),
            "recommended": space.describe(contenders[AA]), "tune_s": tune_s, "grid_s": grid_s,
@@ -324,6 +327,8 @@ def main():
                     help="repetitions of the best and the picks measured again for the held-out quality (0: none)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune-vs-grid-cpu-2core.json"))
     ap.add_argument("--tables", metavar="JSON", help="print the tables of a saved run, run nothing")
+    ap.add_argument("--also", action="append", default=[], metavar="CONFIG",
+                    help="a config (JSON) re-measured beside the picks, e.g. '{\"num_workers\": 8}'")
     ap.add_argument("--busy", type=float, default=0.0, metavar="CORES",
                     help="run a fixed CPU load of this many cores beside everything (1: one core of a 2-core "
                          "machine), as other work on a shared machine does; its measured share is recorded")
@@ -338,7 +343,8 @@ def main():
     rows = []
     with BusyLoad(args.busy) as load:
         for name in args.workloads:
-            one(name, args.reps, rows, args.tunes, grid=not args.no_grid, final_reps=args.final_reps)
+            one(name, args.reps, rows, args.tunes, grid=not args.no_grid, final_reps=args.final_reps,
+                also=[json.loads(c) for c in args.also])
             save(args.out, rows, load.measured())  # after every workload: an interrupted run keeps what it measured
     print_tables(rows)
     if args.busy:
