@@ -225,7 +225,7 @@ def shown_default(action: argparse.Action, words: str) -> argparse.Action:
 
 
 # Defaults worked out when the command runs: their words, for --help and docs/cli.md.
-MAX_WORKERS_DEFAULT = "max(32, 2 × usable CPUs)"  # tune/tuner.py default_max_workers
+MAX_WORKERS_DEFAULT = f"max({defaults.MAX_WORKERS_LEAST}, 2 × usable CPUs)"  # defaults.max_workers
 MAX_MEMORY_DEFAULT = "80 % of free RAM, or of the container's limit"  # tune/budget.py HEADROOM
 TRIAL_TIMEOUT_DEFAULT = "4 × the baseline trial, at least 30 s"  # tune/tuner.py TRIAL_TIMEOUT_*
 LOADER_DEFAULT = "the loader that delivers the most batches"

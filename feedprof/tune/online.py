@@ -28,10 +28,13 @@ from feedprof.store.online import (OnlineCarry, OnlineFailure, OnlineHold, Onlin
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.evidence import config_key
 from feedprof.store.codes import Framework, SwitchAt
-from feedprof.tune.online_strategy import RunHistory, Limits, Step, decide, retreat, workers
+from feedprof.analyse.diagnose import workers_of
+from feedprof.trial.protocol import DECISION_FILE
+from feedprof.tune.online_strategy import Limits, RunEvidence, RunHistory, decide
+from feedprof.tune.evidence import Next
+from feedprof.tune.search import retreat
 from feedprof.tune.space import Space, make_space
 
-DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
 JOB_MEMORY_EVERY_S = 2.0  # the job's own memory (PSS of every process: ~5 ms each) is read at most this often
 JOB_MEMORY_IDLE_EVERY_S = 30.0  # ... and this often while the machine has lost less than the budget
@@ -71,7 +74,7 @@ class Decider:
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
-    on_decision: Optional[Callable[[Step, float, str], None]] = None  # told each decision, its time, the framework
+    on_decision: Optional[Callable[[Next, float, str], None]] = None  # told each decision, its time, the framework
     memory_budget_bytes: Optional[int] = None  # what the job's processes may hold (80 % of what was free at the start)
     _available0_bytes: int = 0
     _broke_current: bool = False
@@ -100,7 +103,7 @@ class Decider:
             self._leave_for_memory()
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
-            self._write(Step(retreat(self.history, self.current or {}, self.space), final=True, why="retreat_failed"))
+            self._write(Next(self._retreat(self.current or {}), "retreat_failed", final=True))
         elif not self.final and (changed or self.explore_left_s() <= 0):  # (a silent config cannot hold it)
             self._decide()
 
@@ -111,7 +114,7 @@ class Decider:
         JOB_MEMORY_EVERY_S): memory another program took is no failure of the config in force.
         The job is also read once per config in force and then every JOB_MEMORY_IDLE_EVERY_S, as
         the machine's free memory cannot show a job that grew while another program freed some."""
-        if self.memory_budget_bytes is None or self.current is None or not workers(self.current) \
+        if self.memory_budget_bytes is None or self.current is None or not workers_of(self.current) \
                 or self.history.failed(self.current) or not self._in_force(self.current):
             return False  # (failed: left once already, the child is on its way)
         import psutil
@@ -143,7 +146,7 @@ class Decider:
                                                    t_s=self.clock.now_s() - self.origin_s,
                                                    taken_bytes=self._taken_bytes,
                                                    budget_bytes=self.memory_budget_bytes))
-        self._write(Step(retreat(self.history, failed, self.space), final=self.final, why="retreat_memory"))
+        self._write(Next(self._retreat(failed), "retreat_memory", final=self.final))
 
     def _read_events(self) -> bool:
         changed = False
@@ -254,7 +257,7 @@ class Decider:
         if hold.target and not self.final and self.history.baseline is not None:
             self.held_why = hold.why  # the search cannot go on: it settles on what the loader keeps
             self.final, self.settled_at_s = True, hold.t_s
-            self._write(Step(hold.config, final=True, why="held"))
+            self._write(Next(hold.config, "held", final=True))
         return True
 
     def _new_target(self, ev: Dict[str, Any]) -> None:
@@ -303,21 +306,28 @@ class Decider:
     def ranks(self) -> int:
         return max(1, len(self._offsets))
 
+    def rank_limits(self) -> Limits:
+        """Each local rank has its own loader and workers: the CPUs are shared among them (as each
+        rank reported its share; else this machine's CPUs over every rank). The search decides with
+        this cap, and the recommendation advises by it."""
+        cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
+        return Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
+
+    def _retreat(self, failed: Dict[str, Any]) -> Dict[str, Any]:
+        return retreat(RunEvidence(self.history, self.rank_limits(), self.space), failed)
+
     def _decide(self) -> None:
         if self.switch_at == SwitchAt.EPOCH and not self.history.batches_per_epoch and self.explore_left_s() > 0:
             return  # a new config starts with an epoch: chosen once the first epoch has said how long one is
-        # each local rank has its own loader and workers: the CPUs are shared among them (as each rank
-        # reported its share; else this machine's CPUs over every rank)
-        cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
-        limits = Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
-        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s(), self.space)
+        step = decide(self.history, self.rank_limits(), self.current or self.history.baseline, self.explore_left_s(),
+                      self.space)
         if step.final:
             self.final = True
             self.settled_at_s = self.clock.now_s() - self.origin_s
         if config_key(step.config) != config_key(self.current or {}) or step.final:
             self._write(step)
 
-    def _write(self, step: Step) -> None:
+    def _write(self, step: Next) -> None:
         self.seq += 1
         self.current, self.last_why = step.config, step.why
         payload = {"seq": self.seq, "config": step.config, "final": step.final, "why": step.why}
@@ -341,9 +351,7 @@ class Decider:
 
 
 def limits_for(opts: OnlineOptions, cpu_cap: int) -> Limits:
-    from feedprof.tune.tuner import default_max_workers
-
-    return Limits(cpu_cap=cpu_cap, max_workers=opts.max_workers or default_max_workers(cpu_cap))
+    return Limits(cpu_cap=cpu_cap, max_workers=opts.max_workers or defaults.max_workers(cpu_cap))
 
 
 def trial_paths(out_dir: str) -> Tuple[str, str]:
@@ -353,7 +361,7 @@ def trial_paths(out_dir: str) -> Tuple[str, str]:
 
 
 def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
-               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float, str], None]] = None
+               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Next, float, str], None]] = None
                ) -> Tuple[Any, bool]:
     """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
     from feedprof.record.clock import now_iso

@@ -7,7 +7,7 @@ A space knows nothing of how trials run or in what order they are asked for
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.store import Framework, Trial
@@ -17,6 +17,14 @@ from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space_order import in_order_gain, in_order_variant
 
 Config = Dict[str, Any]
+
+
+class Variant(NamedTuple):
+    """A config worth a trial beside the best (a secondary knob changed), and the least batches
+    its window needs (one that spans an epoch boundary, where the change shows only there)."""
+
+    config: Config
+    min_window_batches: Optional[int] = None
 
 
 def job_cores(use: CpuUse) -> Optional[float]:
@@ -75,8 +83,8 @@ class Space:
         """Orders configs cheapest first (fewest workers, least memory)."""
         raise NotImplementedError
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
-        """Variants of the best config worth a trial: (config, trial option overrides)."""
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
+        """Variants of the best config worth a trial."""
         return []
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
@@ -188,12 +196,12 @@ class TorchSpace(Space):
         return (n, bool(cfg["persistent_workers"]), n * (cfg["prefetch_factor"] or 0), bool(cfg["pin_memory"]),
                 "in_order" in cfg)
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
         n = cfg["num_workers"]
-        out: List[Tuple[Config, dict]] = []
+        out: List[Variant] = []
         if self.cuda_used and not cfg["pin_memory"]:  # batches go to CUDA: page-locked memory speeds the copy
-            out.append(({**cfg, "pin_memory": True}, {}))
+            out.append(Variant({**cfg, "pin_memory": True}))
         if n == 0:
             return out
         wait = best.data_wait_fraction
@@ -201,14 +209,13 @@ class TorchSpace(Space):
         # blocking while its batches are handed over (measured here: 8 CPU-bound
         # workers, 113 -> 136 batches/s with prefetch_factor 2 -> 4).
         if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < DEEP_PREFETCH:
-            out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
-        out += in_order_variant(cfg, best)
+            out.append(Variant({**cfg, "prefetch_factor": DEEP_PREFETCH}))
+        out += [Variant(c) for c in in_order_variant(cfg, best)]
         if not cfg["persistent_workers"]:
             pw = persistent_estimate(best)
             if pw is not None and pw.gain >= tol and pw.epoch_s <= MEASURE_EPOCH_S:
                 # trialled across an epoch boundary, where the restart cost shows
-                out.append(({**cfg, "persistent_workers": True},
-                            {"min_window_batches": pw.batches_per_epoch + EPOCH_SPAN_EXTRA_BATCHES}))
+                out.append(Variant({**cfg, "persistent_workers": True}, pw.batches_per_epoch + EPOCH_SPAN_EXTRA_BATCHES))
         return out
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:

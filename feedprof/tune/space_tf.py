@@ -8,7 +8,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
 from feedprof.store import Framework, Trial
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus, ladder_rungs
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus, ladder_rungs
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
 DEEPEST_QUEUE = 20  # Keras max_queue_size is doubled (from 10) while below this
@@ -53,19 +53,19 @@ class KerasSpace(Space):
         # (Loading that holds the GIL then shows up as no gain, and the ladder stops.)
         return job_fills_cpus(use, self.cpu_cap)
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
-        out: List[Tuple[Config, dict]] = []
+        out: List[Variant] = []
         if not cfg["use_multiprocessing"] and best.main_cpu_pct is not None and best.main_cpu_pct >= GIL_CORE_PCT:
             # Loading that holds the GIL gains nothing from threads; processes run it in parallel.
             workers = max(2, cfg["workers"], min(self.cpu_cap, self.max_primary))
-            out.append(({**cfg, "workers": workers, "use_multiprocessing": True}, {}))
+            out.append(Variant({**cfg, "workers": workers, "use_multiprocessing": True}))
         if cfg["workers"] <= 1:
             return out
         wait = best.data_wait_fraction
         if (wait is None or wait >= PREFETCH_MIN_WAIT) and cfg["max_queue_size"] < DEEPEST_QUEUE:
             # a deeper queue lets the workers run ahead of the training step
-            out.append(({**cfg, "max_queue_size": 2 * cfg["max_queue_size"]}, {}))
+            out.append(Variant({**cfg, "max_queue_size": 2 * cfg["max_queue_size"]}))
         return out
 
     def paste_line(self, config: Config, loader: Any, script: str) -> str:
@@ -137,17 +137,17 @@ class TfDataSpace(Space):
     def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
         return job_fills_cpus(use, self.cpu_cap)  # the map's threads run in the training process
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
         # AUTOTUNE, measured like the rest: does a static setting beat it?
-        out: List[Tuple[Config, dict]] = [({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE",
-                                             "deterministic": None, "private_threadpool_size": None}, {})]
+        out = [Variant({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE", "deterministic": None,
+                        "private_threadpool_size": None})]
         if cfg["prefetch"] is None:  # a prefetch buffer overlaps loading with the step
-            out.append(({**cfg, "prefetch": "AUTOTUNE"}, {}))
+            out.append(Variant({**cfg, "prefetch": "AUTOTUNE"}))
         calls = cfg["num_parallel_calls"]
         if cfg["deterministic"] is None and (calls == "AUTOTUNE" or (calls or 1) > 1):  # (AUTOTUNE is parallel)
             # out-of-order elements let a slow one not hold up the rest
-            out.append(({**cfg, "deterministic": False}, {}))
+            out.append(Variant({**cfg, "deterministic": False}))
         return out
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:

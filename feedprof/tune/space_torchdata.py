@@ -8,7 +8,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 from feedprof.store.reasons import Reason, ThreadsVersusProcesses
 from feedprof.store import Framework, Trial
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus
 
 DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
 
@@ -46,16 +46,16 @@ class NodesSpace(Space):
             return super().cpu_verdict(config, use)
         return job_fills_cpus(use, self.cpu_cap)  # threads run in the training process
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
-        out: List[Tuple[Config, dict]] = []
+        out: List[Variant] = []
         if cfg["num_workers"] >= 2:  # threads or processes: measured, not assumed
             other = "thread" if cfg["method"] == "process" else "process"
-            out.append(({**cfg, "method": other}, {}))
+            out.append(Variant({**cfg, "method": other}))
         wait = best.data_wait_fraction
         pf = cfg["prefetch_factor"]
         if pf is not None and pf < DEEP_PREFETCH and wait is not None and wait >= PREFETCH_MIN_WAIT:
-            out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
+            out.append(Variant({**cfg, "prefetch_factor": DEEP_PREFETCH}))
         return out
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:

@@ -23,6 +23,7 @@ import math
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from feedprof import defaults
 from feedprof.analyse import noise, stats
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.limits import survivable
@@ -56,10 +57,6 @@ TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
 TIMEOUT_OVER_BUDGET_S = 3.0  # a trial's limit may pass the budget by this much (the budget is the user's promise)
 EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures this many windows
 FIRST_RUNGS = 2  # a tune that tried nothing: the budget to suggest has room for this many of the ladder's rungs
-
-
-def default_max_workers(cpu_cap: int) -> int:
-    return max(32, 2 * cpu_cap)
 
 
 StrategyFactory = Callable[[Space, "TuneOptions", HostInfo], Strategy]
@@ -243,9 +240,9 @@ class Tuner:
         timed-out trial says nothing about the next one), and what a longer
         window asked for adds."""
         typical = stats.median([t.duration_s for t in self.trials if t.state == TrialState.OK and t.duration_s]) or 0.0
-        factor = proposal.overrides.get("window_factor", 1.0) if proposal is not None else 1.0
+        factor = proposal.window_factor if proposal is not None else 1.0
         typical += (factor - 1) * self.opts.window_seconds
-        extra = proposal.overrides.get("min_window_batches") if proposal is not None else None
+        extra = proposal.min_window_batches if proposal is not None else None
         if extra and self.loader is not None:
             best = max((t for t in self.trials if t.state == TrialState.OK and t.batches_per_s), default=None,
                        key=lambda t: t.batches_per_s)
@@ -365,13 +362,14 @@ class Tuner:
             self._record(trial)
             return trial
         o = self.opts
-        overrides = dict(proposal.overrides)
-        factor = overrides.pop("window_factor", 1.0)  # a longer window: measured again, or confirming the pick
+        overrides: Dict[str, Any] = {}
+        factor = proposal.window_factor  # a longer window: measured again, or confirming the pick
         if factor != 1.0:
             overrides.update(window_seconds=factor * o.window_seconds, window_batches=int(factor * o.window_batches))
-        if "min_window_batches" in overrides:  # e.g. persistent_workers: span epoch boundaries
+        if proposal.min_window_batches is not None:  # e.g. persistent_workers: span epoch boundaries
+            overrides["min_window_batches"] = proposal.min_window_batches
             overrides["window_batches"] = max(overrides.get("window_batches", o.window_batches),
-                                              overrides["min_window_batches"])
+                                              proposal.min_window_batches)
             overrides["window_seconds"] = max(EPOCH_SPAN_WINDOW_FACTOR, factor) * o.window_seconds
         limit = o.trial_timeout_s or max(TRIAL_TIMEOUT_MIN_S, TRIAL_TIMEOUT_FACTOR * baseline.duration_s)
         mode = Mode.CEILING if proposal.role == Role.CEILING else Mode.INJECT
@@ -407,7 +405,7 @@ class Tuner:
         self.loader = rec
         if self.launch is not None:
             self._per_rank(baseline.run)
-        max_w = o.max_workers or default_max_workers(self.cpu_cap)
+        max_w = o.max_workers or defaults.max_workers(self.cpu_cap)
         self.space = make_space(rec.framework, rec.config, self.cpu_cap, max_w, baseline.run.cuda_used)
         self.space.allow_reorder = o.allow_reorder  # (tune/space_order.py)
         cause = baseline.cause

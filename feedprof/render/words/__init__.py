@@ -420,8 +420,9 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         ": no clear gain, and it costs no less, so the script's own settings are kept."),
     r.CheaperWithinNoise: lambda x, d: (
         f"{d(x.config)} is recommended over {d(x.rival)}: the latter measured {fmt_pct(x.rival_lead)} faster, "
-        f"but repeats of the same config differ by ±{fmt_pct(x.noise)} on this machine ({x.repeats} measurements "
-        "each), so the two cannot be told apart, and fewer workers cost less memory and CPU."),
+        f"but on this machine a lead must pass {fmt_pct(x.noise)} to be told from noise (repeats of the same config "
+        f"spread; {x.repeats} measurements each), so the two cannot be told apart, and fewer workers cost less memory "
+        "and CPU."),
     r.PersistentWorkersComputed: lambda x, d: (
         f"persistent_workers=True: every epoch spends about {x.startup_s:.1f} s starting workers, "
         f"{fmt_pct(x.gain)} of a {fmt_seconds(x.epoch_s)} epoch "
