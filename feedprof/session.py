@@ -28,7 +28,7 @@ from feedprof.store import GpuStatus, Run, RunKind, Samples, Summary, Window, Wi
 class Profile:
     def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
                  warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches, clock: Clock = MONOTONIC,
-                 sample: bool = True, tune: bool = False, explore_s: float = 60.0,
+                 sample: bool = True, tune: bool = False, explore_s: float = defaults.EXPLORE_S,
                  max_workers: Optional[int] = None):
         self.interval_s = interval_s
         self.gpu = gpu

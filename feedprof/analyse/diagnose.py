@@ -14,6 +14,7 @@ from feedprof.store import InputBound, LoaderRecord, Run, Samples, StepLog, Summ
 # The TensorFlow Profiler's input-pipeline thresholds.
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_INPUT_BOUND = 0.05
+AT_CEILING = 1 - MODERATELY_INPUT_BOUND  # a config this close to the compute ceiling: the loader is not the limit
 
 
 def classify(input_bound_fraction: Optional[float]) -> InputBound:

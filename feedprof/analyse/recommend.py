@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from feedprof import defaults
 from feedprof.analyse import rules
-from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
+from feedprof.analyse.diagnose import AT_CEILING, classify, workers_of
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.beyond import explain_gap
 from feedprof.analyse.from_trials import TrialMeasurements
@@ -155,7 +155,7 @@ def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = N
     after = workers_of(f.config)
     same = f.baseline is None or config_key(f.config) == config_key(f.baseline.config)
     gains = f.speedup is not None and f.speedup >= 1 + tol
-    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
+    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= AT_CEILING
     fewer = not same and before is not None and after is not None and after < before
     failed = f.baseline_failed
     if f.cap is not None and isinstance(f.cap.because, DuplicatedPerWorker):  # correct before fast
@@ -203,7 +203,7 @@ def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[
     if f.cap is not None:
         out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.config, *m.cpu(f.chosen), cpu_cap))
-    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
+    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= AT_CEILING
     gains = f.speedup is not None and f.speedup >= 1 + tol
     # (fewer workers that make the job faster: the script's loader settings were what held it back)
     if (verdict.input_bound == InputBound.NOT and verdict.kind not in (VerdictKind.FASTER, VerdictKind.FEWER_WORKERS)) \

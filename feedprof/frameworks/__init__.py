@@ -10,36 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Tuple
 
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 
-_MODULES = {Framework.TORCH: "torch", Framework.KERAS: "keras", Framework.TF_KERAS: "keras",
-            Framework.TF_DATA: "tfdata", Framework.TORCHDATA_NODES: "torchdata_nodes"}
 # frameworks whose loaders can switch inside the real run (contract.Switcher): the module's SWITCHER
 _SWITCHERS = {Framework.TORCH: "torch_switch", Framework.KERAS: "keras_switch"}
-
-
-def _module(framework: str) -> Any:
-    module = _MODULES.get(framework)
-    return None if module is None else importlib.import_module(f"feedprof.frameworks.{module}")
-
-
-def in_flight(framework: str, config: Dict[str, Any]) -> int:
-    """Batches a loader with this config holds between loading and the loop:
-    what a window must not mistake for steady state."""
-    module = _module(framework)
-    return module.in_flight(config) if module is not None else 0
-
-
-def describe_config(framework: str, config: Dict[str, Any]) -> str:
-    """A loader config as its framework's keywords, leaving out the defaults
-    ("num_workers=8, persistent_workers=True"); any knobs if the framework is unknown."""
-    module = _module(framework)
-    if module is None:
-        return ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
-    return module.describe_config(config)
 
 
 def switcher_for(framework: str) -> Any:

@@ -20,7 +20,8 @@ import inspect
 import sys
 from typing import Any, Dict
 
-from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
+from feedprof.frameworks.keras import make_end_window, replay_items, with_callback
+from feedprof.store.knobs.pydataset import DEFAULTS, KNOBS, legalize
 from feedprof.store.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework

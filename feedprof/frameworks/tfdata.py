@@ -35,9 +35,8 @@ from typing import Any, Dict, Optional, Tuple
 from feedprof.record.steps import LoaderInfo
 from feedprof.record.loadprof import loading
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.tfdata import AUTOTUNE, legalize
 
-KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
-AUTOTUNE = "AUTOTUNE"
 PARALLEL = ("map", "interleave", "batch")
 # Transformations that set neither parallelism nor prefetch: a pipeline stays the
 # script's through them (``ds.map(f).cache().batch(32).repeat()``, ``fit(ds.take(200))``).
@@ -57,30 +56,6 @@ def from_tf(value: Any) -> Any:
     except (TypeError, ValueError):
         return None
     return AUTOTUNE if value == -1 else value
-
-
-def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
-    out = {k: config.get(k) for k in KNOBS}
-    npc = out["num_parallel_calls"]
-    if isinstance(npc, int) and npc < 1:
-        out["num_parallel_calls"] = None
-    return out
-
-
-AUTOTUNE_BUFFER = 8  # batches an AUTOTUNE prefetch buffer is counted as (it grows as it sees fit)
-
-
-def in_flight(config: Dict[str, Any]) -> int:
-    """Batches the prefetch buffer holds."""
-    buffer = legalize(config)["prefetch"]
-    return 0 if buffer is None else (AUTOTUNE_BUFFER if buffer == AUTOTUNE else int(buffer))
-
-
-def describe_config(config: Dict[str, Any]) -> str:
-    cfg = legalize(config)
-    parts = [f"num_parallel_calls={cfg['num_parallel_calls'] or 'None (sequential)'}"]
-    parts += [f"{k}={cfg[k]}" for k in ("prefetch", "deterministic", "private_threadpool_size") if cfg[k] is not None]
-    return ", ".join(parts)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.loadprof import PROFILER
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd
+from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd, knobs
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
 from feedprof.trial.online_child import OnlineTuning
@@ -146,9 +146,7 @@ class Controller:
                     built_in=library_frames(self.script_dir, caller))
 
     def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
-        from feedprof.frameworks import in_flight
-
-        info.in_flight = info.in_flight or in_flight(plan.framework, info.config)
+        info.in_flight = info.in_flight or knobs.in_flight(plan.framework, info.config)
         self.emit("loader", framework=plan.framework, site=plan.chain[-1] if plan.chain else "",
                   call_chain=list(plan.chain), is_target=plan.is_target)
         try:

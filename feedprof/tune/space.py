@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
-from feedprof.store import Framework, Trial
+from feedprof.store import Framework, Trial, knobs
+from feedprof.store.knobs.dataloader import effective
 from feedprof.analyse import rules
+from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import cpu_use
 from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space_order import in_order_gain, in_order_variant
@@ -123,9 +125,7 @@ class Space:
 
     def in_flight(self, config: Config) -> int:
         """Batches the config can hold between loader and loop."""
-        from feedprof.frameworks import in_flight
-
-        return in_flight(self.framework, self.legalize(dict(config)))
+        return knobs.in_flight(self.framework, self.legalize(dict(config)))
 
     def paste_line(self, config: Config, loader: Any, script: str) -> str:
         """A paste-ready line that sets ``config``."""
@@ -141,8 +141,9 @@ class Space:
     # -- shared -----------------------------------------------------------
 
     def key(self, config: Config) -> tuple:
+        """The config's identity in this space: the key (analyse/evidence.py) of its knobs, made legal."""
         cfg = self.legalize(dict(config))
-        return tuple((k, cfg.get(k)) for k in self.knobs)
+        return config_key({k: cfg.get(k) for k in self.knobs})
 
     def with_primary(self, config: Config, n: int) -> Config:
         return self.legalize({**config, self.primary: n})
@@ -154,10 +155,9 @@ class Space:
         return ladder_rungs(limit, extra=(self.cpu_cap,))
 
     def describe(self, config: Config) -> str:
-        """The config as keywords, leaving out the framework's defaults."""
-        from feedprof.frameworks import describe_config
-
-        return describe_config(self.framework, self.legalize(dict(config)))
+        """The config made legal, as its framework's keywords (store/knobs: render's config_words
+        too), leaving out the framework's defaults."""
+        return knobs.describe(self.framework, self.legalize(dict(config)))
 
 
 class TorchSpace(Space):
@@ -166,8 +166,6 @@ class TorchSpace(Space):
     knobs = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.torch import effective
-
         out = effective(config)
         if not out["num_workers"] or out.get("in_order", True):  # in_order: only ever False, with workers
             out.pop("in_order", None)
@@ -175,7 +173,7 @@ class TorchSpace(Space):
 
     def key(self, config: Config) -> tuple:
         cfg = self.legalize(dict(config))
-        return super().key(cfg) + ((("in_order", False),) if "in_order" in cfg else ())
+        return config_key({**{k: cfg.get(k) for k in self.knobs}, **({"in_order": False} if "in_order" in cfg else {})})
 
     def probe_only(self, config: Config) -> bool:
         return self.legalize(dict(config)).get("in_order", True) is False and not self.allow_reorder

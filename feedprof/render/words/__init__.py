@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
+from feedprof.analyse.diagnose import AT_CEILING
 from feedprof.store import reasons as r
 from feedprof.render import online_checks
 from feedprof.render.words import advice, beyond, hazards, origin
-from feedprof.store import GpuStatus, InputBound, VerdictKind
+from feedprof.store import GpuStatus, InputBound, VerdictKind, knobs
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
@@ -23,7 +24,6 @@ LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Se
 FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size from fit() to the "
                   "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
 HINTS = {"fit_workers_moved": FIT_MOVED_HINT}
-NEAR_CEILING = 0.95  # a config this close to the compute ceiling: the loader is not the limit
 SLOWED_BY_WORKERS = 1.05  # fewer workers this much faster: the workers slowed the job (not just added nothing)
 
 _GPU = {
@@ -49,10 +49,9 @@ def gpu_status(status: Any, detail: str = "") -> str:
 
 
 def config_words(config: Dict[str, Any], framework: str = "") -> str:
-    """A loader config as its framework's keywords ("num_workers=8, persistent_workers=True")."""
-    from feedprof.frameworks import describe_config
-
-    return describe_config(framework, config) if config else "the script's own settings"
+    """A loader config as its framework's keywords ("num_workers=8, persistent_workers=True", as a
+    space describes it: store/knobs), or the script's own settings where it is empty."""
+    return knobs.describe(framework, config) if config else "the script's own settings"
 
 
 def _describer(framework: str) -> Callable[[Dict[str, Any]], str]:
@@ -87,7 +86,7 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
         if v.speedup is not None and v.speedup >= SLOWED_BY_WORKERS:  # they cost the job more than they gave
             return (f"Too many workers: the {v.workers_before} workers slow the job down; {describe(v.config)} "
                     f"is {fast} and frees {processes}")
-        near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= NEAR_CEILING
+        near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= AT_CEILING
         lead = "Not the loader" if near or v.input_bound == InputBound.NOT else f"{cls}, but not for want of workers"
         return (f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} "
                 f"and frees {processes}")
