@@ -94,7 +94,7 @@ def text(obj: Any) -> str:
 
 def report(obj: Any, path: str = "feedprof.html") -> str:
     """Write the HTML report of a Run or TuneResult (as from :func:`load`)."""
-    from feedprof.render.html import write_report
+    from feedprof.render.report import write_report
 
     return write_report(obj, path)
 

@@ -25,7 +25,7 @@ from feedprof.units import fmt_path
 def write_report(obj: Any, path: str, err: Optional[IO[str]] = None) -> Optional[str]:
     """Write the HTML report; a failure to write says so (on ``err``, default
     the stderr of the moment) and keeps the JSON."""
-    from feedprof.render.html import write_report as render_page
+    from feedprof.render.report import write_report as render_page
 
     try:
         return render_page(obj, path)

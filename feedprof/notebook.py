@@ -100,7 +100,7 @@ def profile_cell(shell: Any, line: str, cell: str) -> Any:
 
         save(run, args.out)
     if args.report:
-        from feedprof.render.html import write_report
+        from feedprof.render.report import write_report
 
         write_report(run, args.report)
     if not run.loaders:

@@ -92,7 +92,8 @@ class Profile:
         """Wrap a loader (any iterable of batches): every batch it yields is timed."""
         if self._origin_s is None:
             self.start()
-        from feedprof.frameworks import code_site, describe_loader
+        from feedprof.frameworks import code_site
+        from feedprof.frameworks.watched import describe_loader
 
         framework, info = describe_loader(iterable)
         if batch_size is not None:
@@ -157,7 +158,7 @@ class Profile:
 
     def report(self, path: str = "feedprof.html") -> str:
         """The HTML page: the run's, or with ``tune=True`` the online tune's (its timeline and pick)."""
-        from feedprof.render.html import write_report
+        from feedprof.render.report import write_report
 
         return write_report(self.tuned() if self._tuner is not None else self.run, path)
 

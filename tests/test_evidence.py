@@ -85,7 +85,7 @@ def test_an_online_result_has_no_ceiling_trial_and_says_nothing_of_a_replayed_ba
     figure of the recommendation, not a trial, and the report's table has no row that says
     "one cached batch replayed"."""
     from feedprof.render.html import render_tune
-    from feedprof.render.progress import CEILING_TEXT
+    from feedprof.render.words import CEILING_TEXT
     from feedprof.store import HostInfo
     from feedprof.tune.online import Decider, OnlineOptions
     from feedprof.tune.online_result import online_result

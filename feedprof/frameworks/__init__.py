@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import importlib
 import os
-import sys
-from typing import Any, Tuple
+from typing import Any
 
-from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 
 # frameworks whose loaders can switch inside the real run (contract.Switcher): the module's SWITCHER
@@ -32,19 +30,3 @@ def code_site(frame: Any) -> str:
     if name.startswith("<") or f"{os.sep}ipykernel_" in name:
         return f"cell line {frame.f_lineno}"
     return f"{os.path.basename(name)}:{frame.f_lineno}"
-
-
-def describe_loader(obj: Any) -> Tuple[Framework, LoaderInfo]:
-    """(framework, what is known) of a loader handed to ``prof.watch``; an
-    unknown iterable gets what can be read."""
-    if "torch.utils.data" in sys.modules:
-        from feedprof.frameworks import torch as torch_fw
-
-        if torch_fw.is_dataloader(obj):
-            return Framework.TORCH, torch_fw.describe(obj)
-    info = LoaderInfo(dataset=type(obj).__name__)
-    try:
-        info.batches_per_epoch = len(obj)
-    except TypeError:
-        pass
-    return Framework.ITERABLE, info

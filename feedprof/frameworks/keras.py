@@ -36,6 +36,8 @@ from feedprof.record.loadprof import loading
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 from feedprof.store.knobs.pydataset import DEFAULTS, legalize
+from feedprof.frameworks.contract import Controller
+from feedprof.frameworks.keras_switch import fit_started
 
 
 
@@ -90,7 +92,7 @@ def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
            f"max_queue_size={cfg['max_queue_size']}, **kwargs)"
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch PyDataset, its adapter and Model.fit so the controller sees them."""
     from keras.src.trainers.data_adapters import py_dataset_adapter as pda
 
@@ -152,12 +154,10 @@ def install(ctl: Any) -> None:
 def _fit_called(bound: Any) -> None:
     """What a fit call trains on, for online switching (keras_switch.py): a PyDataset read in
     fit's own steps_per_epoch cannot be switched the way its epochs are served."""
-    from feedprof.frameworks.keras_switch import fit_started
-
     fit_started(bound.arguments.get("x"), bound.arguments.get("steps_per_epoch"))
 
 
-def _no_super_init(ctl: Any, x: Any, caller: Any, replayed: Dict[type, Any]) -> Any:
+def _no_super_init(ctl: Controller, x: Any, caller: Any, replayed: Dict[type, Any]) -> Any:
     """The subclass never called super().__init__(**kwargs): Keras falls back to
     workers=1 and ignores what was passed. Measure it anyway, and say so."""
     plan = ctl.plan(Framework.KERAS, caller)
@@ -206,7 +206,7 @@ def replay_items(cls: type, saved: Dict[type, Any]) -> None:
     cls.__getitem__ = __getitem__
 
 
-def make_end_window(ctl: Any, base: type) -> Any:
+def make_end_window(ctl: Controller, base: type) -> Any:
     """A factory of fit callbacks (``base``: the Keras flavour's Callback class).
 
     The callback times the steps of tf.data pipelines that fit pulls inside its
@@ -244,7 +244,7 @@ def make_end_window(ctl: Any, base: type) -> Any:
     return EndWindow
 
 
-def _patch_fit(ctl: Any) -> None:
+def _patch_fit(ctl: Controller) -> None:
     """Model.fit gets one more callback: it ends the window on the main thread."""
     import keras
 

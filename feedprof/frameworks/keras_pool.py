@@ -19,8 +19,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from feedprof.frameworks.keras import legalize
 from feedprof.frameworks.switching import Feed, PoolHung, PoolKilled
+from feedprof.store.knobs.pydataset import legalize
 
 POLL_S = 0.5  # how often a pool waiting for a batch checks its workers are alive
 BROKEN_WAIT_S = 1.0  # a broken pool's workers are ended by it: how long to wait to read how each ended

@@ -27,10 +27,11 @@ import random
 import weakref
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from feedprof.frameworks.contract import SwitchAllowed
-from feedprof.frameworks.keras import legalize
+from feedprof.frameworks.contract import SwitchAllowed, Tuning
+from feedprof.frameworks.keras_pool import open_pool
 from feedprof.frameworks.switching import SwitchingLoader
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.pydataset import legalize
 
 _FIT: Dict[str, Any] = {}  # the fit call now running: its training x and steps_per_epoch (keras.py)
 
@@ -75,10 +76,8 @@ class KerasOnlineLoader(SwitchingLoader):
 
     framework = Framework.KERAS
 
-    def __init__(self, dataset: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, dataset: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...]):
-        from feedprof.frameworks.keras_pool import open_pool
-
         self.dataset = dataset
         super().__init__(lambda config, feed: open_pool(dataset, config, feed), tuning, loader_id,
                          legalize(script_config), chain, int(dataset.num_batches))
@@ -145,7 +144,7 @@ class KerasSwitcher:
             return "steps_per_epoch"  # Keras carries an iterator over epochs that a switch cannot keep
         return None
 
-    def online_loader(self, dataset: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def online_loader(self, dataset: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                       chain: Tuple[str, ...], allowed: SwitchAllowed) -> KerasOnlineLoader:
         return KerasOnlineLoader(dataset, tuning, loader_id, script_config, chain)
 

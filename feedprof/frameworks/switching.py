@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.store.codes import SwitchAt
+from feedprof.frameworks.contract import Tuning
 
 
 class PoolHung(Exception):
@@ -90,7 +91,7 @@ class SwitchingLoader:
     switch_at = SwitchAt.BATCH
     own_persistent = False  # its workers start anew every epoch
 
-    def __init__(self, open_pool: OpenPool, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, open_pool: OpenPool, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...], length: int):
         self.open_pool = open_pool
         self.tuning = tuning
@@ -109,6 +110,12 @@ class SwitchingLoader:
         tuning.register(self)  # (the run's end closes its pools, also mid-epoch)
 
     hold_why = ""  # never held: nothing here checks the order at run time (see NOTE)
+    rng_moved = False  # (no draws are watched here)
+    own_iterators = 0  # (see busy)
+
+    @property
+    def epoch_number(self) -> int:
+        return self.epochs
 
     def kept(self) -> Dict[str, Any]:
         return self.script_config

@@ -25,6 +25,7 @@ from feedprof.store.knobs.pydataset import DEFAULTS, KNOBS, legalize
 from feedprof.store.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
+from feedprof.frameworks.contract import Controller
 
 
 def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
@@ -41,7 +42,7 @@ def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
             f"max_queue_size={cfg['max_queue_size']})")
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     from tf_keras.src.engine import data_adapter as da
     from tf_keras.src.utils import data_utils
 
@@ -98,7 +99,7 @@ def install(ctl: Any) -> None:
     _patch_fit(ctl)
 
 
-def _patch_fit(ctl: Any) -> None:
+def _patch_fit(ctl: Controller) -> None:
     import tf_keras
 
     Model = tf_keras.Model

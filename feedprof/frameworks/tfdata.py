@@ -36,6 +36,7 @@ from feedprof.record.steps import LoaderInfo
 from feedprof.record.loadprof import loading
 from feedprof.store.codes import Framework
 from feedprof.store.knobs.tfdata import AUTOTUNE, legalize
+from feedprof.frameworks.contract import Controller
 
 PARALLEL = ("map", "interleave", "batch")
 # Transformations that set neither parallelism nor prefetch: a pipeline stays the
@@ -107,7 +108,7 @@ def _profiled(func: Any) -> Any:
     return run
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     from tensorflow.python.data.ops import dataset_ops
 
     D = dataset_ops.DatasetV2
@@ -164,9 +165,6 @@ def install(ctl: Any) -> None:
     D.__iter__ = __iter__
     D._feedprof_patched = True
     install_keras_adapter(ctl)
-    from feedprof.frameworks import tfdistribute
-
-    tfdistribute.install(ctl)
 
 
 def _followed(p: Pipeline, it: Any) -> Any:
@@ -185,7 +183,7 @@ def _copy(p: Pipeline) -> Pipeline:
                     prefetch=p.prefetch, has_prefetch=p.has_prefetch, batch_size=p.batch_size)
 
 
-def _carry_tag(ctl: Any, orig: Any) -> Any:
+def _carry_tag(ctl: Controller, orig: Any) -> Any:
     def carried(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = orig(self, *args, **kwargs)
         p = getattr(self, "_feedprof_pipeline", None)
@@ -242,7 +240,7 @@ def _eager() -> bool:
     return tf.executing_eagerly()
 
 
-def register_dataset(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
+def register_dataset(ctl: Controller, ds: Any, p: Pipeline, caller: Any) -> Any:
     """The pipeline's handle and the dataset to iterate, made once per dataset object."""
     if p.handle is not None and p.runtime is not None:
         return p.handle
@@ -308,7 +306,7 @@ FIT_ADAPTERS = (("keras", "keras.src.trainers.data_adapters.tf_dataset_adapter",
                 ("tf_keras", "tf_keras.src.engine.data_adapter", "DatasetAdapter"))
 
 
-def install_keras_adapter(ctl: Any) -> None:
+def install_keras_adapter(ctl: Controller) -> None:
     """model.fit(ds) on a tagged pipeline, for each Keras flavour already imported
     (never importing one): same settings, steps timed by the fit callback."""
     import importlib
@@ -324,7 +322,7 @@ def install_keras_adapter(ctl: Any) -> None:
             _patch_fit_adapter(ctl, adapter)
 
 
-def _patch_fit_adapter(ctl: Any, adapter: type) -> None:
+def _patch_fit_adapter(ctl: Controller, adapter: type) -> None:
     orig_init = adapter.__init__
 
     def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:

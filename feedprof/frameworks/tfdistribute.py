@@ -12,11 +12,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from feedprof.frameworks.contract import Controller
+from feedprof.frameworks.tfdata import register_dataset
 
-def install(ctl: Any) -> None:
+
+def install(ctl: Controller) -> None:
     from tensorflow.python.distribute import distribute_lib, input_lib
-
-    from feedprof.frameworks.tfdata import register_dataset
 
     Strategy = distribute_lib.StrategyBase
     if getattr(Strategy, "_feedprof_patched", False):
@@ -61,7 +62,7 @@ def install(ctl: Any) -> None:
     Strategy._feedprof_patched = True
 
 
-def _time_iteration(ctl: Any, cls: type) -> None:
+def _time_iteration(ctl: Controller, cls: type) -> None:
     orig_iter = cls.__iter__
 
     def __iter__(self: Any) -> Any:

@@ -42,8 +42,10 @@ import weakref
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from feedprof.record.steps import LoaderInfo
+from feedprof.frameworks import code_site
 from feedprof.store.codes import Framework
 from feedprof.store.knobs.dataloader import DEFAULT_PREFETCH_FACTOR, KNOBS, effective, legalize
+from feedprof.frameworks.contract import Controller
 
 
 
@@ -182,7 +184,7 @@ def settings_from(call: str, chain: Tuple[str, ...]) -> Iterator[None]:
         _settings.reset(token)
 
 
-def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
+def _rebuilt_from(ctl: Controller, dataset: Any, caller: Any) -> Any:
     """The handle of the live loader this one rebuilds (see NOTE), or None."""
     if dataset is None or ctl.user_chain(caller):  # the script's own code builds a new loader
         return None
@@ -193,7 +195,7 @@ def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
     return None
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch DataLoader so the trial controller ``ctl`` sees every loader."""
     global _worker_info
     from torch.utils.data import DataLoader
@@ -216,14 +218,14 @@ def _is_datapipe(dataset: Any) -> bool:
     return pipe is not None and isinstance(dataset, pipe)
 
 
-def install_stateful(ctl: Any) -> None:
+def install_stateful(ctl: Controller) -> None:
     """torchdata's StatefulDataLoader: the same knobs, its own __init__ and __iter__."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     patch_loader_class(StatefulDataLoader, ctl)
 
 
-def patch_loader_class(cls: type, ctl: Any) -> None:
+def patch_loader_class(cls: type, ctl: Controller) -> None:
     if cls.__dict__.get("_feedprof_patched", False):  # (a subclass inherits the flag: read its own)
         return
     orig_init = cls.__init__
@@ -272,7 +274,7 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
     cls._feedprof_patched = True
 
 
-def _info(loader: Any, ctl: Any, caller: Any, original: Any, script_cfg: Dict[str, Any]) -> LoaderInfo:
+def _info(loader: Any, ctl: Controller, caller: Any, original: Any, script_cfg: Dict[str, Any]) -> LoaderInfo:
     """What is known of a new loader: a rebuilt one keeps what the original knew."""
     info = describe(loader)
     if original is not None:
@@ -299,7 +301,6 @@ def _info(loader: Any, ctl: Any, caller: Any, original: Any, script_cfg: Dict[st
 
 
 def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
-    from feedprof.frameworks import code_site
     from feedprof.record.steps import Binding, WatchedIterator, learn_batch_size
 
     DataLoader = module.DataLoader

@@ -47,6 +47,7 @@ from feedprof.frameworks.torch_pool import Pool, failure_kind
 from feedprof.frameworks.torch_rng import DrawWatch
 from feedprof.store.codes import Framework, SwitchAt
 from feedprof.store.online import CHECK_FAILED, PERSISTENT_FIRST_EPOCH
+from feedprof.frameworks.contract import Tuning
 
 
 
@@ -85,7 +86,7 @@ class OnlineLoader:
     switch_at = SwitchAt.BATCH
     checks_order = True  # each epoch's order is checked and claimed (torch_ledger.py); see torch_switch.py
 
-    def __init__(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, loader: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...] = ()):
         self.loader = loader
         self.chain = tuple(chain)  # where the script builds it: a loader rebuilt there takes its place
@@ -129,6 +130,10 @@ class OnlineLoader:
         tuning.register(self)
 
     # -- epochs and iterators ------------------------------------------------
+
+    @property
+    def epoch_number(self) -> int:
+        return self.counts[0]
 
     def busy(self) -> bool:
         """An epoch of this loader is live and unfinished: another iter() is the script's own

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 from feedprof.store.knobs.nodes import legalize
+from feedprof.frameworks.contract import Controller
 
 FRAMEWORK = Framework.TORCHDATA_NODES
 
@@ -59,7 +60,7 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
     return paste(calls, script, argv, fallback) if calls else Paste(fallback)
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch ParallelMapper, Prefetcher and Loader so the controller sees the pipelines."""
     from torchdata import nodes
 
@@ -71,7 +72,7 @@ def install(ctl: Any) -> None:
     nodes.Loader._feedprof_patched = True
 
 
-def _patch_node(ctl: Any, cls: type, knobs: Sequence[str]) -> None:
+def _patch_node(ctl: Controller, cls: type, knobs: Sequence[str]) -> None:
     orig_init = cls.__init__
     sig = inspect.signature(orig_init)
 
@@ -97,7 +98,7 @@ def _patch_node(ctl: Any, cls: type, knobs: Sequence[str]) -> None:
     cls.__init__ = __init__
 
 
-def _patch_loader(ctl: Any, nodes: Any) -> None:
+def _patch_loader(ctl: Controller, nodes: Any) -> None:
     Loader = nodes.Loader
     orig_init, orig_iter = Loader.__init__, Loader.__iter__
 
@@ -117,7 +118,7 @@ def _patch_loader(ctl: Any, nodes: Any) -> None:
     _patch_node_iter(ctl, nodes)
 
 
-def _patch_node_iter(ctl: Any, nodes: Any) -> None:
+def _patch_node_iter(ctl: Controller, nodes: Any) -> None:
     """A pipeline the script iterates itself, without a Loader (``for batch in node``):
     the node is the loader, known by the line that iterates it. torchdata's own
     ``iter(source)`` calls (its prefetch threads) are left alone."""

@@ -33,7 +33,8 @@ from feedprof.trial.protocol import DECISION_FILE
 from feedprof.tune.online_strategy import Limits, RunEvidence, RunHistory, decide
 from feedprof.tune.evidence import Next
 from feedprof.tune.search import retreat
-from feedprof.tune.space import Space, make_space
+from feedprof.tune.space import Space
+from feedprof.tune.spaces import make_space
 
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
 JOB_MEMORY_EVERY_S = 2.0  # the job's own memory (PSS of every process: ~5 ms each) is read at most this often

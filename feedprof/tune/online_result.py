@@ -24,6 +24,7 @@ from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
 from feedprof.analyse.diagnose import workers_of
 from feedprof.tune.online_strategy import RunEvidence, RunHistory
 from feedprof.tune.search import pick_tolerance, predicted_count
+from feedprof.tune.spaces import make_space
 
 
 def _failure_cause(f: OnlineFailure) -> Reason:
@@ -232,7 +233,6 @@ def _spread(windows: Sequence[Any], run: Optional[Run]) -> tuple:
 def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,
                   run: Optional[Run], decider: Any, launch: Any, complete: bool) -> TuneResult:
     from feedprof.frameworks.paste import with_launch
-    from feedprof.tune.space import make_space
 
     h = decider.history
     limits = decider.rank_limits()  # (the CPUs each rank may use: what the search decided by)

@@ -278,17 +278,3 @@ def persistent_estimate(trial: Trial) -> Optional[PersistentEstimate]:
     epoch_s = startup + (bpe - 1) / trial.batches_per_s
     return PersistentEstimate(gain=max(0.0, startup - kept) / epoch_s, startup_s=startup, epoch_s=epoch_s,
                               batches_per_epoch=bpe)
-
-
-def make_space(framework: Framework, baseline: Config, cpu_cap: int, max_primary: int,
-               cuda_used: Optional[bool]) -> Space:
-    from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace  # they build on this module
-    from feedprof.tune.space_torchdata import NodesSpace
-
-    spaces = {Framework.TORCH: TorchSpace, Framework.KERAS: KerasSpace, Framework.TF_KERAS: TfKerasSpace,
-              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace}
-    try:
-        cls = spaces[framework]
-    except KeyError:
-        raise ValueError(f"feedprof cannot tune {framework!r} loaders yet") from None
-    return cls(baseline, cpu_cap, max_primary, cuda_used)

@@ -44,7 +44,8 @@ from feedprof.tune.observer import SilentObserver, TuneObserver
 from feedprof.trial.protocol import Mode, site_matches
 from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.trial.signals import deferred_signals
-from feedprof.tune.space import Space, make_space
+from feedprof.tune.space import Space
+from feedprof.tune.spaces import make_space
 from feedprof.tune.history import Proposal, Strategy
 from feedprof.tune.strategy import LadderStrategy
 from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError

@@ -16,7 +16,7 @@ from feedprof.analyse.diagnose import AT_CEILING
 from feedprof.store import reasons as r
 from feedprof.render import online_checks
 from feedprof.render.words import advice, beyond, hazards, origin
-from feedprof.store import GpuStatus, InputBound, VerdictKind, knobs
+from feedprof.store import GpuStatus, InputBound, Role, Trial, VerdictKind, knobs
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
@@ -48,10 +48,21 @@ def gpu_status(status: Any, detail: str = "") -> str:
     return f"{words}: {detail}" if detail and status not in (GpuStatus.OK, GpuStatus.OFF) else words
 
 
+CEILING_TEXT = "one cached batch replayed"
+OWN_SETTINGS_TEXT = "the script's own settings"
+
+
 def config_words(config: Dict[str, Any], framework: str = "") -> str:
     """A loader config as its framework's keywords ("num_workers=8, persistent_workers=True", as a
     space describes it: store/knobs), or the script's own settings where it is empty."""
-    return knobs.describe(framework, config) if config else "the script's own settings"
+    return knobs.describe(framework, config) if config else OWN_SETTINGS_TEXT
+
+
+def config_cell(t: Trial) -> str:
+    """A trial's config as the tables show it."""
+    if t.role == Role.CEILING:
+        return CEILING_TEXT
+    return t.config_text or config_words(t.config)
 
 
 def _describer(framework: str) -> Callable[[Dict[str, Any]], str]:
