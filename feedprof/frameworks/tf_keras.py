@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from feedprof.frameworks.keras import make_end_window, replay_items, with_callback
 from feedprof.store.knobs.pydataset import DEFAULTS, KNOBS, legalize
@@ -26,9 +26,10 @@ from feedprof.store.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 from feedprof.frameworks.contract import Controller
+from feedprof.store import LoaderRecord
 
 
-def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str) -> str:
     from feedprof.frameworks.source import resolve_site, rewrite_statement
 
     cfg = legalize(config)

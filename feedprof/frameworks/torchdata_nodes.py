@@ -24,17 +24,25 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 from feedprof.store.knobs.nodes import legalize
 from feedprof.frameworks.contract import Controller
 
+if TYPE_CHECKING:
+    from torchdata.nodes import BaseNode
+    from torchdata.nodes import Loader as NodesLoader
+
+    from feedprof.frameworks.paste import Paste
+from feedprof.store import LoaderRecord
+
 FRAMEWORK = Framework.TORCHDATA_NODES
 
 
-def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
     """The script's ParallelMapper(...) and Prefetcher(...) calls with the knobs set."""
     from feedprof.frameworks.paste import Call, Paste, Setting, paste
     from feedprof.frameworks.source import find_call, parse_file, resolve_site
@@ -76,7 +84,7 @@ def _patch_node(ctl: Controller, cls: type, knobs: Sequence[str]) -> None:
     orig_init = cls.__init__
     sig = inspect.signature(orig_init)
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: "BaseNode", *args: Any, **kwargs: Any) -> None:
         chain = ctl.user_chain(sys._getframe(1))  # () unless the script's own code builds it
         try:
             bound = sig.bind(self, *args, **kwargs)
@@ -98,16 +106,16 @@ def _patch_node(ctl: Controller, cls: type, knobs: Sequence[str]) -> None:
     cls.__init__ = __init__
 
 
-def _patch_loader(ctl: Controller, nodes: Any) -> None:
+def _patch_loader(ctl: Controller, nodes: ModuleType) -> None:
     Loader = nodes.Loader
     orig_init, orig_iter = Loader.__init__, Loader.__iter__
 
-    def __init__(self: Any, root: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: "NodesLoader", root: "BaseNode", *args: Any, **kwargs: Any) -> None:
         plan = ctl.plan(FRAMEWORK, sys._getframe(1))
         orig_init(self, root, *args, **kwargs)
         self._feedprof_handle = ctl.created(plan, describe(root, nodes), self)
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "NodesLoader") -> Iterator[Any]:
         handle = getattr(self, "_feedprof_handle", None)
         if handle is None:
             return orig_iter(self)
@@ -118,13 +126,13 @@ def _patch_loader(ctl: Controller, nodes: Any) -> None:
     _patch_node_iter(ctl, nodes)
 
 
-def _patch_node_iter(ctl: Controller, nodes: Any) -> None:
+def _patch_node_iter(ctl: Controller, nodes: ModuleType) -> None:
     """A pipeline the script iterates itself, without a Loader (``for batch in node``):
     the node is the loader, known by the line that iterates it. torchdata's own
     ``iter(source)`` calls (its prefetch threads) are left alone."""
     orig_iter = nodes.BaseNode.__iter__
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "BaseNode") -> Iterator[Any]:
         caller = sys._getframe(1)
         if not ctl.user_chain(caller):
             return orig_iter(self)
@@ -137,9 +145,9 @@ def _patch_node_iter(ctl: Controller, nodes: Any) -> None:
     nodes.BaseNode.__iter__ = __iter__
 
 
-def pipeline(root: Any, base: type) -> List[Any]:
+def pipeline(root: "BaseNode", base: type) -> List["BaseNode"]:
     """Every node under ``root`` (its sources, followed through attributes)."""
-    seen: Dict[int, Any] = {}
+    seen: Dict[int, "BaseNode"] = {}
     todo = [root]
     while todo:
         node = todo.pop()
@@ -152,13 +160,13 @@ def pipeline(root: Any, base: type) -> List[Any]:
     return list(seen.values())
 
 
-def describe(root: Any, nodes: Any) -> LoaderInfo:
+def describe(root: "BaseNode", nodes: ModuleType) -> LoaderInfo:
     """The pipeline's knobs: the busiest ParallelMapper's workers and method, the
     Prefetcher's depth, and where the script built each of them (config_sites)."""
     all_nodes = pipeline(root, nodes.BaseNode)
     mappers = [n for n in all_nodes if isinstance(n, nodes.ParallelMapper)]
     prefetchers = [n for n in all_nodes if isinstance(n, nodes.Prefetcher)]
-    busiest: Optional[Any] = max(mappers, key=lambda n: n.num_workers, default=None)
+    busiest: Optional["BaseNode"] = max(mappers, key=lambda n: n.num_workers, default=None)
     config = legalize({"num_workers": getattr(busiest, "num_workers", 0), "method": getattr(busiest, "method", None),
                        "prefetch_factor": prefetchers[0].prefetch_factor if prefetchers else None})
     marks = {id(n): getattr(n, "_feedprof_node", ("", {})) for n in mappers + prefetchers}

@@ -6,7 +6,7 @@ through RunMeasurements), its paste line by the space's paste."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules
 from feedprof.analyse.evidence import config_key
@@ -17,14 +17,19 @@ from feedprof.analyse.recommend import recommend_from
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
                                     ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
-                                    WorkersCapped)
-from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoadingProfile, Outcome, Run, RunKind,
-                            SwitchAt, TrialState, TuneResult)
-from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
+                                    Verdict, WorkersCapped)
+from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoaderRecord, LoadingProfile, Outcome,
+                            Recommendation, Run, RunKind, SwitchAt, TrialState, TuneResult)
+from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
 from feedprof.analyse.diagnose import workers_of
 from feedprof.tune.online_strategy import RunEvidence, RunHistory
 from feedprof.tune.search import pick_tolerance, predicted_count
+from feedprof.tune.space import Space
 from feedprof.tune.spaces import make_space
+from feedprof.trial.launch import Launch
+
+if TYPE_CHECKING:
+    from feedprof.tune.online import Decider  # (it makes this result: imported for its type only)
 
 
 def _failure_cause(f: OnlineFailure) -> Reason:
@@ -66,7 +71,7 @@ class RunMeasurements:
     config the run kept (measured over the rest of the run) is judged against the script's own
     settings alone; before that, every config measured, by the online pick's own rule."""
 
-    def __init__(self, decider: Any, space: Any, run: Optional[Run] = None):
+    def __init__(self, decider: "Decider", space: Space, run: Optional[Run] = None):
         h = self.history = decider.history
         self.space, self.run = space, run
         self.every_config = configs = _configs_in_order(h, [s.config for s in decider.switches])
@@ -107,7 +112,7 @@ class RunMeasurements:
     def tried_a_setting(self) -> bool:
         return any(config_key(c) != config_key(self.history.baseline or {}) for c in self.all_configs)
 
-    def cheaper_within_noise(self, chosen: ConfigEvidence, cost: Any) -> None:
+    def cheaper_within_noise(self, chosen: ConfigEvidence, cost: Callable[[Dict[str, Any]], tuple]) -> None:
         return None  # (the online pick's tolerance is already this run's noise: rules.pick_tolerance)
 
     def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Dict[str, Any], List[Reason]]:
@@ -127,7 +132,7 @@ class RunMeasurements:
     def memory_saved_bytes(self, chosen: ConfigEvidence) -> None:
         return None  # (the run's memory is one curve: the report shows it)
 
-    def trainer_advice(self, verdict: Any) -> None:
+    def trainer_advice(self, verdict: Verdict) -> None:
         return None
 
     def hazards(self, chosen: ConfigEvidence, config: Dict[str, Any], ram_budget_bytes: Optional[int]) -> List[Reason]:
@@ -147,7 +152,7 @@ class RunMeasurements:
         return training_loading(self.run)  # (the whole run's: every config it ran)
 
 
-def _caveats(decider: Any, run_evidence: RunEvidence) -> List[Reason]:
+def _caveats(decider: "Decider", run_evidence: RunEvidence) -> List[Reason]:
     """Why the advice is not simply the search's: the tuned loader's switch moves draws from the
     script's random streams in its own process (not switched: the advice is what the windows of its
     own settings predict; or switched with --allow-rng-change), its workers' augmentation moved
@@ -171,7 +176,7 @@ def _caveats(decider: Any, run_evidence: RunEvidence) -> List[Reason]:
     return out
 
 
-def _persistent(rec: Any, h: RunHistory, space: Any) -> Any:
+def _persistent(rec: Recommendation, h: RunHistory, space: Space) -> Recommendation:
     """The run's own pools outlived its epochs (frameworks/torch_carry.py: the dataset unchanged
     between them), so its figures are persistent workers': the advice says so, with what they save."""
     config = rec.config
@@ -193,7 +198,7 @@ def _with_caveats(reasons: Tuple[Reason, ...], caveats: List[Reason]) -> Tuple[R
     return tuple(rest[:at] + caveats + rest[at:])
 
 
-def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
+def _untuned(run: Optional[Run], decider: "Decider") -> Tuple[OnlineLoaderMode, ...]:
     """The run's busiest loader, when online tuning could not reach it and no event said why
     (a loader pulled inside a framework's runtime, as fit pulls a tf.data pipeline)."""
     if run is None or decider.history.baseline is not None:
@@ -205,7 +210,7 @@ def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
     return (OnlineLoaderMode(loader_id=busiest.loader_id, mode="none", why_not=f"framework:{busiest.framework}"),)
 
 
-def _sharding(decider: Any, loader: Any) -> Tuple[Reason, ...]:
+def _sharding(decider: "Decider", loader: Optional[LoaderRecord]) -> Tuple[Reason, ...]:
     """An IterableDataset switched between epochs: its samples followed the worker count, as the advice's will."""
     if decider.switch_at != SwitchAt.EPOCH:
         return ()
@@ -213,7 +218,7 @@ def _sharding(decider: Any, loader: Any) -> Tuple[Reason, ...]:
     return (SamplesFollowWorkers(dataset=loader.dataset if loader is not None else "", switched=changed),)
 
 
-def _target_loader(run: Optional[Run]) -> Any:
+def _target_loader(run: Optional[Run]) -> Optional[LoaderRecord]:
     if run is None:
         return None
     runs = run.ranks or (run,)
@@ -221,7 +226,7 @@ def _target_loader(run: Optional[Run]) -> Any:
     return max(loaders, key=lambda r: r.batches_per_epoch or 0, default=None)
 
 
-def _spread(windows: Sequence[Any], run: Optional[Run]) -> tuple:
+def _spread(windows: Sequence[OnlineWindow], run: Optional[Run]) -> Tuple[Reason, ...]:
     """Window by window, which rank holds the job back (analyse/stragglers.py), for a job of ranks."""
     from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
 
@@ -231,7 +236,7 @@ def _spread(windows: Sequence[Any], run: Optional[Run]) -> tuple:
 
 
 def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,
-                  run: Optional[Run], decider: Any, launch: Any, complete: bool) -> TuneResult:
+                  run: Optional[Run], decider: "Decider", launch: Optional[Launch], complete: bool) -> TuneResult:
     from feedprof.frameworks.paste import with_launch
 
     h = decider.history

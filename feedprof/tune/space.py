@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
-from feedprof.store import Framework, Trial, knobs
+from feedprof.frameworks.paste import Paste
+from feedprof.store import Framework, LoaderRecord, Trial, knobs
 from feedprof.store.knobs.dataloader import effective
 from feedprof.analyse import rules
 from feedprof.analyse.evidence import config_key
@@ -127,15 +128,13 @@ class Space:
         """Batches the config can hold between loader and loop."""
         return knobs.in_flight(self.framework, self.legalize(dict(config)))
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         """A paste-ready line that sets ``config``."""
         return self.describe(config)
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """What to paste (and run) to set ``config``, and where each setting
         lives (frameworks/paste.Paste: the line and its findings)."""
-        from feedprof.frameworks.paste import Paste
-
         return Paste(self.paste_line(config, loader, script))
 
     # -- shared -----------------------------------------------------------
@@ -229,10 +228,10 @@ class TorchSpace(Space):
                         judged + [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
         return cfg, judged
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The paste, and what the settings change beyond speed (the order of samples: space_order.py)."""
         import dataclasses
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from feedprof.store import Trial
+from feedprof.store import LoaderRecord, Trial
 from feedprof.store.reasons import InOrderGain, OrderChanges, Reason
 
 HOL_TOP_SHARE = 0.10  # the longest waits, as a share of the window's batches ...
@@ -46,7 +46,7 @@ def supports_in_order() -> bool:
     return "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
-def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
+def order_findings(config: Dict[str, Any], loader: Optional[LoaderRecord]) -> List[Reason]:
     """OrderChanges for the settings ``config`` turns on that change what a seeded script sees."""
     script = getattr(loader, "script_config", None) or {}
     site = getattr(loader, "site", "") or ""

@@ -3,12 +3,13 @@ legacy tf.keras ``fit(workers=...)`` and ``tf.data`` pipelines (see space.py
 for what a space answers)."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
-from feedprof.store import Framework, Trial
+from feedprof.store import Framework, LoaderRecord, Trial
 from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus, ladder_rungs
+from feedprof.frameworks.paste import Paste
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
 DEEPEST_QUEUE = 20  # Keras max_queue_size is doubled (from 10) while below this
@@ -68,7 +69,7 @@ class KerasSpace(Space):
             out.append(Variant({**cfg, "max_queue_size": 2 * cfg["max_queue_size"]}))
         return out
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         from feedprof.frameworks.keras import paste_line
 
         return paste_line(self.legalize(config), loader, script)
@@ -79,7 +80,7 @@ class TfKerasSpace(KerasSpace):
 
     framework = Framework.TF_KERAS
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         from feedprof.frameworks.tf_keras import paste_line
 
         return paste_line(self.legalize(config), loader, script)
@@ -167,10 +168,10 @@ class TfDataSpace(Space):
                                 autotune_rss_bytes=auto.latest.peak_rss_bytes, switched=switched)
         return self.legalize(dict((auto if switched else pick).config)), [versus]
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The statements that build the pipeline, and the lines each setting is made on."""
         from feedprof.frameworks.tfdata_paste import paste
 

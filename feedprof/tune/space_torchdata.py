@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof.store.reasons import Reason, ThreadsVersusProcesses
-from feedprof.store import Framework, Trial
+from feedprof.store import Framework, LoaderRecord, Trial
 from feedprof.analyse.measurements import CpuUse
 from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus
+from feedprof.frameworks.paste import Paste
 
 DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
 
@@ -83,10 +84,10 @@ class NodesSpace(Space):
         exact = [m for c, m in same if c["prefetch_factor"] == cfg["prefetch_factor"]]
         return exact[0] if exact else max((m for _, m in same), key=lambda m: m.score, default=None)
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         from feedprof.frameworks.torchdata_nodes import paste_for
 
         return paste_for(self.legalize(config), loader, script, argv)
