@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, TextIO, TypeVar
 
 from feedprof.analyse.diagnose import summarize, training_loader
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
@@ -23,6 +23,12 @@ from feedprof import defaults
 from feedprof.record.sampler import Sampler
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, Watched
 from feedprof.store import GpuStatus, Run, RunKind, Samples, Summary, Window, WindowEnd, save
+
+if TYPE_CHECKING:
+    from feedprof.store import TuneResult
+    from feedprof.tune.inprocess import InProcessTuner
+
+T = TypeVar("T")
 
 
 class Profile:
@@ -44,7 +50,7 @@ class Profile:
         self._host = None
         self.tune = tune  # tune the watched DataLoaders' settings inside this loop (tune/inprocess.py)
         self._online_opts = (explore_s, max_workers)
-        self._tuner: Any = None
+        self._tuner: Optional["InProcessTuner"] = None
 
     # -- lifecycle --------------------------------------------------------
 
@@ -138,7 +144,7 @@ class Profile:
                                               t_end_s=last, end=WindowEnd.FULL_RUN))
         return _replace(run, summary=summarize(run))
 
-    def tuned(self) -> Any:
+    def tuned(self) -> "TuneResult":
         """profile(tune=True): the online search's result (a TuneResult, as tune --online writes)."""
         if self._tuner is None:
             raise RuntimeError("this profile does not tune: use feedprof.profile(tune=True)")
@@ -148,7 +154,7 @@ class Profile:
         """What the run says about its training loader; ``print()`` it for words."""
         return PrintableSummary.of(self.run.summary)
 
-    def print(self, file: Any = None) -> None:
+    def print(self, file: Optional[TextIO] = None) -> None:
         print(self.summary(), file=file or sys.stdout)
 
     def save(self, path: str = "run.json") -> str:
@@ -198,7 +204,7 @@ class NullProfile:
     def summary(self) -> Summary:
         return PrintableSummary()
 
-    def print(self, file: Any = None) -> None:
+    def print(self, file: Optional[TextIO] = None) -> None:
         pass
 
     def save(self, path: str = "run.json") -> Optional[str]:
@@ -239,7 +245,7 @@ def profile(enabled: bool = True, **kwargs: Any):
     return Profile(**kwargs) if enabled else NullProfile()
 
 
-def _replace(obj: Any, **changes: Any) -> Any:
+def _replace(obj: T, **changes: Any) -> T:
     import dataclasses
 
     return dataclasses.replace(obj, **changes)

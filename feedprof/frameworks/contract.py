@@ -63,7 +63,7 @@ class LoaderHandle:
 
     plan: Plan
     info: LoaderInfo
-    ref: Any  # weak reference to the loader, or None
+    ref: Optional[Callable[[], object]]  # a weak reference to the loader (None: it takes none)
     rec: Optional[StepRecorder] = None
     online: Optional["OnlineLoader"] = None  # online mode: the loader served by switching pools
     switch_checked: bool = False  # online mode: asked once whether it can switch (online stays None if not)
@@ -210,7 +210,7 @@ class Controller(Protocol):
     def plan(self, framework: str, caller: FrameType) -> Plan:
         """At a loader's construction: is it the one being tuned, and what to inject."""
 
-    def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
+    def created(self, plan: Plan, info: LoaderInfo, loader: object = None) -> LoaderHandle:
         """The loader is built (with ``info.config`` in effect)."""
 
     def iterate(self, handle: LoaderHandle, make_iter: Callable[[], Iterator],

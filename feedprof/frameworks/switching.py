@@ -28,7 +28,7 @@ import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.store.codes import SwitchAt
-from feedprof.frameworks.contract import Tuning
+from feedprof.frameworks.contract import OnlineLoader, Pool, Tuning
 
 
 class PoolHung(Exception):
@@ -100,7 +100,7 @@ class SwitchingLoader:
         self.chain = tuple(chain)
         self.length = length
         self.feed = Feed()
-        self.pool: Any = None
+        self.pool: Optional[Pool] = None
         self.served: Optional[Dict[str, Any]] = None
         self.starting: Dict[str, Any] = self.script_config
         self.epochs = 0
@@ -127,7 +127,7 @@ class SwitchingLoader:
         """Whether ``config`` loads each batch in the loop's own thread (a framework's subclass says)."""
         return False
 
-    def inherit(self, old: Any) -> None:
+    def inherit(self, old: OnlineLoader) -> None:
         """A loader built again at the same place starts from the script's settings."""
 
     def busy(self) -> bool:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
 from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, CarryState, state_of
 from feedprof.frameworks.torch_feed import Feed
@@ -49,9 +49,12 @@ from feedprof.store.codes import Framework, SwitchAt
 from feedprof.store.online import CHECK_FAILED, PERSISTENT_FIRST_EPOCH
 from feedprof.frameworks.contract import Tuning
 
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
 
 
-def online_capable(loader: Any) -> Optional[str]:
+
+def online_capable(loader: "DataLoader") -> Optional[str]:
     """None if the loader can switch mid-epoch, else why not (a reason code)."""
     import torch.utils.data as tud
 
@@ -69,7 +72,7 @@ def online_capable(loader: Any) -> Optional[str]:
     return None
 
 
-def draw_base_seed(loader: Any) -> int:
+def draw_base_seed(loader: "DataLoader") -> int:
     """The one number the script's own ``iter(loader)`` draws (torch's
     _BaseDataLoaderIter): drawn here, so the script's streams move as they would."""
     import torch
@@ -86,7 +89,7 @@ class OnlineLoader:
     switch_at = SwitchAt.BATCH
     checks_order = True  # each epoch's order is checked and claimed (torch_ledger.py); see torch_switch.py
 
-    def __init__(self, loader: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, loader: "DataLoader", tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...] = ()):
         self.loader = loader
         self.chain = tuple(chain)  # where the script builds it: a loader rebuilt there takes its place
@@ -254,7 +257,7 @@ class OnlineLoader:
             self.carry_why_not = why
             self.tuning.carried(self, False, why, from_epoch)
 
-    def _forked_with(self) -> Tuple[Any, ...]:
+    def _forked_with(self) -> Tuple[object, ...]:
         """What a worker process is given of the loader (and what the script may change between epochs)."""
         return self.loader.dataset, self.loader.collate_fn, self.loader.worker_init_fn
 

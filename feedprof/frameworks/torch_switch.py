@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from feedprof.frameworks.contract import SwitchAllowed, Tuning
-from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+from feedprof.frameworks.torch_online import OnlineEpoch, OnlineLoader, online_capable
 from feedprof.store.codes import Framework, SwitchAt
 from feedprof.store.online import ITERABLE_RANKS
 
@@ -23,7 +23,7 @@ class TorchOnlineLoader(OnlineLoader):
     framework = Framework.TORCH
     switch_at = SwitchAt.BATCH
 
-    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Any:
+    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> OnlineEpoch:
         return super().epoch()
 
 
@@ -38,7 +38,7 @@ class EpochSwitchedLoader(TorchOnlineLoader):
     # the run says; no order is claimed for it.
     checks_order = False
 
-    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Any:
+    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> OnlineEpoch:
         ep = super().epoch(own)
         if _world_size() > 1:  # a replayed epoch would give this rank more steps than the others
             self.hold(ITERABLE_RANKS)

@@ -10,7 +10,7 @@ import sys
 import threading
 import weakref
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from feedprof.analyse import stats
 from feedprof.store.codec import dumps, write_text_atomic
@@ -36,6 +36,12 @@ MAX_SETTLE_MOVES = 3  # the window's start moves at most this often
 class StopTrial(BaseException):
     """The window is measured: unwind the script (not an error)."""
 
+
+
+class Recorded(Protocol):
+    """An iterator of batches (a WatchedIterator, a ReplayIterator, a callback's steps) with its recorder."""
+
+    recorder: StepRecorder
 
 
 class _StepView:
@@ -145,7 +151,7 @@ class Controller:
                     replay=spec.mode == Mode.CEILING and bool(is_target),
                     built_in=library_frames(self.script_dir, caller))
 
-    def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
+    def created(self, plan: Plan, info: LoaderInfo, loader: object = None) -> LoaderHandle:
         info.in_flight = info.in_flight or knobs.in_flight(plan.framework, info.config)
         self.emit("loader", framework=plan.framework, site=plan.chain[-1] if plan.chain else "",
                   call_chain=list(plan.chain), is_target=plan.is_target)
@@ -245,7 +251,7 @@ class Controller:
                   mode=online.switch_at if online is not None else SwitchAt.NONE, why_not=why_not or "")
         return online
 
-    def after_batch(self, it: Any, batch: Any) -> None:
+    def after_batch(self, it: Recorded, batch: object) -> None:
         rec: StepRecorder = it.recorder
         if rec.digests_wanted:
             rec.fingerprint(batch)

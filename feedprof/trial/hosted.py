@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, List, Optional
+from typing import List, Mapping, Optional, Type
 
 from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
 from feedprof.record.host import usable_cpu_count
@@ -39,6 +39,7 @@ from feedprof.trial.controller import Controller
 from feedprof.trial.protocol import TrialSpec
 from feedprof.trial.rank_meter import RankMeter, samples_path
 from feedprof.record.userframes import failure_hint, script_traceback
+from types import FrameType, TracebackType
 
 JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
 
@@ -59,7 +60,7 @@ def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool
     return bool(job_script) and os.path.abspath(argv[0]) == job_script  # `python train.py`, the only rank
 
 
-def maybe_host(env: Any = None) -> Optional[Controller]:
+def maybe_host(env: Optional[Mapping[str, str]] = None) -> Optional[Controller]:
     """If this process is a rank of the job, instrument it (called at interpreter start)."""
     env = os.environ if env is None else env
     info = rank_from_env(env)
@@ -105,14 +106,14 @@ def _node() -> str:
 
 def _on_the_way_out(ctl: Controller, meter: Optional[RankMeter] = None) -> None:
     """The rank's own end, written unless its window already was (and its own samples' last)."""
-    exit_code: List[Any] = []
+    exit_code: List[object] = []
     original_exit, original_hook = sys.exit, sys.excepthook
 
-    def exit(code: Any = None) -> None:
+    def exit(code: object = None) -> None:
         exit_code.append(code)
         original_exit(code)
 
-    def excepthook(kind: Any, exc: BaseException, tb: Any) -> None:
+    def excepthook(kind: Type[BaseException], exc: BaseException, tb: Optional[TracebackType]) -> None:
         if not ctl.result_written and not isinstance(exc, KeyboardInterrupt):
             ctl.emit("failed")  # when: the first rank to fail is the cause, the others' errors follow from it
             text = script_traceback(exc)
@@ -148,7 +149,7 @@ def _written_on_sigterm(ctl: Controller, meter: Optional[RankMeter]) -> None:
         return
     owner = os.getpid()
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: Optional[FrameType]) -> None:
         if os.getpid() == owner:
             if not ctl.result_written:
                 ctl.write_result(TrialState.INTERRUPTED, Interrupted(), exit_code=128 + signum)

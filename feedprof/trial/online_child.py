@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.evidence import config_key
-from feedprof.frameworks.contract import OnlineLoader
+from feedprof.frameworks.contract import OnlineLoader, Pool
 
 POLL_S = 0.05  # how often the decision file is looked at
 HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...
@@ -63,7 +63,7 @@ class _LoaderState:
     window: Optional[_Window] = None
     slowest_s: float = 0.0
     pids: List[int] = field(default_factory=list)
-    pool: Any = None  # the pool whose workers' CPU the window reads
+    pool: Optional[Pool] = None  # the pool whose workers' CPU the window reads
     epoch_batches: int = 0  # delivered this epoch (a loader of unknown length learns it from its epochs)
 
 
@@ -92,7 +92,7 @@ def _cpu_s(pids: List[int]) -> Optional[float]:
     return total
 
 
-def _batch_len(batch: Any) -> int:
+def _batch_len(batch: object) -> int:
     from feedprof.record.steps import infer_batch_size
 
     try:
@@ -118,11 +118,11 @@ class OnlineTuning:
         self._t_polled = float("-inf")
         self._seen: tuple = ()
         self._banned_until_seq: Dict[tuple, int] = {}  # a failed config's key -> the decision that may bring it back
-        self.target: Any = None
+        self.target: Optional[OnlineLoader] = None
         self._state: Dict[int, _LoaderState] = {}
         self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, batches]
         self._followers: set = set()  # other loaders that take the settled config (they waited too)
-        self.loaders: List[Any] = []  # weak references to the run's online loaders
+        self.loaders: List["weakref.ref[OnlineLoader]"] = []  # weak references to the run's online loaders
         self._counts: Dict[int, List[int]] = {}
 
     def register(self, ol: OnlineLoader) -> None:
@@ -312,7 +312,7 @@ class OnlineTuning:
         self._say("online_hold", loader_id=ol.loader_id, why=why, detail=detail[:300], config=ol.kept(),
                   target=ol is self.target, epoch=ol.epochs)
 
-    def delivered(self, ol: OnlineLoader, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
+    def delivered(self, ol: OnlineLoader, t_req_s: float, t_got_s: float, batch: object, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
             self._other_batch(ol, t_req_s, t_got_s)
             return

@@ -35,7 +35,7 @@ from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, Bud
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
                                     Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
-from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Trial, TrialState, TuneResult, TuneStart, save
+from feedprof.store import HostInfo, LoaderRecord, Phase, Recommendation, Role, Run, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.frameworks.paste import Paste, with_launch
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
@@ -70,7 +70,7 @@ def ladder(space: Space, opts: TuneOptions, host: HostInfo) -> Strategy:
 class Tuner:
     def __init__(self, job: TuneJob, options: TuneOptions, machine: MachineFacts,
                  observer: Optional[TuneObserver] = None, strategy: StrategyFactory = ladder,
-                 clock: Clock = MONOTONIC, trial_runner: Optional[Callable[..., Any]] = None):
+                 clock: Clock = MONOTONIC, trial_runner: Optional[Callable[..., Run]] = None):
         self.script = os.path.abspath(job.script) if job.script else ""
         self.argv = list(job.argv)
         self.rank_argv: List[str] = []  # a launched job's: the script's arguments inside the launch command
@@ -106,7 +106,7 @@ class Tuner:
     # -- time ---------------------------------------------------------------
 
     def _run_job(self, script: str, argv: Sequence[str], trial_dir: str, host: HostInfo, opts: TrialOptions,
-                 what: Injection, on_poll: Any, clock: Clock) -> Any:
+                 what: Injection, on_poll: Optional[Callable[[], None]], clock: Clock) -> Run:
         from feedprof.trial.jobrunner import run_job
 
         return run_job(self.launch, trial_dir, host, opts, what, on_poll, clock)
@@ -167,7 +167,7 @@ class Tuner:
                             trial_s=trial_s, rungs=FIRST_RUNGS, needed_s=needed,
                             budget_ran_out=isinstance(stop_reason, BudgetCutShort))
 
-    def _per_rank_reason(self, rec: Any) -> tuple:
+    def _per_rank_reason(self, rec: Recommendation) -> tuple:
         base = self.trials[0].run if self.trials and self.trials[0].run is not None else None
         if self.launch is None or base is None or not base.ranks:
             return ()
@@ -420,7 +420,7 @@ class Tuner:
                 self.memory.learn(t, self.space.workers(t.config), self.space.in_flight(t.config))
         return baseline
 
-    def _per_rank(self, run: Any) -> None:
+    def _per_rank(self, run: Run) -> None:
         """A job's knobs are per rank: each rank's CPU budget is the machine's CPUs
         over the ranks on it, less the rank's own process; memory counts every rank."""
         self.script = run.script or self.script
