@@ -72,6 +72,10 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
         return EXIT_INTERRUPTED
+    out_of_reach = next((n for n in run.notes if n.code == "ray_cluster_joined"), None)
+    if outcome.state == TrialState.OK and not run.loaders and out_of_reach is not None:
+        _err(f"feedprof: {say(out_of_reach)}")  # its loaders were iterated, where feedprof cannot see them
+        return EXIT_USAGE
     if outcome.state == TrialState.OK and not run.loaders:
         _err(f"feedprof: the script ended without iterating a data loader (looked for {LOOKED_FOR}): "
              "nothing to profile")
@@ -216,7 +220,11 @@ def _what_to_run(script: Optional[str], script_args: List[str], command: str) ->
     """(script, its arguments, a Launch or None): a script and its arguments, or a
     multi-process job's launch command after -- (no script)."""
     if script is not None:
-        return check_script(script), script_args, None
+        from feedprof.trial.launch import script_launch
+
+        checked = check_script(script)
+        launch = script_launch(script, script_args)  # a Ray Train script: a job of its own (as typed)
+        return (checked, script_args, None) if launch is None else (checked, [], launch)
     if not script_args:
         raise UsageError(f"feedprof {command}: the training script is required, or a launch command after -- "
                          f"(feedprof {command} -- torchrun --nproc-per-node 2 train.py)")

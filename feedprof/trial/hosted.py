@@ -60,18 +60,30 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     info = rank_from_env(env)
     with open(env[JOB_SPEC_ENV], encoding="utf-8") as fh:
         spec = TrialSpec.from_json(fh.read())
+    if spec.launcher == "ray":  # Ray's training workers become ranks once Ray Train says which
+        from feedprof.trial.ray_train import in_driver
+
+        if os.path.abspath(sys.argv[0]) == spec.script:
+            in_driver(env[JOB_SPEC_ENV])
+        return None
     if not _is_rank(sys.argv, info, spec.script):
         return None
     info = dataclasses.replace(info or RankInfo(launcher="python", node=_node()), pid=os.getpid())
     info = dataclasses.replace(info, cpus=cpu_share(usable_cpu_count(), info.local_world_size, env))
     script = os.path.abspath(sys.argv[0]) if sys.argv[0] != "-m" else spec.script
-    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]))
+    ctl = host_rank(spec, info, script, list(sys.argv[1:]))
+    _on_the_way_out(ctl)
+    return ctl
+
+
+def host_rank(spec: TrialSpec, info: RankInfo, script: str, argv: List[str]) -> Controller:
+    """This process as rank ``info`` of the job: its controller, its adapters, its end written."""
+    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=argv)
     ctl = Controller(spec, rank=info)
     ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
              world_size=info.world_size, local_world_size=info.local_world_size, node=info.node, job=info.job,
              cpus=info.cpus)
     install_adapters(ctl)
-    _on_the_way_out(ctl)
     return ctl
 
 

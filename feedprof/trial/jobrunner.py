@@ -41,6 +41,7 @@ from feedprof.trial.launch import Launch
 from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
+from feedprof.trial.ray_train import driver_notes
 from feedprof.trial.signals import deferred_signals
 from feedprof.trial.slurm import SlurmStep, in_allocation, preexec_for_srun, scancel
 from feedprof.trial.watch import Watch, descendants, kill_group
@@ -77,7 +78,7 @@ def _write_job_spec(paths: TrialPaths, launch: Launch, opts: TrialOptions, what:
         target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full,
         decision_path=os.path.join(os.path.dirname(paths.spec), "decision.json") if what.mode == Mode.ONLINE else "",
         allow_rng_change=what.allow_rng_change,
-        allow_resharding=what.allow_resharding)
+        allow_resharding=what.allow_resharding, launcher=launch.launcher)
     with open(paths.spec, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
 
@@ -150,6 +151,8 @@ class _JobWatch(Watch):
 
     def _limit_reached(self, now: float) -> bool:
         """While the Slurm step waits for resources, no limit of the trial's runs: only the queue's own."""
+        if not self.ranks and not self.opts.full and driver_notes(self.trial_dir):
+            return True  # a Ray job's driver joined a running cluster: no rank of it will report here
         if self.slurm is None or self.ranks or not self.slurm.waiting():
             return super()._limit_reached(now)
         limit = self.opts.queue_timeout_s
@@ -188,7 +191,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     out = flight.out
     slurm = launch.launcher == "slurm"
     try:
-        proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
+        proc = subprocess.Popen(list(launch.argv()), stdout=out, stderr=subprocess.STDOUT if out else None,
                                 stdin=subprocess.DEVNULL if out else None, start_new_session=True, env=env,
                                 pass_fds=lifeline_fds, preexec_fn=preexec_for_srun() if slurm else None)
         flight = dataclasses.replace(flight, proc=proc)
@@ -314,9 +317,11 @@ def _assemble_job(flight: InFlight, samples: Samples, rank_samples: Dict[int, Sa
     ranks = [_rank_run(r, paths.get(r, ""), rank_samples.get(r, Samples()), host, watch, interrupted)
              for r in sorted(set(paths) | set(watch.ranks))]
     first = ranks[0] if ranks else Run()
+    out_of_reach = driver_notes(watch.trial_dir)  # (a Ray job's driver that joined a running cluster)
+    outcome = Outcome(state=TrialState.OK, exit_code=flight.proc.returncode) if out_of_reach and not ranks \
+        and not interrupted else _job_outcome(ranks, flight, interrupted)
     run = Run(kind="trial", script=first.script or flight.script, argv=flight.argv, started_at=flight.started_at,
               duration_s=flight.duration_s(), host=host, loaders=first.loaders, window=first.window,
-              samples=samples, outcome=_job_outcome(ranks, flight, interrupted),
-              cuda_used=any(r.cuda_used for r in ranks) or None, modules=first.modules, notes=first.notes,
-              ranks=tuple(ranks))
+              samples=samples, outcome=outcome, cuda_used=any(r.cuda_used for r in ranks) or None,
+              modules=first.modules, notes=first.notes + out_of_reach, ranks=tuple(ranks))
     return dataclasses.replace(run, summary=summarize(run))

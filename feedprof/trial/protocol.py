@@ -43,6 +43,7 @@ class TrialSpec:
     decision_path: str = ""  # online mode: the parent's decisions (trial/online_child.py)
     allow_rng_change: bool = False  # online mode: --allow-rng-change
     allow_resharding: bool = False  # online mode: --allow-resharding (an IterableDataset switched between epochs)
+    launcher: str = ""  # a job's launcher (trial/launch.py); "ray": Ray Train's workers are its ranks
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
