@@ -15,6 +15,7 @@ import signal
 import sys
 from typing import Any, List, Optional, Sequence, Tuple
 
+from feedprof import defaults
 from feedprof.cliargs import (DEFAULT_OUT, UsageError, build_parser, check_out_dir, check_script, check_tensorboard,
                               looks_like_site, split_script_args)
 from feedprof.outdir import OutDirInUse
@@ -149,7 +150,9 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     check_tensorboard(args.tensorboard)
     if args.loader is not None and not looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
-    opts = TuneOptions(budget_s=args.budget, max_workers=args.max_workers, loader_site=args.loader,
+    ray = launch is not None and launch.launcher == "ray"
+    budget = args.budget or (defaults.RAY_TUNE_BUDGET_S if ray else defaults.TUNE_BUDGET_S)
+    opts = TuneOptions(budget_s=budget, max_workers=args.max_workers, loader_site=args.loader,
                        window_seconds=args.window_seconds, window_batches=args.window_batches,
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,

@@ -188,8 +188,9 @@ def _add_tune(sub: Any) -> None:
     t.add_argument("--out", default=None, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
-    t.add_argument("--budget", type=positive_float, default=defaults.TUNE_BUDGET_S, metavar="S",
-                   help=f"time budget for the whole tune in seconds (default {defaults.TUNE_BUDGET_S:g})")
+    t.add_argument("--budget", type=positive_float, default=None, metavar="S",
+                   help=f"time budget for the whole tune in seconds (default {defaults.TUNE_BUDGET_S:g}; "
+                        f"{defaults.RAY_TUNE_BUDGET_S:g} for a Ray Train job, whose every trial starts Ray)")
     t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
                    help="most workers to try (default: max(32, 2 x usable CPUs); beyond the CPU count "
                         "only when the workers wait on I/O)")

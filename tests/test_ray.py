@@ -9,9 +9,11 @@ import glob
 import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -198,15 +200,19 @@ QUICK = ["--window-batches", "60", "--warmup-batches", "3", "--interval", "0.2"]
 RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker.py", "setup_worker.py")
 
 
-def ray_processes(mark):
-    """Ray's processes started under this test's mark (its daemons and workers inherit it)."""
+def ray_processes(mark, since_s):
+    """Ray's processes started under this test's mark (its daemons and workers inherit it). A
+    process that renamed itself (``ray::RayTrainWorker``: setproctitle writes over the memory
+    /proc shows as its environment) counts where it started after the test did."""
     found = []
-    for p in psutil.process_iter(["pid", "name", "cmdline", "status"]):
+    for p in psutil.process_iter(["pid", "name", "cmdline", "status", "create_time"]):
         try:
             if p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
             words = " ".join([p.info["name"] or ""] + (p.info["cmdline"] or []))
-            if any(n in words for n in RAY_NAMES) and p.environ().get(TEST_MARK) == mark:
+            env = p.environ()
+            ours = env.get(TEST_MARK) == mark or ("PATH" not in env and p.info["create_time"] >= since_s)
+            if any(n in words for n in RAY_NAMES) and ours:
                 found.append((p.pid, words[:120]))
         except psutil.Error:
             continue
@@ -216,12 +222,12 @@ def ray_processes(mark):
 @pytest.fixture
 def no_ray_left(ray, no_leftovers):
     """After the test (a trial, a timeout, a signal), nothing of Ray it started is running."""
-    mark = os.environ[TEST_MARK]
-    yield
+    mark, since_s = os.environ[TEST_MARK], time.time() - 1
+    yield since_s
     deadline = time.monotonic() + 10
-    while ray_processes(mark) and time.monotonic() < deadline:
+    while ray_processes(mark, since_s) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert ray_processes(mark) == []
+    assert ray_processes(mark, since_s) == []
 
 
 def _script(tmp_path, **replace):
@@ -257,8 +263,8 @@ def test_profile_measures_both_training_workers_and_their_wait(tmp_path, no_ray_
 def test_tune_picks_workers_and_names_the_flag_that_feeds_train_loop_config(tmp_path, no_ray_left):
     _script(tmp_path)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--budget", "400", "--max-workers", "8", "--out", str(out), "train_ray.py", "--",
-                         "--epochs", "40"], timeout=700, cwd=tmp_path)
+    proc = run_feedprof(["tune", "--budget", "600", "--max-workers", "8", "--out", str(out), "train_ray.py", "--",
+                         "--epochs", "40"], timeout=900, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     rec = result["recommendation"]
@@ -322,21 +328,24 @@ def test_a_script_that_joins_a_running_cluster_is_said_to_be_out_of_reach(tmp_pa
     from feedprof.trial.jobrunner import free_port
 
     _script(tmp_path)
-    port, temp = free_port(), str(tmp_path / "ray-tmp")
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="fp-ray-")  # short: Ray's socket paths must fit 107 bytes
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # (the driver has no token of that cluster's)
     started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "4",
                               "--temp-dir", temp, "--include-dashboard", "false", "--disable-usage-stats"],
-                             capture_output=True, text=True, timeout=180)
+                             capture_output=True, text=True, timeout=180, env=env, start_new_session=True)
     try:
         assert started.returncode == 0, started.stderr[-2000:]
         proc = run_feedprof(["profile", "--out", str(tmp_path / "out"), "train_ray.py", "--", "--epochs", "1",
-                             "--address", f"127.0.0.1:{port}"], timeout=300, cwd=tmp_path)
+                             "--address", f"127.0.0.1:{port}"], timeout=300, cwd=tmp_path, env=env)
     finally:  # that cluster's processes only (`ray stop` would end every Ray on the machine)
-        for pid, _ in ray_processes(os.environ[TEST_MARK]):
+        for pid, _ in ray_processes(os.environ[TEST_MARK], no_ray_left):
             try:
                 psutil.Process(pid).kill()
             except psutil.Error:
                 pass
+        shutil.rmtree(temp, ignore_errors=True)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"joined a Ray cluster that was already running (127.0.0.1:{port})" in proc.stderr
     assert "feedprof.profile()" in proc.stderr and "no data loader was iterated" not in proc.stderr

@@ -222,9 +222,10 @@ def reserved_cpus(reserved: Optional[float]) -> Optional[int]:
 
 
 def script_argv(spec: TrialSpec) -> List[str]:
-    """The script's own arguments in the job's command (``python train.py --epochs 3``)."""
-    words = list(spec.argv)
-    at = next((i for i, w in enumerate(words) if w.endswith(".py") and os.path.abspath(w) == spec.script), None)
+    """The script's own arguments in the job's command (``python train.py --epochs 3``), read in a
+    Ray worker, whose working directory is Ray's own: the script's word is matched by its name."""
+    words, name = list(spec.argv), os.path.basename(spec.script)
+    at = next((i for i, w in enumerate(words) if w.endswith(".py") and os.path.basename(w) == name), None)
     return words[at + 1:] if at is not None else []
 
 
