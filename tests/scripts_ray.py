@@ -79,3 +79,48 @@ if __name__ == "__main__":
     )
     trainer.fit()
 '''
+
+
+TRAIN_RAY_DATA = '''
+import argparse, time
+
+import numpy as np
+import ray
+import torch
+from torch import nn
+import ray.train
+import ray.train.torch
+from ray.train import ScalingConfig
+from ray.train.torch import TorchTrainer
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--rows", type=int, default=2048)
+p.add_argument("--prefetch", type=int, default=1)
+args = p.parse_args()
+
+
+def read(batch):
+    time.sleep(0.002 * len(batch["id"]))  # each row waits on remote storage
+    return {"x": np.repeat(batch["id"][:, None] % 7, 16, axis=1).astype("float32"), "y": batch["id"] % 4}
+
+
+def train_func(config):
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(nn.Linear(16, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    shard = ray.train.get_dataset_shard("train")
+    for epoch in range(config["epochs"]):
+        for batch in shard.iter_torch_batches(batch_size=16, prefetch_batches=config["prefetch"]):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(batch["x"]), batch["y"]).backward()
+            opt.step()
+
+
+if __name__ == "__main__":
+    ray.init(num_cpus=4, include_dashboard=False)
+    data = ray.data.range(args.rows).map_batches(read, batch_size=16)
+    trainer = TorchTrainer(train_func, train_loop_config={"epochs": args.epochs, "prefetch": args.prefetch},
+                           datasets={"train": data}, scaling_config=ScalingConfig(num_workers=2, use_gpu=False))
+    trainer.fit()
+'''

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from conftest import TEST_MARK, run_feedprof, write_script
-from scripts_ray import TRAIN_RAY
+from scripts_ray import TRAIN_RAY, TRAIN_RAY_DATA
 
 # ----------------------------------------------------------------- fast tier: reading the script
 
@@ -194,6 +194,24 @@ def test_what_the_driver_said_is_a_finding_of_the_job(tmp_path):
     assert driver_notes(str(tmp_path)) == (RayClusterJoined(address="127.0.0.1:6379"),)
 
 
+def test_ray_data_prefetch_is_a_space_of_its_own_set_where_the_script_sets_it(tmp_path):
+    """iter_torch_batches' prefetch_batches: a thread of the training worker, no processes; the paste
+    follows it through train_loop_config to the script's flag; batch_size is reported, never changed."""
+    from types import SimpleNamespace
+
+    from feedprof.tune.space import make_space
+
+    path = write_script(tmp_path, "train_data.py", TRAIN_RAY_DATA)
+    at = next(i for i, text in enumerate(open(path), 1) if "iter_torch_batches(" in text)
+    space = make_space("ray.data", {"prefetch_batches": 1, "batch_size": 16}, cpu_cap=1, max_primary=32,
+                       cuda_used=False)
+    assert space.rungs(32) == [0, 2, 4, 8, 16] and space.workers({"prefetch_batches": 8}) == 0
+    assert space.describe({"prefetch_batches": 4}) == "prefetch_batches=4, batch_size=16"
+    paste = space.paste({"prefetch_batches": 4}, SimpleNamespace(call_chain=(f"train_data.py:{at}",)), path,
+                        ["--epochs", "3"])
+    assert paste.line == f"python {path} --epochs 3 --prefetch 4", paste
+
+
 # ----------------------------------------------------------------- end to end, on a local Ray
 
 QUICK = ["--window-batches", "60", "--warmup-batches", "3", "--interval", "0.2"]
@@ -349,3 +367,17 @@ def test_a_script_that_joins_a_running_cluster_is_said_to_be_out_of_reach(tmp_pa
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"joined a Ray cluster that was already running (127.0.0.1:{port})" in proc.stderr
     assert "feedprof.profile()" in proc.stderr and "no data loader was iterated" not in proc.stderr
+
+
+def test_profile_times_ray_data_s_iter_torch_batches_in_both_workers(tmp_path, no_ray_left):
+    write_script(tmp_path, "train_data.py", TRAIN_RAY_DATA)
+    out = tmp_path / "out"
+    proc = run_feedprof(["profile", "--out", str(out), *QUICK, "train_data.py", "--", "--epochs", "20"],
+                        timeout=400, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = json.loads((out / "run.json").read_text())["ranks"]
+    assert [r["rank"]["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        loader = r["loaders"][0]
+        assert loader["framework"] == "ray.data" and loader["config"] == {"prefetch_batches": 1, "batch_size": 16}
+        assert r["summary"]["batches_measured"] > 0 and r["summary"]["data_wait_fraction"] is not None

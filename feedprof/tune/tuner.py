@@ -44,7 +44,7 @@ from feedprof.trial.launch import script_launch
 from feedprof.trial.protocol import Mode, site_matches
 from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.trial.signals import deferred_signals
-from feedprof.tune.ray_advice import ray_advice
+from feedprof.tune.ray_advice import picked_ranks, ray_advice
 from feedprof.tune.space import Space, make_space
 from feedprof.tune.history import Proposal, Strategy
 from feedprof.tune.strategy import LadderStrategy
@@ -146,7 +146,7 @@ class Tuner:
                 paste = Paste("") if keeps_own_settings(rec) else \
                     sp.paste(rec.config, self.loader, self.script, self.rank_argv or self.argv)
                 line = with_launch(paste.line, self.script, self.launch.command) if self.launch else paste.line
-                ray, reserve = ray_advice(self.trials, rec, self.script, self.machine.cpus_usable, self.cpu_cap,
+                ray, reserve = ray_advice(picked_ranks(self.trials, rec), rec, self.script, self.machine.cpus_usable, self.cpu_cap,
                                           self.strategy.notes if self.strategy else ())
                 rec = dataclasses.replace(rec, config_text=sp.describe(rec.config),
                                           paste_line="\n".join(t for t in (line, reserve) if t),
