@@ -185,6 +185,22 @@ def test_the_hosted_loop_keeps_the_training_function_s_signature():
     assert HostedLoop(without, "/nowhere/spec.json").__name__ == "without"
 
 
+def test_a_worker_not_below_the_driver_is_no_rank_and_says_so(tmp_path):
+    """A cluster's worker (Ray joined one without the driver's ray.init seeing it) is not measured:
+    the job is said to be out of reach. Here the "driver" is a process that is no ancestor of this one."""
+    from feedprof.trial.ray_train import DRIVER_FILE, host_worker
+
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        assert host_worker(str(spec), other.pid) is None
+    finally:
+        other.kill()
+        other.wait()
+    assert json.loads((tmp_path / DRIVER_FILE).read_text()) == {"joined": "auto"}
+
+
 def test_what_the_driver_said_is_a_finding_of_the_job(tmp_path):
     from feedprof.store.reasons import RayClusterJoined
     from feedprof.trial.ray_train import DRIVER_FILE, driver_notes
@@ -310,7 +326,9 @@ def test_online_gives_each_rank_its_samples_and_weights_as_written_in_less_time(
             as_written[rank]["weights"]
     result = json.loads((out / "results.json").read_text())
     assert {s["rank"] for s in result["online"]["switches"]} == {0, 1}  # every rank applied the decisions
-    assert result["recommendation"]["config"]["num_workers"] >= 4
+    rec = result["recommendation"]
+    assert rec["config"]["num_workers"] >= 4 and "--workers" in rec["paste_line"]
+    assert [r["reserved_cpus"] for r in rec["reasons"] if r["code"] == "ray_cpus_reserved"] == [1]
     # the training loops' own time (Ray's start, the same either way, is the machine's)
     assert max(t["loop_s"] for t in tuned.values()) <= 0.6 * max(t["loop_s"] for t in as_written.values())
 

@@ -11,7 +11,9 @@ NOTE [ A Ray Train job's ranks ]
             ray-driver.json says so (the job is out of reach; jobrunner says what to run instead)
         TorchTrainer(train_loop_per_worker=fn) ─► HostedLoop(fn, the job's spec) in fn's place
       ray.init ─► GCS, raylet ─► Ray's worker processes (the driver's descendants, each its own group)
-        a training worker calls HostedLoop ─► its rank from ray.train.get_context() (world rank,
+        a training worker calls HostedLoop ─► not below the driver (a running cluster's, joined
+            without ray.init seeing it): said in ray-driver.json, not measured
+          ─► its rank from ray.train.get_context() (world rank,
             local rank, node rank) and its CPUs from what Ray reserved for it ─► hosted.host_rank:
             a Controller, the adapters, events and result per rank, as a torchrun rank has
         the controller actor, Ray's daemons and idle workers never call it: never ranks
@@ -140,7 +142,7 @@ def _wrap_trainer(module: Any, spec_path: str) -> None:
             return original(self, *args, **kwargs)
         loop = bound.arguments.get("train_loop_per_worker")
         if callable(loop) and not isinstance(loop, HostedLoop) and not _joined:
-            bound.arguments["train_loop_per_worker"] = HostedLoop(loop, spec_path)
+            bound.arguments["train_loop_per_worker"] = HostedLoop(loop, spec_path, os.getpid())
         original(*bound.args, **bound.kwargs)
 
     base.__init__ = __init__
@@ -167,12 +169,12 @@ class HostedLoop:
     """The script's training function, run as a rank of the job in the Ray worker that calls it.
     Its signature is the function's (``__wrapped__``): Ray passes the config as it would."""
 
-    def __init__(self, loop: Any, spec_path: str):
+    def __init__(self, loop: Any, spec_path: str, driver_pid: int = 0):
         functools.update_wrapper(self, loop)
-        self.loop, self.spec_path = loop, spec_path
+        self.loop, self.spec_path, self.driver_pid = loop, spec_path, driver_pid
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        ctl = host_worker(self.spec_path)
+        ctl = host_worker(self.spec_path, self.driver_pid)
         if ctl is None:
             return self.loop(*args, **kwargs)
         try:
@@ -188,11 +190,14 @@ class HostedLoop:
 _hosted: List[Any] = []  # this process's controller, once it is a rank (Ray may call the loop again)
 
 
-def host_worker(spec_path: str) -> Any:
+def host_worker(spec_path: str, driver_pid: int = 0) -> Any:
     """This Ray worker as the rank Ray Train says it is (None: not a job feedprof runs here)."""
     if _hosted:
         return _hosted[0]
     if not os.path.isfile(spec_path):  # another machine: nothing of the job's to write to
+        return None
+    if driver_pid and not _below(driver_pid):  # a running cluster's worker (Ray joined on its own, e.g. at fit())
+        _say_joined(os.path.dirname(os.path.abspath(spec_path)), "auto")
         return None
     from feedprof.trial.hosted import host_rank
 
@@ -202,6 +207,16 @@ def host_worker(spec_path: str) -> Any:
     _hosted.append(ctl)
     atexit.register(_interrupted, ctl)  # Ray ends a worker with SystemExit on SIGTERM
     return ctl
+
+
+def _below(driver_pid: int) -> bool:
+    """Is this process the driver, or started under it (by the Ray its ray.init() started)?"""
+    import psutil
+
+    try:
+        return os.getpid() == driver_pid or any(p.pid == driver_pid for p in psutil.Process().parents())
+    except psutil.Error:
+        return True  # cannot tell: measured, as the common case
 
 
 def ray_rank() -> RankInfo:
