@@ -317,11 +317,20 @@ def _assemble_job(flight: InFlight, samples: Samples, rank_samples: Dict[int, Sa
     ranks = [_rank_run(r, paths.get(r, ""), rank_samples.get(r, Samples()), host, watch, interrupted)
              for r in sorted(set(paths) | set(watch.ranks))]
     first = ranks[0] if ranks else Run()
-    out_of_reach = driver_notes(watch.trial_dir)  # (a Ray job's driver that joined a running cluster)
-    outcome = Outcome(state=TrialState.OK, exit_code=flight.proc.returncode) if out_of_reach and not ranks \
-        and not interrupted else _job_outcome(ranks, flight, interrupted)
     run = Run(kind="trial", script=first.script or flight.script, argv=flight.argv, started_at=flight.started_at,
               duration_s=flight.duration_s(), host=host, loaders=first.loaders, window=first.window,
-              samples=samples, outcome=outcome, cuda_used=any(r.cuda_used for r in ranks) or None,
-              modules=first.modules, notes=first.notes + out_of_reach, ranks=tuple(ranks))
+              samples=samples, outcome=_job_outcome(ranks, flight, interrupted),
+              cuda_used=any(r.cuda_used for r in ranks) or None, modules=first.modules, notes=first.notes,
+              ranks=tuple(ranks))
+    run = _out_of_reach(run, watch.trial_dir, interrupted)
     return dataclasses.replace(run, summary=summarize(run))
+
+
+def _out_of_reach(run: Run, trial_dir: str, interrupted: bool) -> Run:
+    """A Ray job whose driver joined a running cluster (trial/ray_train.py): its loaders ran where
+    feedprof cannot see them, which is no failure of the script; the finding says so."""
+    notes = driver_notes(trial_dir)
+    if not notes:
+        return run
+    ended = run.outcome if run.ranks or interrupted else Outcome(state=TrialState.OK, exit_code=run.outcome.exit_code)
+    return dataclasses.replace(run, notes=run.notes + notes, outcome=ended)

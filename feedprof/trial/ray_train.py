@@ -11,11 +11,11 @@ NOTE [ A Ray Train job's ranks ]
             ray-driver.json says so (the job is out of reach; jobrunner says what to run instead)
         TorchTrainer(train_loop_per_worker=fn) ─► HostedLoop(fn, the job's spec) in fn's place
       ray.init ─► GCS, raylet ─► Ray's worker processes (the driver's descendants, each its own group)
-        a training worker calls HostedLoop ─► not below the driver (a running cluster's, joined
-            without ray.init seeing it): said in ray-driver.json, not measured
-          ─► its rank from ray.train.get_context() (world rank,
+        a training worker calls HostedLoop ─► its rank from ray.train.get_context() (world rank,
             local rank, node rank) and its CPUs from what Ray reserved for it ─► hosted.host_rank:
             a Controller, the adapters, events and result per rank, as a torchrun rank has
+          (a worker not below the driver is a running cluster's, joined without ray.init seeing
+            it: said in ray-driver.json, not measured)
         the controller actor, Ray's daemons and idle workers never call it: never ranks
       jobrunner ends the job as any other: the driver's group and every descendant of it
 
@@ -31,7 +31,6 @@ import inspect
 import json
 import os
 import socket
-import sys
 from typing import Any, List, Optional
 
 from feedprof.store import RankInfo, TrialState
