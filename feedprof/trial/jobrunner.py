@@ -41,7 +41,7 @@ from feedprof.trial.launch import Launch
 from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
-from feedprof.trial.ray_train import driver_notes
+from feedprof.trial.ray_train import RAY_LAUNCHER, driver_notes, job_env as ray_job_env
 from feedprof.trial.signals import deferred_signals
 from feedprof.trial.slurm import SlurmStep, in_allocation, preexec_for_srun, scancel
 from feedprof.trial.watch import Watch, descendants, kill_group
@@ -146,7 +146,11 @@ class _JobWatch(Watch):
         except psutil.NoSuchProcess:
             pass
 
+    starts_paused = False  # a Ray job: Ray's own start, until a training worker reports, is no loader's time
+
     def paused_s(self) -> float:
+        if self.starts_paused and self.ranks:
+            return min(float(ev.get("t_s") or 0.0) for ev in self.ranks.values())
         return self.slurm.waited_now_s() if self.slurm is not None else 0.0
 
     def _limit_reached(self, now: float) -> bool:
@@ -183,7 +187,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     paths = TrialPaths.fresh(trial_dir, per_rank=True)
     origin = clock.now_s()
     _write_job_spec(paths, launch, opts, what, origin)
-    env = job_env(trial_dir, paths.spec, opts)
+    env = {**job_env(trial_dir, paths.spec, opts), **ray_job_env(launch.launcher, launch.script)}
     lifeline_env, lifeline_fds = for_child()  # its Python processes end the job if feedprof is killed
     env.update(lifeline_env)
     flight = InFlight.begin(launch.script, launch.command, paths, host, opts, clock, origin)
@@ -197,6 +201,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
         flight = dataclasses.replace(flight, proc=proc)
         step = SlurmStep(proc, own_allocation=not in_allocation(env), clock=clock) if slurm else None
         flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step))
+        flight.watch.starts_paused = launch.launcher == RAY_LAUNCHER
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
                           clock=clock).start()
         flight.watch.sampler = sampler

@@ -5,7 +5,8 @@ of the script itself.
 
 NOTE [ A Ray Train job's ranks ]
 
-    jobrunner: python train_ray.py (the driver) with FEEDPROF_JOB_SPEC, the bootstrap on PYTHONPATH
+    jobrunner: python train_ray.py (the driver) with FEEDPROF_JOB_SPEC, the bootstrap on PYTHONPATH,
+               FEEDPROF_RAY_DRIVER (every other Python process Ray starts skips the bootstrap)
       driver (sitecustomize ─► hosted.maybe_host ─► in_driver): never a rank, two hooks:
         ray.init(...) returns without a GCS of its own ─► it joined a running cluster:
             ray-driver.json says so (the job is out of reach; jobrunner says what to run instead)
@@ -31,7 +32,7 @@ import inspect
 import json
 import os
 import socket
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from feedprof.store import RankInfo, TrialState
 from feedprof.store.reasons import Interrupted, RayClusterJoined, ScriptFailed
@@ -39,6 +40,9 @@ from feedprof.trial.protocol import TrialSpec
 
 RAY_LAUNCHER = "ray"
 DRIVER_FILE = "ray-driver.json"  # in the trial directory: what the driver found (a cluster it joined)
+# The driver's script, for the bootstrap: every other Python process Ray starts (a dozen or more: its
+# daemons, agents, idle workers) skips feedprof altogether, instead of importing it to find it is no rank.
+DRIVER_ENV = "FEEDPROF_RAY_DRIVER"
 _GCS_NAMES = ("gcs_server",)
 
 
@@ -66,6 +70,11 @@ def _names_ray_train(node: ast.AST) -> bool:
 
 
 # -------------------------------------------------------------- the driver
+
+
+def job_env(launcher: str, script: Optional[str]) -> Dict[str, str]:
+    """What a Ray Train job's processes get beside a job's environment (jobrunner.py)."""
+    return {DRIVER_ENV: script} if launcher == RAY_LAUNCHER and script else {}
 
 
 def in_driver(spec_path: str) -> None:
