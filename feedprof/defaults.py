@@ -24,3 +24,4 @@ INTERVAL_S = 0.2  # sampling period: 5 Hz, NVML's own averaging makes faster poi
 LOADER_TIMEOUT_S = 120.0  # no batch from any loader within this: the trial ends as a timeout
 TUNE_BUDGET_S = 120.0  # wall-clock budget of a whole tune
 EXPLORE_S = 60.0  # tune --online: exploring stops after this long, from the run's first window
+RAY_TUNE_BUDGET_S = 300.0  # ... of a Ray Train job's, whose every trial starts Ray anew (10-30 s before a batch)

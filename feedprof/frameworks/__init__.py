@@ -16,7 +16,7 @@ from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
 
 _MODULES = {Framework.TORCH: "torch", Framework.KERAS: "keras", Framework.TF_KERAS: "keras",
-            Framework.TF_DATA: "tfdata", Framework.TORCHDATA_NODES: "torchdata_nodes"}
+            Framework.TF_DATA: "tfdata", Framework.TORCHDATA_NODES: "torchdata_nodes", Framework.RAY_DATA: "ray_data"}
 # frameworks whose loaders can switch inside the real run (contract.Switcher): the module's SWITCHER
 _SWITCHERS = {Framework.TORCH: "torch_switch", Framework.KERAS: "keras_switch"}
 

@@ -28,7 +28,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
 from feedprof.record.host import usable_cpu_count
@@ -65,6 +65,12 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     info = rank_from_env(env)
     with open(env[JOB_SPEC_ENV], encoding="utf-8") as fh:
         spec = TrialSpec.from_json(fh.read())
+    if spec.launcher == "ray":  # Ray's training workers become ranks once Ray Train says which
+        from feedprof.trial.ray_train import in_driver
+
+        if os.path.abspath(sys.argv[0]) == spec.script:
+            in_driver(env[JOB_SPEC_ENV])
+        return None
     if not _is_rank(sys.argv, info, spec.script):
         return None
     info = dataclasses.replace(info or RankInfo(launcher="python", node=_node()), pid=os.getpid())
@@ -72,7 +78,18 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     info = dataclasses.replace(info, cpus=cpu_share(usable_cpu_count(), info.local_world_size, env),
                                self_sampled=out_of_sight)
     script = os.path.abspath(sys.argv[0]) if sys.argv[0] != "-m" else spec.script
-    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]),
+    ctl, meter = host_rank(spec, info, script, list(sys.argv[1:]), env)
+    _on_the_way_out(ctl, meter)
+    return ctl
+
+
+def host_rank(spec: TrialSpec, info: RankInfo, script: str, argv: List[str],
+              env: Any = None) -> Tuple[Controller, Optional[RankMeter]]:
+    """This process as rank ``info`` of the job: its controller and adapters, and, where feedprof
+    cannot see it (``info.self_sampled``), the meter of its own process tree."""
+    env = os.environ if env is None else env
+    out_of_sight = info.self_sampled
+    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=argv,
                                origin_s=origin_here(spec) if out_of_sight else spec.origin_s)
     ctl = Controller(spec, rank=info)
     meter = RankMeter(samples_path(os.path.dirname(spec.result_path), info.rank), info, spec.interval_s, spec.gpu,
@@ -83,8 +100,7 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
              world_size=info.world_size, local_world_size=info.local_world_size, node=info.node, job=info.job,
              cpus=info.cpus, launcher=info.launcher, self_sampled=out_of_sight, step_tasks=step_tasks(env))
     install_adapters(ctl)
-    _on_the_way_out(ctl, meter)
-    return ctl
+    return ctl, meter
 
 
 def origin_here(spec: TrialSpec, now_s: Optional[float] = None, wall_s: Optional[float] = None) -> float:

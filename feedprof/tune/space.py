@@ -278,10 +278,11 @@ def persistent_estimate(trial: Trial) -> Optional[PersistentEstimate]:
 def make_space(framework: Framework, baseline: Config, cpu_cap: int, max_primary: int,
                cuda_used: Optional[bool]) -> Space:
     from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace  # they build on this module
+    from feedprof.tune.space_ray_data import RayDataSpace
     from feedprof.tune.space_torchdata import NodesSpace
 
     spaces = {Framework.TORCH: TorchSpace, Framework.KERAS: KerasSpace, Framework.TF_KERAS: TfKerasSpace,
-              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace}
+              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace, Framework.RAY_DATA: RayDataSpace}
     try:
         cls = spaces[framework]
     except KeyError:
