@@ -15,6 +15,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
+from feedprof import defaults
 from feedprof.cliargs import (DEFAULT_OUT, OFFLINE_ONLY, ONLINE_ONLY, SCRIPT_COMMANDS, UsageError, build_parser,
                               check_out_dir, check_script, check_tensorboard, looks_like_site, options_given,
                               own_options_in, split_script_args)
@@ -81,6 +82,10 @@ def cmd_profile(args: argparse.Namespace, script_args: List[str]) -> int:
     if interrupted:
         _err("feedprof: interrupted; what was measured is saved")
         return EXIT_INTERRUPTED
+    out_of_reach = next((n for n in run.notes if n.code == "ray_cluster_joined"), None)
+    if outcome.state == TrialState.OK and not run.loaders and out_of_reach is not None:
+        _err(f"feedprof: {say(out_of_reach)}")  # its loaders were iterated, where feedprof cannot see them
+        return EXIT_USAGE
     if outcome.state == TrialState.OK and not run.loaders:
         _err(f"feedprof: the script ended without iterating a data loader (looked for {LOOKED_FOR}): "
              "nothing to profile")
@@ -148,7 +153,9 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     check_tensorboard(args.tensorboard)
     if args.loader is not None and not looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
-    opts = TuneOptions(budget_s=args.budget, max_workers=args.max_workers, loader_site=args.loader,
+    ray = launch is not None and launch.launcher == "ray"
+    budget = args.budget or (defaults.RAY_TUNE_BUDGET_S if ray else defaults.TUNE_BUDGET_S)
+    opts = TuneOptions(budget_s=budget, max_workers=args.max_workers, loader_site=args.loader,
                        window_seconds=args.window_seconds, window_batches=args.window_batches,
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
@@ -217,7 +224,11 @@ def _what_to_run(script: Optional[str], script_args: List[str], command: str) ->
     """(script, its arguments, a Launch or None): a script and its arguments, or a
     multi-process job's launch command after -- (no script)."""
     if script is not None:
-        return check_script(script, command), script_args, None
+        from feedprof.trial.launch import script_launch
+
+        checked = check_script(script, command)
+        launch = script_launch(script, script_args)  # a Ray Train script: a job of its own (as typed)
+        return (checked, script_args, None) if launch is None else (checked, [], launch)
     if not script_args:
         raise UsageError(f"feedprof {command}: give the training script, then its own arguments "
                          f"(feedprof {command} [options] train.py --epochs 3), or a launch command after -- "

@@ -226,6 +226,8 @@ def shown_default(action: argparse.Action, words: str) -> argparse.Action:
 
 # Defaults worked out when the command runs: their words, for --help and docs/cli.md.
 MAX_WORKERS_DEFAULT = f"max({defaults.MAX_WORKERS_LEAST}, 2 × usable CPUs)"  # defaults.max_workers
+BUDGET_DEFAULT = (f"{defaults.TUNE_BUDGET_S:g} s; {defaults.RAY_TUNE_BUDGET_S:g} s for a Ray Train job, whose every trial "
+                  "starts Ray")
 MAX_MEMORY_DEFAULT = "80 % of free RAM, or of the container's limit"  # tune/budget.py HEADROOM
 TRIAL_TIMEOUT_DEFAULT = "4 × the baseline trial, at least 30 s"  # tune/tuner.py TRIAL_TIMEOUT_*
 LOADER_DEFAULT = "the loader that delivers the most batches"
@@ -289,8 +291,9 @@ def _add_tune(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> Non
                                  help=f"output directory (default {DEFAULT_OUT})"), DEFAULT_OUT)
     t.add_argument("--resume", default=None, metavar="DIR",
                    help="offline: go on with an interrupted tune in DIR: its measured trials are kept, not re-run")
-    t.add_argument("--budget", type=positive_float, default=defaults.TUNE_BUDGET_S, metavar="S",
-                   help=f"offline: time budget for the whole tune in seconds (default {defaults.TUNE_BUDGET_S:g})")
+    shown_default(t.add_argument("--budget", type=positive_float, default=None, metavar="S",
+                                 help=f"offline: time budget for the whole tune in seconds (default: "
+                                      f"{BUDGET_DEFAULT})"), BUDGET_DEFAULT)
     shown_default(t.add_argument("--max-workers", type=positive_int, default=None, metavar="N",
                                  help=f"most workers to try (default: {MAX_WORKERS_DEFAULT}; beyond the CPU count "
                                       "only when the workers wait on I/O)"), MAX_WORKERS_DEFAULT)

@@ -107,6 +107,18 @@ tensorboard = _module_or_skip("tensorboard")
 
 
 @pytest.fixture(scope="session")
+def ray():
+    """Ray (./tests/run --all installs the "ray" extra): the Ray tests skip without it, unless
+    FEEDPROF_REQUIRE_RAY=1 (.ci/run). Not imported: feedprof itself never imports it."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        if os.environ.get("FEEDPROF_REQUIRE_RAY") == "1":
+            pytest.fail("FEEDPROF_REQUIRE_RAY=1, but Ray is not installed (pip install -e '.[ray]')")
+        pytest.skip("Ray is not installed (pip install -e '.[ray]')")
+
+
+@pytest.fixture(scope="session")
 def DataLoader(torch):  # noqa: N802 (named as the class it gives, so test bodies read as usual)
     return torch.utils.data.DataLoader
 

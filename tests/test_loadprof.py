@@ -102,12 +102,27 @@ def test_every_process_flushes_its_counts_and_the_parent_merges_them(profiler, t
     assert p.processes == 2 and p.calls == 2 * mine["calls"] and p.in_main
 
 
-def test_switch_interval_is_restored_after_a_loading_call(profiler):
+def test_switch_interval_is_restored_once_the_last_loading_call_ends(profiler):
+    """Thread workers load at once: the first saves the process's switch interval, the last puts it
+    back (each restoring what it saw on entering would leave a lowered one behind)."""
     import sys
 
     before = sys.getswitchinterval()
-    with loading("Staged"):
+    entered, release = threading.Event(), threading.Event()
+
+    def other_worker():
+        with loading("Staged"):
+            entered.set()
+            release.wait(5)
+
+    t = threading.Thread(target=other_worker)
+    t.start()
+    entered.wait(5)
+    with loading("Staged"):  # enters second, leaves first
         assert sys.getswitchinterval() == pytest.approx(loadprof.SWITCH_S)
+    assert sys.getswitchinterval() == pytest.approx(loadprof.SWITCH_S)  # the other is still loading
+    release.set()
+    t.join()
     assert sys.getswitchinterval() == before
 
 

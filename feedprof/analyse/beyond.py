@@ -17,6 +17,7 @@ NOTE [ What would close the gap ]
       slowdown      the step runs slower beside the workers, told apart by the training process's
                     CPU and its wait for a CPU (analyse/batch_time.py):
                       waiting for a CPU        ─► contention: cores of its own for the training process
+                                                  (capped too by what the workers supply on the cores left)
                       more CPU work a step     ─► step_work: less to touch a batch; pin_memory as measured
                       waiting on neither       ─► step_waits: a GPU job's copy of each fresh batch: pinned
                                                   memory (asynchronous copies), a smaller dtype to copy
@@ -62,14 +63,24 @@ def explain_gap(times: Sequence[BatchTime], loading: Optional[LoadingProfile], c
     out: List[Reason] = [gap] if gap is not None else []
     if gap is not None and gap.bound:
         budget = _cpu_budget(t, use, cpus)
-        out += remedies(gap, t, loading, evidence, min([x for x in (ceiling, budget, _alone_rate(t)) if x],
-                                                        default=None), space)
+        cap = min([x for x in (ceiling, budget, _alone_rate(t)) if x], default=None)
+        out += remedies(gap, t, loading, evidence, cap, space, _workers_left(t, use, cpus))
     return out + notes
 
 
 def _alone_rate(t: BatchTime) -> Optional[float]:
     alone = t.seconds("step_alone")
     return 1 / alone if alone else None
+
+
+def _workers_left(t: BatchTime, use: Optional[CpuUse], cpus: Optional[int]) -> Optional[float]:
+    """The most batches/s the workers could supply on the cores left once the training process
+    has cores of its own (as many as it uses now, at least one): those cores over the workers' CPU a
+    batch. None: not measured; 0: no core would be left."""
+    if use is None or not cpus or use.main_cores is None or not use.workers_cores:
+        return None
+    left = cpus - max(1, round(use.main_cores))
+    return max(0.0, left) / (use.workers_cores * t.batch_s)
 
 
 def _cpu_budget(t: BatchTime, use: Optional[CpuUse], cpus: Optional[int]) -> Optional[float]:
@@ -117,11 +128,13 @@ def _loader_bound(share: Optional[float], cpu_bound: Optional[bool]) -> str:
 
 
 def remedies(gap: GapExplained, t: BatchTime, loading: Optional[LoadingProfile],
-             evidence: Sequence[ConfigEvidence], cap: Optional[float], space: Any) -> List[Reason]:
+             evidence: Sequence[ConfigEvidence], cap: Optional[float], space: Any,
+             workers_left: Optional[float] = None) -> List[Reason]:
     rate = 1 / t.batch_s
     device = bool(getattr(space, "cuda_used", False))
-    if gap.bound == "contention":
-        out = [_part_remedy("own_cores", gap, t, gap.slowdown_runq_s, cap)]
+    if gap.bound == "contention":  # (cores of its own are cores the workers lose: their supply caps it too)
+        own = None if workers_left is None else min(x for x in (cap, workers_left) if x is not None)
+        out = [_part_remedy("own_cores", gap, t, gap.slowdown_runq_s, cap if workers_left is None else own)]
     elif gap.bound == "step_work":
         out = [_part_remedy("receive_less", gap, t, gap.slowdown_cpu_s, cap)] + _pin(t, evidence, gap.bound, rate)
     elif gap.bound == "step_waits":

@@ -18,6 +18,7 @@ ADAPTERS = (
     ("tf_keras", "tf_keras", "install"),
     ("torchdata.stateful_dataloader", "torch", "install_stateful"),
     ("torchdata.nodes", "torchdata_nodes", "install"),
+    ("ray.data", "ray_data", "install"),
     ("transformers.training_args", "hf_trainer", "install_arguments"),
     ("transformers.trainer", "hf_trainer", "install_trainer"),
     ("lightning.pytorch.trainer.connectors.data_connector", "lightning", "install"),

@@ -15,6 +15,8 @@ NOTE [ Following a keyword to where it is set ]
                    │ cfg.workers, cfg = Config(...) a class of the script ─► that call's keyword
                    │ cfg.data.num_workers, cfg["loader"]["workers"] from Hydra, LightningCLI, yacs
                    │   or a YAML file ─► configs.FromConfig: the override, or the key's line
+                   │ config["workers"] in a Ray Train training function ─► the trainer call's
+                   │   train_loop_config dict (ray_config.py), followed the same way
                    │ not on the line: in a **splat's dict(...) or {...} (or a write to it before
                    │   the call), through the function's own **kwargs (the caller's keyword), or
                    │   a functools.partial's ─► kwargs.py, then followed the same way
@@ -35,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from feedprof.frameworks import configs
 from feedprof.frameworks.kwargs import (AtAssign, AtCall, AtKey, Passed, Target, find_loader_call, in_mapping,
                                         partial_positional, passed)
+from feedprof.frameworks.ray_config import CONFIG_KEYWORD, from_loop_config
 from feedprof.frameworks.scope import (FUNCS, Module, argument, assignment, callee, is_literal, kwargs_param, load,
                                        params, positional_params)
 from feedprof.frameworks.source import find_call
@@ -183,7 +186,16 @@ class Tracer:
             found = self._config(expr, src, at, func, frames, depth)
         else:
             found = None
-        return found or not_found
+        return found or self._loop_config(expr, src, depth) or not_found
+
+    def _loop_config(self, expr: ast.AST, src: Module, depth: int) -> Optional[Origin]:
+        """``config["workers"]`` in a Ray Train training function: the trainer's train_loop_config."""
+        given = from_loop_config(expr, src, src.enclosing(expr, FUNCS))
+        if given is None:
+            return None
+        p, call = given
+        own = AtCall(src.path, call.lineno, (callee(call),), CONFIG_KEYWORD, ())
+        return self._resolved(p, own, CONFIG_KEYWORD, src, call, [(src.path, call.lineno)], depth + 1)
 
     # -- names ------------------------------------------------------------
 

@@ -24,7 +24,8 @@ from feedprof.frameworks.kwargs import find_loader_call, through_splats
 from feedprof.frameworks.origin import AtAssign, AtCall, AtKey, FromFlag, NotFound, Origin, Tracer, display
 from feedprof.frameworks.paste_check import Check, check_command, check_statement
 from feedprof.frameworks.scope import argument, callee, load
-from feedprof.frameworks.source import enclosing_def, resolve_site, rewrite_keys, rewrite_statement, statement_at
+from feedprof.frameworks.source import (enclosing_def, parse_file, resolve_site, rewrite_keys, rewrite_statement,
+                                       statement_at)
 from feedprof.store.codes import LineProblem
 from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, PasteLineWithheld, Reason, SetByFlag,
                                     SetByOverride, SetElsewhere, SettingSourceUnknown)
@@ -431,3 +432,23 @@ def with_launch(line: str, script: str, launch: Sequence[str]) -> str:
             text = " ".join(shlex.quote(a) for a in words[:at + 1] + parts[2:])
         out.append(text)
     return "\n".join(out)
+
+
+def reservation_paste(script: str, cpus: int) -> Tuple[str, str]:
+    """A Ray Train script's ``ScalingConfig(...)`` statement reserving ``cpus`` CPUs per training
+    worker (frameworks/ray_config.py), checked as every paste line is, and its site: ("", "")
+    where the script has no one such call, or its resources cannot be read."""
+    from feedprof.frameworks.ray_config import RESOURCES_KEYWORD, SCALING_CONFIG, reserving, scaling_config_call
+    from feedprof.frameworks.scope import Module
+
+    tree = parse_file(script)
+    call = scaling_config_call(Module(script, tree)) if tree is not None else None
+    resources = reserving(call, cpus) if call is not None else None
+    if resources is None:
+        return "", display(script, call.lineno, script) if call is not None else ""
+    site = display(script, call.lineno, script)
+    found = rewrite_statement(script, call.lineno, (SCALING_CONFIG,), {RESOURCES_KEYWORD: resources})
+    before = rewrite_statement(script, call.lineno, (SCALING_CONFIG,), {})
+    if not found or not check_statement(found[0], before[0] if before else "").ok:
+        return "", site
+    return f"{found[0]}  # {site}", site

@@ -56,10 +56,10 @@ MAX_LINES = 200  # lines kept per dataset (the costliest)
 class _Call:
     """A loading call in progress on one thread."""
 
-    __slots__ = ("label", "entry", "t0", "c0", "switch_s", "native_id")
+    __slots__ = ("label", "entry", "t0", "c0", "native_id")
 
-    def __init__(self, label: str, entry: Any, t0: float, c0: float, switch_s: float):
-        self.label, self.entry, self.t0, self.c0, self.switch_s = label, entry, t0, c0, switch_s
+    def __init__(self, label: str, entry: Any, t0: float, c0: float):
+        self.label, self.entry, self.t0, self.c0 = label, entry, t0, c0
         self.native_id = threading.get_native_id()
 
 
@@ -105,6 +105,7 @@ class LoadingProfiler:
         self._dirty = False  # counts not yet flushed
         self._user: Dict[str, str] = {}  # file -> how it is shown ("": not the user's)
         self._sampler_cpu_s = 0.0
+        self._switch_s = sys.getswitchinterval()  # the process's own, while no loading call runs
 
     def configure(self, directory: str, script_dir: str, main_pid: int) -> None:
         self.directory, self.script_dir, self.main_pid = directory, script_dir, main_pid
@@ -120,9 +121,12 @@ class LoadingProfiler:
             return None
         if self._thread is None:
             self._start()
-        call = _Call(label, entry, time.perf_counter(), time.thread_time(), sys.getswitchinterval())
-        sys.setswitchinterval(SWITCH_S)
-        self._active[threading.get_ident()] = call
+        call = _Call(label, entry, time.perf_counter(), time.thread_time())
+        with self._lock:  # (the first of several loading threads saves the switch interval, the last restores it)
+            if not self._active:
+                self._switch_s = sys.getswitchinterval()
+                sys.setswitchinterval(SWITCH_S)
+            self._active[threading.get_ident()] = call
         if not self._loading.is_set():
             self._loading.set()
         return call
@@ -131,9 +135,10 @@ class LoadingProfiler:
         if call is None:
             return
         wall, cpu = time.perf_counter() - call.t0, time.thread_time() - call.c0
-        self._active.pop(threading.get_ident(), None)
-        sys.setswitchinterval(call.switch_s)
         with self._lock:
+            self._active.pop(threading.get_ident(), None)
+            if not self._active:
+                sys.setswitchinterval(self._switch_s)
             st = self._stats.setdefault(call.label, _Stats())
             st.calls += 1
             st.wall_s += wall

@@ -32,7 +32,8 @@ WHY_NOT = {"iterable_dataset": "an IterableDataset: its worker count decides wha
                               "carries its iterator across epochs in a way a switch cannot keep; `feedprof tune` "
                               "(offline) tunes it",
            "framework:tf.keras": "legacy tf.keras fit(workers=...): tuned offline only (`feedprof tune`)",
-           "framework:torchdata.nodes": "a torchdata.nodes pipeline: tuned offline only (`feedprof tune`)"}
+           "framework:torchdata.nodes": "a torchdata.nodes pipeline: tuned offline only (`feedprof tune`)",
+           "framework:ray.data": "Ray Data's iter_torch_batches: tuned offline only (`feedprof tune`)"}
 SWITCHED_AT = {"mid_epoch": "at batch boundaries, the epoch's order kept",
                "epoch": "between epochs only (an IterableDataset, --allow-resharding)"}
 

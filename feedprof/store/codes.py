@@ -79,6 +79,7 @@ class Framework(Code):
     TF_KERAS = "tf.keras"  # legacy Keras 2 (tf_keras) fit(...)
     TF_DATA = "tf.data"
     TORCHDATA_NODES = "torchdata.nodes"
+    RAY_DATA = "ray.data"  # Ray Data's iter_torch_batches (frameworks/ray_data.py)
     ITERABLE = "iterable"  # any iterable passed to watch(): timed, no knobs
 
 

@@ -27,28 +27,20 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import List, Mapping, Optional, Type
 
-from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
-from feedprof.record.host import usable_cpu_count
-from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env, sight, step_tasks
-from feedprof.store import RankInfo, TrialState
-from feedprof.frameworks.install import install_adapters
-from feedprof.trial.controller import Controller
-from feedprof.trial.protocol import TrialSpec
-from feedprof.trial.rank_meter import RankMeter, samples_path
-from feedprof.record.userframes import failure_hint, script_traceback
 from types import FrameType, TracebackType
 
-JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
-
-
-def rank_paths(spec: TrialSpec, rank: int) -> TrialSpec:
-    """The job's spec for one rank: its own result and events files."""
-    return dataclasses.replace(spec, result_path=spec.result_path.format(rank=rank),
-                               events_path=spec.events_path.format(rank=rank))
-
+from feedprof.record.host import usable_cpu_count
+from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env, sight
+from feedprof.record.userframes import failure_hint, script_traceback
+from feedprof.store import RankInfo, TrialState
+from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
+from feedprof.trial import ray_train
+from feedprof.trial.controller import Controller
+from feedprof.trial.protocol import TrialSpec
+from feedprof.trial.rank_host import JOB_SPEC_ENV, host_rank, origin_here, rank_paths  # noqa: F401 (tests import origin_here here)
+from feedprof.trial.rank_meter import RankMeter
 
 def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool:
     if not argv or argv[0] in ("-c", "") or "--multiprocessing-fork" in argv:
@@ -66,6 +58,10 @@ def maybe_host(env: Optional[Mapping[str, str]] = None) -> Optional[Controller]:
     info = rank_from_env(env)
     with open(env[JOB_SPEC_ENV], encoding="utf-8") as fh:
         spec = TrialSpec.from_json(fh.read())
+    if spec.launcher == "ray":  # Ray's training workers become ranks once Ray Train says which
+        if os.path.abspath(sys.argv[0]) == spec.script:
+            ray_train.in_driver(env[JOB_SPEC_ENV])
+        return None
     if not _is_rank(sys.argv, info, spec.script):
         return None
     info = dataclasses.replace(info or RankInfo(launcher="python", node=_node()), pid=os.getpid())
@@ -73,29 +69,9 @@ def maybe_host(env: Optional[Mapping[str, str]] = None) -> Optional[Controller]:
     info = dataclasses.replace(info, cpus=cpu_share(usable_cpu_count(), info.local_world_size, env),
                                self_sampled=out_of_sight)
     script = os.path.abspath(sys.argv[0]) if sys.argv[0] != "-m" else spec.script
-    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=list(sys.argv[1:]),
-                               origin_s=origin_here(spec) if out_of_sight else spec.origin_s)
-    ctl = Controller(spec, rank=info)
-    meter = RankMeter(samples_path(os.path.dirname(spec.result_path), info.rank), info, spec.interval_s, spec.gpu,
-                      spec.origin_s).start() if out_of_sight else None
-    if meter is not None:
-        ctl.emit = meter.emitting(ctl.emit)  # type: ignore[method-assign]
-    ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
-             world_size=info.world_size, local_world_size=info.local_world_size, node=info.node, job=info.job,
-             cpus=info.cpus, launcher=info.launcher, self_sampled=out_of_sight, step_tasks=step_tasks(env))
-    install_adapters(ctl)
+    ctl, meter = host_rank(spec, info, script, list(sys.argv[1:]), env)
     _on_the_way_out(ctl, meter)
     return ctl
-
-
-def origin_here(spec: TrialSpec, now_s: Optional[float] = None, wall_s: Optional[float] = None) -> float:
-    """The trial's time zero on this process's monotonic clock, where the launching feedprof's is
-    another (another node's): through the wall clock, which a cluster's nodes keep in step."""
-    if spec.origin_wall_s is None:
-        return spec.origin_s
-    now_s = time.monotonic() if now_s is None else now_s
-    wall_s = time.time() if wall_s is None else wall_s
-    return now_s - (wall_s - spec.origin_wall_s)
 
 
 def _node() -> str:

@@ -48,6 +48,7 @@ from feedprof.trial.lifeline import for_child
 from feedprof.trial.options import OBSERVE, Injection, TrialOptions
 from feedprof.trial.protocol import Mode, TrialSpec, read_events
 from feedprof.trial import rank_meter
+from feedprof.trial.ray_train import RAY_LAUNCHER, driver_notes, job_env as ray_job_env
 from feedprof.trial.signals import deferred_signals
 from feedprof.trial.slurm import SlurmStep, in_allocation, preexec_for_srun, scancel
 from feedprof.trial.watch import Watch, descendants, kill_group
@@ -106,7 +107,7 @@ def _write_job_spec(paths: TrialPaths, launch: Launch, opts: TrialOptions, what:
         decision_path=paths.decision if what.mode == Mode.ONLINE else "",
         allow_rng_change=what.allow_rng_change,
         allow_resharding=what.allow_resharding, sight=sight(), origin_wall_s=time.time(),
-        interval_s=opts.interval_s, gpu=opts.gpu)
+        interval_s=opts.interval_s, gpu=opts.gpu, launcher=launch.launcher)
     with open(paths.spec, "w", encoding="utf-8") as fh:
         fh.write(spec.to_json())
 
@@ -176,11 +177,17 @@ class _JobWatch(Watch):
         except psutil.NoSuchProcess:
             pass
 
+    starts_paused = False  # a Ray job: Ray's own start, until a training worker reports, is no loader's time
+
     def paused_s(self) -> float:
+        if self.starts_paused and self.ranks:
+            return min(float(ev.get("t_s") or 0.0) for ev in self.ranks.values())
         return self.slurm.waited_now_s() if self.slurm is not None else 0.0
 
     def _limit_reached(self, now: float) -> bool:
         """While the Slurm step waits for resources, no limit of the trial's runs: only the queue's own."""
+        if not self.ranks and not self.opts.full and driver_notes(self.trial_dir):
+            return True  # a Ray job's driver joined a running cluster: no rank of it will report here
         if self.slurm is None or self.ranks or not self.slurm.waiting():
             return super()._limit_reached(now)
         limit = self.opts.queue_timeout_s
@@ -212,7 +219,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     rank_meter.clear(trial_dir)
     origin = clock.now_s()
     _write_job_spec(paths, launch, opts, what, origin)
-    env = job_env(trial_dir, paths.spec, opts)
+    env = {**job_env(trial_dir, paths.spec, opts), **ray_job_env(launch.launcher, launch.script)}
     lifeline_env, lifeline_fds = for_child()  # its Python processes end the job if feedprof is killed
     env.update(lifeline_env)
     flight = InFlight.begin(launch.script, launch.command, paths, host, opts, clock, origin)
@@ -220,13 +227,14 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     out = flight.out
     slurm = launch.launcher == "slurm"
     try:
-        proc = subprocess.Popen(list(launch.command), stdout=out, stderr=subprocess.STDOUT if out else None,
+        proc = subprocess.Popen(list(launch.argv()), stdout=out, stderr=subprocess.STDOUT if out else None,
                                 stdin=child_stdin(bool(out)), env=env, pass_fds=lifeline_fds,
                                 **own_group(preexec_for_srun() if slurm else None))
         flight = dataclasses.replace(flight, proc=proc)
         step = SlurmStep(proc, own_allocation=not in_allocation(env), clock=clock) if slurm else None
         flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step,
                                                              launch.launcher))
+        flight.watch.starts_paused = launch.launcher == RAY_LAUNCHER
         sampler = Sampler(pid=proc.pid, interval_s=opts.interval_s, gpu=opts.gpu, origin_s=origin,
                           clock=clock).start()
         flight.watch.sampler = sampler
@@ -369,4 +377,15 @@ def _assemble_job(flight: InFlight, samples: Samples, rank_samples: Dict[int, Sa
               samples=samples, outcome=_job_outcome(ranks, flight, interrupted),
               cuda_used=any(r.cuda_used for r in ranks) or None, modules=first.modules, notes=first.notes,
               ranks=tuple(ranks))
+    run = _out_of_reach(run, watch.trial_dir, interrupted)
     return dataclasses.replace(run, summary=summarize(run))
+
+
+def _out_of_reach(run: Run, trial_dir: str, interrupted: bool) -> Run:
+    """A Ray job whose driver joined a running cluster (trial/ray_train.py): its loaders ran where
+    feedprof cannot see them, which is no failure of the script; the finding says so."""
+    notes = driver_notes(trial_dir)
+    if not notes:
+        return run
+    ended = run.outcome if run.ranks or interrupted else Outcome(state=TrialState.OK, exit_code=run.outcome.exit_code)
+    return dataclasses.replace(run, notes=run.notes + notes, outcome=ended)

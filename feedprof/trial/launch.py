@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
+
+from feedprof.trial.ray_train import RAY_LAUNCHER, runs_ray_train
 
 _LAUNCHER_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torch.distributed.launch"}
 _LAUNCHER_COMMANDS = {"torchrun": "torchrun", "mpirun": "mpi", "mpiexec": "mpi", "horovodrun": "horovod",
@@ -24,12 +27,26 @@ class LaunchError(ValueError):
 @dataclass(frozen=True)
 class Launch:
     command: Tuple[str, ...]
-    launcher: str  # torchrun | torch.distributed.launch | mpi | horovod | slurm | accelerate | python | shell | other
+    # torchrun | torch.distributed.launch | mpi | horovod | slurm | accelerate | ray | python | shell | other
+    launcher: str
     script: Optional[str] = None  # the training script it runs (absolute), where the command names one
+    interpreter: Optional[str] = None  # runs the command's "python" (a SCRIPT given to feedprof: its own Python)
 
     @property
     def distributed(self) -> bool:
         return self.launcher not in ("python",)
+
+    def argv(self) -> Tuple[str, ...]:
+        """The command as it is run (``command`` is as the user would type it)."""
+        return (self.interpreter,) + self.command[1:] if self.interpreter else self.command
+
+
+def script_launch(script: str, argv: Sequence[str]) -> Optional[Launch]:
+    """A SCRIPT that is a job of its own (None: a plain script, run as one process): a Ray Train
+    script, whose ray.init() starts the processes that train (trial/ray_train.py)."""
+    if not runs_ray_train(script):
+        return None
+    return Launch(("python", script, *argv), RAY_LAUNCHER, os.path.abspath(script), interpreter=sys.executable)
 
 
 def _is_python(word: str) -> bool:
@@ -55,7 +72,8 @@ def parse_launch(argv: Sequence[str]) -> Launch:
     if _is_python(name):
         if len(words) > 2 and words[1] == "-m":
             return Launch(words, _LAUNCHER_MODULES.get(words[2], "other"), _first_script(words[3:]))
-        return Launch(words, "python", _first_script(words[1:2]))
+        script = _first_script(words[1:2])
+        return Launch(words, RAY_LAUNCHER if script is not None and runs_ray_train(script) else "python", script)
     if name in _LAUNCHER_COMMANDS:
         return Launch(words, _LAUNCHER_COMMANDS[name], _first_script(words[1:]))
     if name.endswith(".sh") or name in ("bash", "sh"):

@@ -51,6 +51,7 @@ class TrialSpec:
     origin_wall_s: Optional[float] = None
     interval_s: float = 0.2  # the sampling period
     gpu: bool = False  # sample the devices too
+    launcher: str = ""  # a job's launcher (trial/launch.py); "ray": Ray Train's workers are its ranks
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -25,7 +25,9 @@ from feedprof.analyse.diagnose import workers_of
 from feedprof.tune.online_strategy import RunEvidence, RunHistory
 from feedprof.tune.search import pick_tolerance, predicted_count
 from feedprof.tune.space import Space
+from feedprof.tune.ray_advice import ray_advice
 from feedprof.tune.spaces import make_space
+from feedprof.record.host import usable_cpu_count
 from feedprof.trial.launch import Launch
 
 if TYPE_CHECKING:
@@ -260,10 +262,13 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
             rank_argv = next((r.argv for r in (run.ranks if run is not None else ()) if r.argv), ())
             paste = space.paste(rec.config, loader, script, list(rank_argv or argv))
             line = with_launch(paste.line, script, launch.command) if launch else paste.line
-            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), paste_line=line,
+            ray, reserve = ray_advice(run.ranks if run is not None else (), rec, script, usable_cpu_count(), cpu_cap,
+                                      ())
+            rec = dataclasses.replace(rec, config_text=space.describe(rec.config),
+                                      paste_line="\n".join(t for t in (line, reserve) if t),
                                       loader_site=loader.site if loader else "",
                                       reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes())
-                                      + _spread(h.windows, run) + _sharding(decider, loader))
+                                      + _spread(h.windows, run) + _sharding(decider, loader) + ((ray,) if ray else ()))
     exit_code = run.outcome.exit_code if run is not None else None
     modes = tuple(decider.loaders) + _untuned(run, decider)
     online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),

@@ -6,6 +6,7 @@ from typing import Optional
 
 from feedprof.store import Framework
 from feedprof.tune.space import Config, Space, TorchSpace
+from feedprof.tune.space_ray_data import RayDataSpace
 from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace
 from feedprof.tune.space_torchdata import NodesSpace
 
@@ -13,7 +14,7 @@ from feedprof.tune.space_torchdata import NodesSpace
 def make_space(framework: Framework, baseline: Config, cpu_cap: int, max_primary: int,
                cuda_used: Optional[bool]) -> Space:
     spaces = {Framework.TORCH: TorchSpace, Framework.KERAS: KerasSpace, Framework.TF_KERAS: TfKerasSpace,
-              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace}
+              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace, Framework.RAY_DATA: RayDataSpace}
     try:
         cls = spaces[framework]
     except KeyError:

@@ -33,6 +33,7 @@ from feedprof.analyse.recommend import keeps_own_settings, recommend
 from feedprof.analyse.stragglers import ranks_per_node
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
+                                    RayClusterJoined,
                                     Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Recommendation, Role, Run, Trial, TrialState, TuneResult, TuneStart, save
@@ -41,9 +42,11 @@ from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.machine import MachineFacts
 from feedprof.tune.observer import SilentObserver, TuneObserver
+from feedprof.trial.launch import script_launch
 from feedprof.trial.protocol import Mode, site_matches
 from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.trial.signals import deferred_signals
+from feedprof.tune.ray_advice import picked_ranks, ray_advice
 from feedprof.tune.space import Space
 from feedprof.tune.spaces import make_space
 from feedprof.tune.history import Proposal, Strategy
@@ -60,6 +63,12 @@ EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures th
 FIRST_RUNGS = 2  # a tune that tried nothing: the budget to suggest has room for this many of the ladder's rungs
 
 
+def _no_loader(run: Optional[Run]) -> Reason:
+    """Why no loader was measured: out of reach (a Ray job that joined a running cluster), or none iterated."""
+    return next((n for n in (run.notes if run is not None else ()) if isinstance(n, RayClusterJoined)),
+                NoLoaderIterated())
+
+
 StrategyFactory = Callable[[Space, "TuneOptions", HostInfo], Strategy]
 
 
@@ -74,7 +83,7 @@ class Tuner:
         self.script = os.path.abspath(job.script) if job.script else ""
         self.argv = list(job.argv)
         self.rank_argv: List[str] = []  # a launched job's: the script's arguments inside the launch command
-        self.launch = job.launch
+        self.launch = job.launch or (script_launch(job.script, job.argv) if job.script else None)  # Ray Train
         self.out_dir = job.out_dir
         self.opts = options
         self.machine = machine
@@ -83,7 +92,7 @@ class Tuner:
         self.results_path = os.path.join(job.out_dir, "results.json")
         os.makedirs(job.out_dir, exist_ok=True)
         self.clock = clock
-        self.run_trial = trial_runner or (run_trial if job.launch is None else self._run_job)
+        self.run_trial = trial_runner or (run_trial if self.launch is None else self._run_job)
         self.make_strategy = strategy
         self.trials: List[Trial] = []
         self.notes: List[Reason] = []
@@ -136,10 +145,13 @@ class Tuner:
                 paste = Paste("") if keeps_own_settings(rec) else \
                     sp.paste(rec.config, self.loader, self.script, self.rank_argv or self.argv)
                 line = with_launch(paste.line, self.script, self.launch.command) if self.launch else paste.line
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), paste_line=line,
+                ray, reserve = ray_advice(picked_ranks(self.trials, rec), rec, self.script, self.machine.cpus_usable, self.cpu_cap,
+                                          self.strategy.notes if self.strategy else ())
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config),
+                                          paste_line="\n".join(t for t in (line, reserve) if t),
                                           loader_site=self.loader.site if self.loader else "",
                                           reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
-                                          + self._per_rank_reason(rec))
+                                          + self._per_rank_reason(rec, ray))
         return TuneResult(
             script=self.script, argv=tuple(self.argv), framework=self.space.framework if self.space else "",
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
@@ -167,7 +179,8 @@ class Tuner:
                             trial_s=trial_s, rungs=FIRST_RUNGS, needed_s=needed,
                             budget_ran_out=isinstance(stop_reason, BudgetCutShort))
 
-    def _per_rank_reason(self, rec: Recommendation) -> tuple:
+    def _per_rank_reason(self, rec: Recommendation, ray: Optional[Reason] = None) -> tuple:
+        """Every rank's share of the machine (a Ray Train job's: what Ray reserves per worker)."""
         base = self.trials[0].run if self.trials and self.trials[0].run is not None else None
         if self.launch is None or base is None or not base.ranks:
             return ()
@@ -180,7 +193,7 @@ class Tuner:
         picked = next((t.run for t in self.trials if t.index == rec.trial_index and t.run is not None), None)
         notes = picked.summary.notes if picked is not None and picked.summary else ()
         spread = [n for n in notes if n.code == "rank_spread"][:1] + [n for n in notes if n.code == "nodes_differ"][:1]
-        return (every, *spread)
+        return (ray or every, *spread)
 
     def _busy(self) -> List[Reason]:
         busy = noise.busy_machine(self.trials, self.machine.cpus_usable)
@@ -438,9 +451,10 @@ class Tuner:
         rec = training_loader(run) if run is not None else None
         if not survivable(baseline) and (baseline.state != TrialState.OK or rec is None or not baseline.batches_per_s):
             cause = baseline.cause if baseline.state != TrialState.OK else (
-                NoLoaderIterated() if rec is None else None)
+                _no_loader(run) if rec is None else None)
             reason = BaselineNotMeasured(state=baseline.state.value, cause=cause)
-            raise TuneError(reason, self.save(False, reason))
+            out_of_reach = isinstance(cause, RayClusterJoined)  # (what to run instead, as for a bad input)
+            raise TuneError(reason, self.save(False, reason), **({"exit_code": 2} if out_of_reach else {}))
         site = self.opts.loader_site
         if site and not site_matches(site, rec.call_chain):
             reason = NoLoaderAtSite(site=site, seen=tuple(sorted({r.site for r in run.loaders if r.site})))

@@ -314,6 +314,26 @@ def _nothing_tried(x: r.NothingTried, describe: Callable) -> str:
     return f"{lead} {fmt_seconds(x.spent_s)}{each}.{give}"
 
 
+def _ray_cpus(x: r.RayCpusReserved, describe: Callable) -> str:
+    workers = f", so the machine runs {x.local_ranks} × {x.workers_per_rank} = {x.local_ranks * x.workers_per_rank} " \
+              "loader workers" if x.workers_per_rank else ""
+    head = (f"The settings are per training worker: each of the {x.local_ranks} Ray worker(s) on this machine (of "
+            f"{x.world_size} in all) builds its own loader with this line{workers}. Ray reserves {x.reserved_cpus} "
+            f"CPU(s) for each (ScalingConfig(resources_per_worker)), the search's CPU budget per worker")
+    used = f"; each used up to {x.used_cores:.2f} cores, its loader workers included" if x.used_cores is not None \
+        else ""
+    at = f" at {x.site}" if x.site else ""
+    if x.reserve_cpus is None:
+        return f"{head}{used}: the reservation holds."
+    if x.capped:
+        return (f"{head}{used}. Loading is CPU-bound and the search stopped at that reservation: more loader workers "
+                f"need more CPUs reserved per Ray worker. This machine has {x.machine_cpus} CPU(s) for "
+                f"{x.local_ranks} worker(s): reserve {x.reserve_cpus} each (ScalingConfig{at}, the line below), "
+                "then tune again to measure more loader workers.")
+    return (f"{head}{used}: more than Ray reserved, so Ray may place other work on CPUs these loaders use. Reserve "
+            f"{x.reserve_cpus} CPU(s) per worker (ScalingConfig{at}, the line below).")
+
+
 def _script_failed(x: r.ScriptFailed, describe: Callable) -> str:
     hint = HINTS.get(x.hint, "")
     return f"{x.error} ({hint})" if hint else x.error
@@ -338,6 +358,12 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.WindowNotReached: lambda x, d: (f"the script ended before the window was measured ({x.steady_batches} of "
                                       f"{x.window_batches} steady-state batches): figures cover what there was"),
     r.NotInstrumented: lambda x, d: f"could not instrument {x.adapter} ({x.error}); its loaders are not measured",
+    r.RayClusterJoined: lambda x, d: (
+        f"the script's ray.init() joined a Ray cluster that was already running ({x.address}): its training "
+        "workers are that cluster's processes, out of reach of the run feedprof started, so their loaders were "
+        "not measured. Run the script with a Ray of its own (ray.init() with no address, RAY_ADDRESS unset and no "
+        "`ray start` cluster on this machine), or time the loader inside the training function with "
+        "feedprof.profile() (docs/multi-process.md#ray-train)"),
     r.NoSuperInit: lambda x, d: (f"{x.dataset}.__init__ does not call super().__init__(**kwargs): Keras ignores "
                                  "its workers, use_multiprocessing and max_queue_size (feedprof set them to "
                                  "measure; add the call for them to take effect)"),
@@ -447,6 +473,7 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
            "workers" if x.workers_per_rank else "")
         + f"; a rank's CPU budget is {x.cpus} CPU(s) over {x.local_ranks} rank(s), less its own process "
           f"({x.cpu_cap} worker(s) when loading is CPU-bound)."),
+    r.RayCpusReserved: _ray_cpus,
     r.SetByFlag: _by_flag,
     r.SetElsewhere: lambda x, d: (f"{x.knob} is set at {x.site} ({x.call}, {x.keyword}), not where the loader is "
                                   f"built ({x.loader_site}): change it there."),

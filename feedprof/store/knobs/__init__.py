@@ -9,11 +9,11 @@ from types import ModuleType
 from typing import Any, Dict, Optional
 
 from feedprof.store.codes import Framework
-from feedprof.store.knobs import dataloader, nodes, pydataset, tfdata
+from feedprof.store.knobs import dataloader, nodes, pydataset, raydata, tfdata
 
 Config = Dict[str, Any]
 _BY_FRAMEWORK = {Framework.TORCH: dataloader, Framework.KERAS: pydataset, Framework.TF_KERAS: pydataset,
-                 Framework.TF_DATA: tfdata, Framework.TORCHDATA_NODES: nodes}
+                 Framework.TF_DATA: tfdata, Framework.TORCHDATA_NODES: nodes, Framework.RAY_DATA: raydata}
 
 
 def _of(framework: str) -> Optional[ModuleType]:

@@ -17,7 +17,8 @@ from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
     NoLoaderIterated, NodesDiffer, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
-    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, QueuedForResources, QueueWaitTooLong, RankFailed, RankSpread, SamplingStopped, ScriptExited, ScriptFailed,
+    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, QueuedForResources, QueueWaitTooLong, RankFailed, RankSpread, RayClusterJoined,
+    SamplingStopped, ScriptExited, ScriptFailed,
     SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
     WindowNotReached, WorkerInfoNeverAsked)
 from feedprof.store.reasons.tune import (
@@ -28,7 +29,7 @@ from feedprof.store.reasons.tune import (
     MeasuredRepeatedly,
     MemoryGrowthProjected, NoLoaderAtSite, NothingTried, NotTheLoader, PastCpuCount, PersistentWorkersComputed,
     PickFigures,
-    ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
+    RayCpusReserved, ReachedCeiling, RivalsRemeasured, SetByFlag, SetElsewhere, SettingSourceUnknown, ShortOfCeiling,
     ThreadsVersusProcesses, TrainerAdviceChecked, TuneInterruptedEarly, Verdict, VersusAutotune, WorkersCapped,
     WorkersLeaveCpuIdle)
 from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFollowWorkers, SetInPipeline
@@ -41,7 +42,8 @@ __all__ = [
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
     "NodesDiffer", "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
-    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "QueuedForResources", "QueueWaitTooLong", "RankFailed", "RankSpread", "SamplingStopped", "ScriptExited",
+    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "QueuedForResources", "QueueWaitTooLong", "RankFailed", "RankSpread", "RayClusterJoined",
+    "SamplingStopped", "ScriptExited",
     "ScriptFailed", "SharedMemoryExhausted", "Straggler", "TooManyOpenFiles", "TrainerSuggestedWorkers",
     "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",
     "BaselineFigures", "BaselineNotMeasured", "BudgetCutShort", "BusyMachine", "CeilingFailed",
@@ -50,7 +52,7 @@ __all__ = [
     "MaxWorkersReached",
     "MeasuredAgain", "MeasuredRepeatedly", "MemoryGrowthProjected", "NoLoaderAtSite", "NothingTried", "NotTheLoader",
     "PastCpuCount",
-    "PersistentWorkersComputed", "PickFigures", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
+    "PersistentWorkersComputed", "PickFigures", "RayCpusReserved", "ReachedCeiling", "RivalsRemeasured", "SetByFlag", "SetElsewhere",
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
     "InOrderGain", "OrderChanges", "SamplesFollowWorkers", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",

@@ -77,6 +77,15 @@ class NotInstrumented(Reason):
 
 
 @dataclass(frozen=True)
+class RayClusterJoined(Reason):
+    """The script's ray.init() joined a Ray cluster that was already running: its training
+    workers are that cluster's processes, out of reach of the run feedprof started."""
+
+    code: ClassVar[str] = "ray_cluster_joined"
+    address: str = ""  # as given (address=, RAY_ADDRESS), or "auto" where Ray found the cluster itself
+
+
+@dataclass(frozen=True)
 class TrainerSuggestedWorkers(Reason):
     """The trainer warned that the training loader has few workers and suggested
     ``suggested`` (Lightning: from the CPU count alone, nothing measured)."""

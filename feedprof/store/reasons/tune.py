@@ -344,6 +344,23 @@ class AppliesToEveryRank(Reason):
     cpu_cap: int = 0
 
 
+@dataclass(frozen=True)
+class RayCpusReserved(Reason):
+    """A Ray Train job: the CPUs Ray reserves for each training worker (ScalingConfig's
+    resources_per_worker) against what each used with the pick, its loader workers included."""
+
+    code: ClassVar[str] = "ray_cpus_reserved"
+    reserved_cpus: int = 0  # per training worker
+    used_cores: Optional[float] = None  # the busiest training worker's process and loader workers
+    workers_per_rank: Optional[int] = None
+    local_ranks: int = 1  # training workers on this machine
+    world_size: int = 1
+    machine_cpus: int = 0
+    reserve_cpus: Optional[int] = None  # what to reserve per worker (None: the reservation holds)
+    capped: bool = False  # CPU-bound loading: the search stopped at the reservation
+    site: str = ""  # the ScalingConfig(...) call ("train_ray.py:64"), where the script has one
+
+
 # ------------------------------------------------- where the setting lives
 
 

@@ -12,6 +12,9 @@ import sys
 def _feedprof() -> None:
     if not os.environ.get("FEEDPROF_JOB_SPEC"):
         return
+    ray_driver = os.environ.get("FEEDPROF_RAY_DRIVER")  # trial/ray_train.py's DRIVER_ENV
+    if ray_driver and os.path.abspath(sys.argv[0] if sys.argv else "") != ray_driver:
+        return  # one of the processes Ray starts: its training workers are reached through the driver
     try:
         from feedprof.trial.lifeline import watch_from_env
 
