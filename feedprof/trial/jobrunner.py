@@ -42,6 +42,7 @@ from feedprof.record.workers import OBSERVED
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
 from feedprof.trial.ending import classify_end, log_tail, with_figures
 from feedprof.trial.flight import InFlight, TrialInterrupted, TrialPaths
+from feedprof.trial.group import child_stdin, own_group
 from feedprof.trial.hosted import JOB_SPEC_ENV
 from feedprof.trial.launch import Launch
 from feedprof.trial.lifeline import for_child
