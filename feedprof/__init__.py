@@ -18,7 +18,6 @@ after ``%load_ext feedprof``, which also gives the ``%%feedprof`` cell magic).
 from __future__ import annotations
 
 import sys
-import types
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 from feedprof import defaults
@@ -132,15 +131,4 @@ def to_tensorboard(obj: Record, logdir: str) -> List[str]:
     return write(obj, logdir)
 
 
-class _PublicApi(types.ModuleType):
-    """The package, whose ``tune`` is the function above: importing its subpackage feedprof.tune
-    (which the function does) would otherwise make ``feedprof.tune`` that package from then on,
-    and a second ``feedprof.tune(...)`` in the same session would call a module."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name == "tune" and isinstance(value, types.ModuleType):
-            return  # (the subpackage stays reachable where imports look: sys.modules)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _PublicApi
+_tune = tune  # (the feedprof.tune package, once imported, takes the name tune here: it calls this)

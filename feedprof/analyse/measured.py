@@ -211,3 +211,14 @@ def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: A
     """The tune's row for one trial: its config and state, and the full run (its figures come from it)."""
     return Trial(index=index, role=role, config=dict(config), state=run.outcome.state,
                  cause=None if run.outcome.state == TrialState.OK else run.outcome.cause, run=run, **fields)
+
+
+def charged_epoch_gaps(trials: Sequence[Trial]) -> List[Trial]:
+    """What the loop does between epochs outside the loader (validation, checkpoints) costs the
+    same whatever the loader's config, and a trial inside one epoch never sees it: measured by any
+    trial that crossed a boundary (the median of them), it is charged per epoch to every trial that
+    did not (Trial.epoch_gap_s), so configs are compared and reported with it."""
+    gaps = [g for g in (epoch_gap_s(t) for t in trials) if g is not None]
+    gap = stats.median(gaps) if gaps else None
+    return [dataclasses.replace(t, epoch_gap_s=gap if t.run is not None and epoch_gap_s(t) is None else None)
+            for t in trials]

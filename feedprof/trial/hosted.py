@@ -39,7 +39,7 @@ from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
 from feedprof.trial import ray_train
 from feedprof.trial.controller import Controller
 from feedprof.trial.protocol import TrialSpec
-from feedprof.trial.rank_host import JOB_SPEC_ENV, host_rank, origin_here, rank_paths  # noqa: F401 (tests import origin_here here)
+from feedprof.trial.rank_host import JOB_SPEC_ENV, host_rank
 from feedprof.trial.rank_meter import RankMeter
 
 def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool:

@@ -30,6 +30,7 @@ from feedprof.analyse.evidence import config_key
 from feedprof.store.codes import Framework, SwitchAt
 from feedprof.analyse.diagnose import workers_of
 from feedprof.trial.protocol import DECISION_FILE
+from feedprof.tune.online_memory import JobMemory
 from feedprof.tune.online_strategy import Limits, RunEvidence, RunHistory, decide
 from feedprof.tune.evidence import Next
 from feedprof.tune.search import retreat
@@ -37,8 +38,6 @@ from feedprof.tune.space import Space
 from feedprof.tune.spaces import make_space
 
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
-JOB_MEMORY_EVERY_S = 2.0  # the job's own memory (PSS of every process: ~5 ms each) is read at most this often
-JOB_MEMORY_IDLE_EVERY_S = 30.0  # ... and this often while the machine has lost less than the budget
 
 
 @dataclass(frozen=True)
@@ -76,12 +75,8 @@ class Decider:
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
     on_decision: Optional[Callable[[Next, float, str], None]] = None  # told each decision, its time, the framework
-    memory_budget_bytes: Optional[int] = None  # what the job's processes may hold (80 % of what was free at the start)
-    _available0_bytes: int = 0
+    memory: JobMemory = field(default_factory=JobMemory)  # the job's memory against its budget (online_memory.py)
     _broke_current: bool = False
-    _taken_bytes: int = 0  # what the job's processes held at the last reading (record/tree_memory.py)
-    _job_read_s: Optional[float] = None
-    _job_read: str = ""  # the config in force at that reading (a reading is that config's alone)
     local_pids: Dict[int, int] = field(default_factory=dict)  # rank -> its process, where it runs on this node
     _offsets: Dict[str, int] = field(default_factory=dict)
     rank_cpus: Dict[int, int] = field(default_factory=dict)  # rank -> CPUs it may use, as it reported
@@ -109,26 +104,12 @@ class Decider:
             self._decide()
 
     def _memory_over_budget(self) -> bool:
-        """Has the job taken more memory than the budget? Only a config with workers is left for it.
-        Each poll reads what the machine has free (cheap); once it has lost more than the budget
-        since the start, the job's own processes are read (record/tree_memory.py, at most every
-        JOB_MEMORY_EVERY_S): memory another program took is no failure of the config in force.
-        The job is also read once per config in force and then every JOB_MEMORY_IDLE_EVERY_S, as
-        the machine's free memory cannot show a job that grew while another program freed some."""
-        if self.memory_budget_bytes is None or self.current is None or not workers_of(self.current) \
-                or self.history.failed(self.current) or not self._in_force(self.current):
-            return False  # (failed: left once already, the child is on its way)
-        import psutil
-
-        dropped = self._available0_bytes - psutil.virtual_memory().available > self.memory_budget_bytes
-        now_s, key = self.clock.now_s(), config_key(self.current)
-        every_s = JOB_MEMORY_EVERY_S if dropped else JOB_MEMORY_IDLE_EVERY_S
-        if self._job_read != key or self._job_read_s is None or now_s - self._job_read_s >= every_s:
-            from feedprof.record.tree_memory import tree_bytes
-
-            roots = list(self.local_pids.values()) or [p.pid for p in psutil.Process().children()]
-            self._job_read, self._job_read_s, self._taken_bytes = key, now_s, tree_bytes(roots)
-        return self._taken_bytes > self.memory_budget_bytes
+        """Has the job taken more memory than the budget (JobMemory)? Only a config with workers is
+        left for it, once every rank here serves it (and once: a config left is on its way out)."""
+        if self.current is None or not workers_of(self.current) or self.history.failed(self.current) \
+                or not self._in_force(self.current):
+            return False
+        return self.memory.over_budget(config_key(self.current), self.clock.now_s(), self.local_pids.values())
 
     def _in_force(self, config: Dict[str, Any]) -> bool:
         """Has every rank on this node said it serves ``config`` (its last switch)? Until then the
@@ -145,8 +126,8 @@ class Decider:
         failed = self.current or {}
         self.history.failures.append(OnlineFailure(rank=0, config=failed, kind="memory", error="memory over the budget",
                                                    t_s=self.clock.now_s() - self.origin_s,
-                                                   taken_bytes=self._taken_bytes,
-                                                   budget_bytes=self.memory_budget_bytes))
+                                                   taken_bytes=self.memory.taken_bytes,
+                                                   budget_bytes=self.memory.budget_bytes))
         self._write(Next(self._retreat(failed), "retreat_memory", final=self.final))
 
     def _read_events(self) -> bool:
@@ -294,16 +275,6 @@ class Decider:
             budget = max(5.0, self.opts.explore_share * now_s)
         return budget - spent
 
-    def watch_memory(self, max_bytes: Optional[int]) -> None:
-        """From now on, leave a config whose job takes more than ``max_bytes`` (default: the offline
-        tune's budget, 80 % of what is free now, or of the container's limit)."""
-        import psutil
-
-        from feedprof.tune.budget import MemoryBudget
-
-        self._available0_bytes = psutil.virtual_memory().available
-        self.memory_budget_bytes = MemoryBudget.of_this_machine(max_bytes).ram_bytes
-
     def ranks(self) -> int:
         return max(1, len(self._offsets))
 
@@ -379,7 +350,7 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
         os.remove(decision)
     decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock, on_decision=on_decision,
                       launcher=launch.launcher if launch is not None else "")
-    decider.watch_memory(opts.max_memory_bytes)
+    decider.memory = JobMemory.of_this_machine(opts.max_memory_bytes)
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
                          loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)
