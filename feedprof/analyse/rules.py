@@ -51,7 +51,6 @@ class Mode:
     a trial's window, read in chunks, measured again where it spread; online windows of the run, a
     config judged on several of them, on every rank.)"""
 
-    name: str
     # How close to the fastest a cheaper config may be and still be picked. Offline a trial costs
     # only itself and its figure is measured again after it is chosen: --tolerance (3 %). Online
     # the rest of the real run pays any slowdown, and no config is measured again afterwards: 3 %.
@@ -140,12 +139,13 @@ def offline_mode(tolerance: float) -> Mode:
                                near_ceiling=1 - tolerance)
 
 
-OFFLINE = Mode(name="offline", pick_tolerance=defaults.TOLERANCE, tolerance_follows_noise=False, noise_z=1.5, ceiling_trial=True,
-               keeps_unwaiting_settings=False, climb_by_rungs=True, jump_margin=0.97, near_ceiling=0.97,
+OFFLINE = Mode(pick_tolerance=defaults.TOLERANCE, tolerance_follows_noise=False, noise_z=1.5, ceiling_trial=True,
+               keeps_unwaiting_settings=False, climb_by_rungs=True, jump_margin=1 - defaults.TOLERANCE,
+               near_ceiling=1 - defaults.TOLERANCE,
                pass_cpus_unmeasured=True, refine_floor_lead=0.0, refine_min_saving=0.0, refine_least_saving=1,
                refine_most_steps=3, refine_above=True, secondary_knobs=True, confirm_by_rounds=True,
                figure_windows=True)
-ONLINE = Mode(name="online", pick_tolerance=0.03, tolerance_follows_noise=True, noise_z=1.0, ceiling_trial=False,
+ONLINE = Mode(pick_tolerance=0.03, tolerance_follows_noise=True, noise_z=1.0, ceiling_trial=False,
               keeps_unwaiting_settings=True, climb_by_rungs=False, jump_margin=1.10, near_ceiling=0.90,
               pass_cpus_unmeasured=False, refine_floor_lead=0.10, refine_min_saving=0.125, refine_least_saving=2,
               refine_most_steps=None, refine_above=False, secondary_knobs=False, confirm_by_rounds=False,

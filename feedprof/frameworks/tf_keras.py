@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from feedprof.frameworks.keras import make_end_window, replay_items, with_callback
 from feedprof.store.knobs.pydataset import DEFAULTS, KNOBS, legalize
@@ -49,7 +49,7 @@ def install(ctl: Controller) -> None:
 
     if getattr(da.GeneratorDataAdapter, "_feedprof_patched", False):
         return
-    replayed: Dict[type, Any] = {}
+    replayed: Dict[type, Callable[..., Any]] = {}
 
     def patch(cls: type) -> None:
         orig_init = cls.__init__

@@ -10,10 +10,13 @@ the dataset itself, and tfdata.install_keras_adapter times its steps.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from feedprof.frameworks.contract import Controller
 from feedprof.frameworks.tfdata import register_dataset
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 def install(ctl: Controller) -> None:
@@ -42,7 +45,7 @@ def install(ctl: Controller) -> None:
         if not ctl.user_chain(caller):
             return orig_from_function(self, dataset_fn, *args, **kwargs)
 
-        def fn(context: Any) -> Any:
+        def fn(context: "tf.distribute.InputContext") -> "tf.data.Dataset":
             dataset = dataset_fn(context)
             p = getattr(dataset, "_feedprof_pipeline", None)
             if p is None:
@@ -65,7 +68,7 @@ def install(ctl: Controller) -> None:
 def _time_iteration(ctl: Controller, cls: type) -> None:
     orig_iter = cls.__iter__
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: object) -> Iterator[Any]:
         handle = getattr(self, "_feedprof_handle", None)
         if handle is None:
             return orig_iter(self)

@@ -33,8 +33,11 @@ from typing import Any, Iterator, List, NamedTuple, Optional
 
 from feedprof.analyse import stats
 from feedprof.analyse.diagnose import training_loader
+from feedprof.render.progress import format_recommendation
+from feedprof.render.text import format_summary
 from feedprof.render.words import config_words
 from feedprof.store import LoaderRecord, Run, Samples, Trial, TuneResult, Window
+from feedprof.units import fmt_num, fmt_pct
 
 MIB = 1024 * 1024
 TUNE_RUN = "tune"  # the sub-run of a tune's own figures
@@ -167,8 +170,6 @@ def write(obj: Any, logdir: str) -> List[str]:
 def write_run(run: Run, logdir: str, title: str = "") -> str:
     """One TensorBoard run in ``logdir``: the scalars of ``run`` and its summary as text."""
     from feedprof.render.tb_events import EventFile
-    from feedprof.render.text import format_summary
-
     t0 = start_epoch_s(run.started_at, run.duration_s)
     with EventFile(logdir) as out:
         for p in run_scalars(run):
@@ -208,9 +209,6 @@ def start_epoch_s(started_at: str, duration_s: float) -> float:
 
 
 def recommendation_markdown(result: TuneResult) -> str:
-    from feedprof.render.progress import format_recommendation
-    from feedprof.units import fmt_num, fmt_pct
-
     rows = ["| # | role | config | state | batches/s | data wait |", "|---|---|---|---|---|---|"]
     for t in result.trials:
         figures = (fmt_num(t.batches_per_s), fmt_pct(t.data_wait_fraction)) if t.state == "ok" else (t.reason, "")

@@ -9,26 +9,28 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules
-from feedprof.analyse.evidence import config_key
 from feedprof.analyse.batch_time import windows_batch_time, windows_step_alone
+from feedprof.analyse.diagnose import workers_of
+from feedprof.analyse.evidence import config_key
 from feedprof.analyse.loading import training_loading
 from feedprof.analyse.measurements import Baseline, CpuUse
 from feedprof.analyse.recommend import recommend_from
+from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
+from feedprof.frameworks.paste import with_launch
+from feedprof.record.host import usable_cpu_count
+from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoaderRecord, LoadingProfile, Outcome,
+                            Recommendation, Run, RunKind, SwitchAt, TrialState, TuneResult)
+from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
                                     ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
                                     Verdict, WorkersCapped)
-from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoaderRecord, LoadingProfile, Outcome,
-                            Recommendation, Run, RunKind, SwitchAt, TrialState, TuneResult)
-from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
-from feedprof.analyse.diagnose import workers_of
+from feedprof.trial.launch import Launch
 from feedprof.tune.online_strategy import RunEvidence, RunHistory
+from feedprof.tune.ray_advice import ray_advice
 from feedprof.tune.search import pick_tolerance, predicted_count
 from feedprof.tune.space import Space
-from feedprof.tune.ray_advice import ray_advice
 from feedprof.tune.spaces import make_space
-from feedprof.record.host import usable_cpu_count
-from feedprof.trial.launch import Launch
 
 if TYPE_CHECKING:
     from feedprof.tune.online import Decider  # (it makes this result: imported for its type only)
@@ -230,8 +232,6 @@ def _target_loader(run: Optional[Run]) -> Optional[LoaderRecord]:
 
 def _spread(windows: Sequence[OnlineWindow], run: Optional[Run]) -> Tuple[Reason, ...]:
     """Window by window, which rank holds the job back (analyse/stragglers.py), for a job of ranks."""
-    from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
-
     nodes = {r.rank.rank: r.rank.node for r in (run.ranks if run is not None else ()) if r.rank is not None}
     found = (rank_spread(waits_of_online(windows, nodes)), nodes_differ(run) if run is not None else None)
     return tuple(n for n in found if n is not None)
@@ -239,8 +239,6 @@ def _spread(windows: Sequence[OnlineWindow], run: Optional[Run]) -> Tuple[Reason
 
 def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,
                   run: Optional[Run], decider: "Decider", launch: Optional[Launch], complete: bool) -> TuneResult:
-    from feedprof.frameworks.paste import with_launch
-
     h = decider.history
     limits = decider.rank_limits()  # (the CPUs each rank may use: what the search decided by)
     cpu_cap = limits.cpu_cap

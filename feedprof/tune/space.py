@@ -6,18 +6,20 @@ A space knows nothing of how trials run or in what order they are asked for
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
-from feedprof.frameworks.paste import Paste
-from feedprof.store import Framework, LoaderRecord, Trial, knobs
-from feedprof.store.knobs.dataloader import effective
 from feedprof.analyse import rules
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import cpu_use
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space_order import in_order_gain, in_order_variant
+from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.torch import paste_for
+from feedprof.store import Framework, LoaderRecord, Trial, knobs
+from feedprof.store.knobs.dataloader import effective
+from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
+from feedprof.tune.space_order import in_order_gain, in_order_variant, order_findings
 
 Config = Dict[str, Any]
 
@@ -233,11 +235,6 @@ class TorchSpace(Space):
 
     def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The paste, and what the settings change beyond speed (the order of samples: space_order.py)."""
-        import dataclasses
-
-        from feedprof.frameworks.torch import paste_for
-        from feedprof.tune.space_order import order_findings
-
         cfg = self.legalize(config)
         found = paste_for(cfg, loader, script, argv)
         return dataclasses.replace(found, findings=tuple(found.findings) + tuple(order_findings(cfg, loader)))

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
-from feedprof.store import Framework, LoaderRecord, Trial
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.measured import measured_configs
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus, ladder_rungs
+from feedprof.frameworks import keras as keras_adapter
+from feedprof.frameworks import tf_keras as tf_keras_adapter
 from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.tfdata_paste import paste
+from feedprof.store import Framework, LoaderRecord, Trial
+from feedprof.store.knobs import pydataset, tfdata
+from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus, ladder_rungs
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
 DEEPEST_QUEUE = 20  # Keras max_queue_size is doubled (from 10) while below this
@@ -24,9 +30,7 @@ class KerasSpace(Space):
     knobs = ("workers", "use_multiprocessing", "max_queue_size")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.keras import legalize
-
-        return legalize(config)
+        return pydataset.legalize(config)
 
     def rungs(self, limit: int) -> List[int]:
         return sorted({max(1, r) for r in ladder_rungs(limit, extra=(self.cpu_cap,))})
@@ -70,9 +74,7 @@ class KerasSpace(Space):
         return out
 
     def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
-        from feedprof.frameworks.keras import paste_line
-
-        return paste_line(self.legalize(config), loader, script)
+        return keras_adapter.paste_line(self.legalize(config), loader, script)
 
 
 class TfKerasSpace(KerasSpace):
@@ -81,9 +83,7 @@ class TfKerasSpace(KerasSpace):
     framework = Framework.TF_KERAS
 
     def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
-        from feedprof.frameworks.tf_keras import paste_line
-
-        return paste_line(self.legalize(config), loader, script)
+        return tf_keras_adapter.paste_line(self.legalize(config), loader, script)
 
     def notes(self) -> List[Reason]:
         return [EpochEndStall()]
@@ -99,9 +99,7 @@ class TfDataSpace(Space):
     knobs = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.tfdata import legalize
-
-        return legalize(config)
+        return tfdata.legalize(config)
 
     def loads_in_loop(self, config: Config) -> bool:
         """A sequential map (num_parallel_calls unset or 1) with no prefetch: each batch is made
@@ -154,9 +152,6 @@ class TfDataSpace(Space):
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """Never below AUTOTUNE: a cheaper static setting within tolerance but
         slower than AUTOTUNE as measured loses to it."""
-        from feedprof.analyse.evidence import config_key
-        from feedprof.analyse.measured import measured_configs
-
         configs = measured_configs(trials)
         auto = next((m for m in configs if m.config.get("num_parallel_calls") == "AUTOTUNE"), None)
         mine = next((m for m in configs if config_key(m.config) == config_key(pick.config)), None)
@@ -173,6 +168,4 @@ class TfDataSpace(Space):
 
     def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The statements that build the pipeline, and the lines each setting is made on."""
-        from feedprof.frameworks.tfdata_paste import paste
-
         return paste(self.legalize(config), loader, script)

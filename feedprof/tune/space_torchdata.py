@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-from feedprof.store.reasons import Reason, ThreadsVersusProcesses
-from feedprof.store import Framework, LoaderRecord, Trial
+from feedprof.analyse.measured import measured_configs
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus
 from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.torchdata_nodes import paste_for
+from feedprof.store import Framework, LoaderRecord, Trial
+from feedprof.store.knobs.nodes import legalize
+from feedprof.store.reasons import Reason, ThreadsVersusProcesses
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus
 
 DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
 
@@ -23,8 +26,6 @@ class NodesSpace(Space):
     knobs = ("num_workers", "method", "prefetch_factor")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.torchdata_nodes import legalize
-
         return legalize(config)
 
     def ceiling_config(self) -> Config:
@@ -61,8 +62,6 @@ class NodesSpace(Space):
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """The pick, and threads against processes at its worker count where both were measured."""
-        from feedprof.analyse.measured import measured_configs
-
         cfg = self.legalize(pick.config)
         measured = [(self.legalize(m.config), m) for m in measured_configs(trials)]
         both = [self._at_workers(cfg, method, measured) for method in ("thread", "process")]
@@ -88,7 +87,5 @@ class NodesSpace(Space):
         return self.paste(config, loader, script).line
 
     def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
-        from feedprof.frameworks.torchdata_nodes import paste_for
-
         return paste_for(self.legalize(config), loader, script, argv)
 
