@@ -43,7 +43,7 @@ def test_both_searches_read_one_noise_model():
     h = RunHistory(baseline=BASE)
     h.windows += [window(BASE, rate, 0.5, t=i) for i, rate in enumerate((90.0, 110.0, 100.0))]
     rates = [[90.0, 110.0, 100.0]]
-    online = search.margin(RunEvidence(h, LIMITS), rules.ONLINE)
+    online = search.noise_margin(RunEvidence(h, LIMITS), rules.ONLINE)
     assert online == pytest.approx(margin(rates, rules.ONLINE.noise_z))
     assert margin(rates, rules.OFFLINE.noise_z) == pytest.approx(rules.OFFLINE.noise_z / rules.ONLINE.noise_z * online)
 

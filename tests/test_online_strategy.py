@@ -20,7 +20,7 @@ def with_workers(base, n):
 
 def pick(h, limits=LIMITS):
     """The online search's pick (tune/search.py) from the run's windows."""
-    chosen = search.pick(RunEvidence(h, limits), rules.ONLINE)
+    chosen = search.choice(RunEvidence(h, limits), rules.ONLINE)
     return chosen.config if chosen is not None else None
 
 

@@ -83,21 +83,22 @@ def next_step(ev: Evidence, mode: rules.Mode, current: Optional[Config] = None,
 
 def settle(ev: Evidence, mode: rules.Mode, why: str) -> Next:
     """Stop with the pick (the script's own settings where nothing else was judged)."""
-    chosen = pick(ev, mode)
+    chosen = choice(ev, mode)
     return Next(chosen.config if chosen is not None else dict(ev.baseline or {}), why, final=True)
 
 
-def pick(ev: Evidence, mode: rules.Mode) -> Optional[ConfigEvidence]:
-    """The cheapest judged config within the pick's tolerance of the fastest (rules.pick)."""
+def choice(ev: Evidence, mode: rules.Mode) -> Optional[ConfigEvidence]:
+    """What the search would settle on now: the cheapest judged config within the pick's tolerance
+    of the fastest (rules.pick)."""
     return rules.pick(ev.judged(), ev.space.cost, pick_tolerance(ev, mode))
 
 
 def pick_tolerance(ev: Evidence, mode: rules.Mode) -> float:
     """The pick's tolerance on this evidence (never under its noise where the mode says so)."""
-    return rules.pick_tolerance(margin(ev, mode), mode)
+    return rules.pick_tolerance(noise_margin(ev, mode), mode)
 
 
-def margin(ev: Evidence, mode: rules.Mode) -> Optional[float]:
+def noise_margin(ev: Evidence, mode: rules.Mode) -> Optional[float]:
     """How far apart two configs' rates must be to be told apart, from their measurements
     (noise.margin at the mode's z; None: no config measured twice)."""
     return noise.margin([e.rates for e in ev.judged()], mode.noise_z)
@@ -323,7 +324,7 @@ def _refine(ev: Evidence, mode: rules.Mode, current: Optional[Config], notes: Li
             and cast(TrialEvidence, ev).measured_in(Phase.REFINE) >= mode.refine_most_steps:
         return None
     sp, judged = ev.space, [e for e in ev.judged(*REFINING) if not e.failed]
-    tol = rules.refine_tolerance(margin(ev, mode), mode)
+    tol = rules.refine_tolerance(noise_margin(ev, mode), mode)
     best, ref = rules.fastest(judged), rules.pick(judged, sp.cost, tol)
     if best is None or ref is None:
         return None
@@ -380,7 +381,7 @@ def _secondary(ev: Evidence, mode: rules.Mode, current: Optional[Config], notes:
 def _confirm(ev: Evidence, mode: rules.Mode, current: Optional[Config], notes: List[Reason]) -> Optional[Next]:
     if mode.confirm_by_rounds:
         return _rivals(cast(TrialEvidence, ev), mode, notes)
-    chosen, best = pick(ev, mode), rules.fastest(ev.judged())  # online: the pick and the fastest
+    chosen, best = choice(ev, mode), rules.fastest(ev.judged())  # online: the pick and the fastest
     if chosen is None or best is None or config_key(chosen.config) == config_key(best.config):
         return None
     for e in sorted((chosen, best), key=lambda e: e.measurements):
