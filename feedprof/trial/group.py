@@ -55,6 +55,12 @@ def own_group(preexec: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
     return {"preexec_fn": group_then_preexec}
 
 
+def own_session(preexec: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    """``subprocess.Popen`` keywords: the child leads a session of its own (srun: see the module's
+    NOTE), and runs ``preexec`` after that, where given."""
+    return {"start_new_session": True, "preexec_fn": preexec}
+
+
 def lead_group_after_fork(pid: int = 0) -> None:
     """A forked child in a group of its own: called in the child (``pid`` 0) and by the
     parent for that child, so the group exists whichever runs first (as shells do)."""

@@ -42,7 +42,7 @@ from feedprof.record.workers import OBSERVED
 from feedprof.store import HostInfo, Outcome, RankInfo, Run, Samples, StoreError, TrialState, load
 from feedprof.trial.ending import classify_end, log_tail, with_figures
 from feedprof.trial.flight import InFlight, TrialInterrupted, TrialPaths
-from feedprof.trial.group import child_stdin, own_group
+from feedprof.trial.group import child_stdin, own_group, own_session
 from feedprof.trial.hosted import JOB_SPEC_ENV
 from feedprof.trial.launch import Launch
 from feedprof.trial.lifeline import for_child
@@ -230,7 +230,7 @@ def run_job(launch: Launch, trial_dir: str, host: HostInfo, opts: TrialOptions =
     try:
         proc = subprocess.Popen(list(launch.argv()), stdout=out, stderr=subprocess.STDOUT if out else None,
                                 stdin=child_stdin(bool(out)), env=env, pass_fds=lifeline_fds,
-                                **own_group(preexec_for_srun() if slurm else None))
+                                **(own_session(preexec_for_srun()) if slurm else own_group()))
         flight = dataclasses.replace(flight, proc=proc)
         step = SlurmStep(proc, own_allocation=not in_allocation(env), clock=clock) if slurm else None
         flight = dataclasses.replace(flight, watch=_JobWatch(proc, origin, opts, trial_dir, on_poll, clock, step,
