@@ -3,7 +3,8 @@ worker count when each window reads the true rate with noise and the machine dri
 
     python benchmarks/online_policy_sim.py [--seeds 300] [--noise 0.07] [--drift 0.03] [--run-s 60]
 
-No processes, no clock: tune/online_strategy.decide is asked after every window, as the real
+No processes, no clock: tune/online_strategy.decide (the search, tune/search.py, in its online
+Mode) is asked after every window, as the real
 run's decider asks it, and told windows drawn from a model of an I/O-bound loader on a small
 machine (each worker supplies a fixed rate up to the compute ceiling; every worker past the CPUs
 costs the step a little CPU, so the best count is a middle one). A window reads the true rate x
@@ -26,8 +27,9 @@ from typing import Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from feedprof.analyse.diagnose import workers_of  # noqa: E402
 from feedprof.store.online import OnlineWindow  # noqa: E402
-from feedprof.tune.online_strategy import Limits, RunHistory, decide, with_workers, workers  # noqa: E402
+from feedprof.tune.online_strategy import Limits, RunHistory, decide  # noqa: E402
 
 BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}
 WINDOW_S = 1.0  # the real run's windows are 0.5 s of batches, about 1 s with the pool's start
@@ -40,6 +42,10 @@ WORKLOADS: Dict[str, Tuple[float, float, float]] = {
     "io_steep": (30.0, 300.0, 0.020),
 }
 CPUS = 2
+
+
+def workers(config: Dict[str, int]) -> int:
+    return workers_of(config) or 0
 
 
 def true_rate(n: int, supply: float, ceiling: float, per_worker: float) -> float:

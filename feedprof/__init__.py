@@ -18,9 +18,17 @@ after ``%load_ext feedprof``, which also gives the ``%%feedprof`` cell magic).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
+from feedprof import defaults
 from feedprof.version import __version__
+
+if TYPE_CHECKING:  # (the layers are imported where they are used: see the layer test)
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from feedprof.session import NullProfile, Profile
+    from feedprof.store import Run, Summary, TuneResult
+    from feedprof.store.reasons import Reason
 __all__ = ["profile", "tune", "load", "report", "text", "to_tensorboard", "load_ipython_extension", "__version__"]
 
 
@@ -31,7 +39,7 @@ def _rich_output_in_notebooks() -> None:
         register_if_in_ipython()
 
 
-def load_ipython_extension(ipython: Any) -> None:
+def load_ipython_extension(ipython: "InteractiveShell") -> None:
     """``%load_ext feedprof``: rich output for feedprof's records, and the
     ``%%feedprof`` cell magic (``%%feedprof --out run.json``) that profiles the
     loop in a cell: every torch DataLoader it iterates is timed."""
@@ -40,7 +48,7 @@ def load_ipython_extension(ipython: Any) -> None:
     _load(ipython)
 
 
-def profile(enabled: bool = True, **kwargs: Any) -> Any:
+def profile(enabled: bool = True, **kwargs: Any) -> Union["Profile", "NullProfile"]:
     """Profile a loop: ``with feedprof.profile() as prof: for b in prof.watch(loader): ...``
 
     Keyword arguments: ``interval_s`` (sampling period, default 0.2 s),
@@ -53,7 +61,7 @@ def profile(enabled: bool = True, **kwargs: Any) -> Any:
     return _profile(enabled=enabled, **kwargs)
 
 
-def load(path: str) -> Any:
+def load(path: str) -> Union["Run", "TuneResult"]:
     """Read ``run.json`` (a :class:`~feedprof.store.Run`) or ``results.json``
     (a :class:`~feedprof.store.TuneResult`)."""
     from feedprof.store import load as _load
@@ -62,29 +70,44 @@ def load(path: str) -> Any:
     return _load(path)
 
 
-def tune(script: str, argv: Any = (), out_dir: str = "feedprof-out", progress: bool = True, **options: Any) -> Any:
+def tune(script: str, argv: Sequence[str] = (), out_dir: str = "feedprof-out", progress: bool = True, *,
+         budget_s: float = defaults.TUNE_BUDGET_S, max_workers: Optional[int] = None, loader_site: Optional[str] = None,
+         window_seconds: float = defaults.TUNE_WINDOW.seconds, window_batches: int = defaults.TUNE_WINDOW.batches,
+         min_window_batches: int = defaults.TUNE_WINDOW.min_batches,
+         warmup_batches: int = defaults.TUNE_WINDOW.warmup_batches, interval_s: float = defaults.INTERVAL_S,
+         gpu: bool = True, loader_timeout_s: float = defaults.LOADER_TIMEOUT_S, trial_timeout_s: Optional[float] = None,
+         tolerance: float = defaults.TOLERANCE, fork_trials: bool = True, max_memory_bytes: Optional[int] = None,
+         allow_reorder: bool = False) -> "TuneResult":
     """Tune the data loader of an unmodified training script.
 
     Runs ``script`` (with ``argv``) in child processes with different loader
-    settings injected, within ``budget_s`` seconds (default 120), and returns
-    a :class:`~feedprof.store.TuneResult` whose ``recommendation`` holds the
-    config to use. Writes ``out_dir/results.json`` and ``out_dir/report.html``.
-    Other options: ``max_workers``, ``loader_site`` ("train.py:42"),
-    ``window_seconds``, ``min_window_batches``, ``warmup_batches``, ``gpu``.
+    settings injected, within ``budget_s`` seconds, and returns a
+    :class:`~feedprof.store.TuneResult` whose ``recommendation`` holds the config
+    to use. Writes ``out_dir/results.json`` and ``out_dir/report.html``. The
+    options are ``feedprof tune``'s (tune/job.py TuneOptions): ``max_workers``
+    (default max(32, 2 x the usable CPUs)), ``loader_site`` ("train.py:42"), the
+    trial window (``window_seconds``, ``window_batches``, ``min_window_batches``,
+    ``warmup_batches``), ``gpu``, ``tolerance`` (configs within it of the fastest
+    count as equally fast), ``max_memory_bytes``, ``allow_reorder``.
     """
-    import dataclasses
-    import sys
-
     from feedprof.app import Outputs, run_tune
     from feedprof.tune.job import TuneJob, TuneOptions
 
     _rich_output_in_notebooks()
-    opts = dataclasses.replace(TuneOptions(), **options)
+    opts = TuneOptions(budget_s=budget_s, max_workers=max_workers, loader_site=loader_site,
+                       window_seconds=window_seconds, window_batches=window_batches,
+                       min_window_batches=min_window_batches, warmup_batches=warmup_batches, interval_s=interval_s,
+                       gpu=gpu, loader_timeout_s=loader_timeout_s, trial_timeout_s=trial_timeout_s,
+                       tolerance=tolerance, fork_trials=fork_trials, max_memory_bytes=max_memory_bytes,
+                       allow_reorder=allow_reorder)
     return run_tune(TuneJob(script=script, out_dir=out_dir, argv=tuple(argv)), opts,
                     Outputs(progress=progress, show=progress, out=sys.stderr))
 
 
-def text(obj: Any) -> str:
+Record = Union["Run", "TuneResult"]
+
+
+def text(obj: Union["Run", "TuneResult", "Summary", "Reason"]) -> str:
     """In plain words: a TuneResult's recommendation, a Run's or Summary's
     summary, or one finding (``feedprof.store.reasons``), as the command line says them."""
     from feedprof.render.text import words_for
@@ -92,17 +115,20 @@ def text(obj: Any) -> str:
     return words_for(obj)
 
 
-def report(obj: Any, path: str = "feedprof.html") -> str:
+def report(obj: Record, path: str = "feedprof.html") -> str:
     """Write the HTML report of a Run or TuneResult (as from :func:`load`)."""
-    from feedprof.render.html import write_report
+    from feedprof.render.report import write_report
 
     return write_report(obj, path)
 
 
-def to_tensorboard(obj: Any, logdir: str) -> Any:
+def to_tensorboard(obj: Record, logdir: str) -> List[str]:
     """Write a Run or TuneResult (as from :func:`load`) as TensorBoard event files
     under ``logdir`` (a tune: one run per trial); returns the files written.
     Needs the tensorboard package (``pip install tensorboard``)."""
     from feedprof.render.tensorboard import write
 
     return write(obj, logdir)
+
+
+_tune = tune  # (the feedprof.tune package, once imported, takes the name tune here: it calls this)

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import IO, Any, List, Optional
+from typing import IO, TYPE_CHECKING, List, Optional, Tuple, Union
 
 from feedprof.outdir import claimed
 from feedprof.store import NotSaved, Run, RunKind, StoreError, TuneResult, load, save, write_refused
@@ -20,12 +20,20 @@ from feedprof.tune.machine import read_machine
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
 from feedprof.tune.tuner import Tuner
 from feedprof.units import fmt_path
+from feedprof.trial.options import TrialOptions
+
+if TYPE_CHECKING:
+    from feedprof.analyse.merge import MergedTunes
+    from feedprof.tune.evidence import Next
+    from feedprof.tune.online import OnlineOptions
+
+Report = Union[Run, TuneResult, "MergedTunes"]
 
 
-def write_report(obj: Any, path: str, err: Optional[IO[str]] = None) -> Optional[str]:
+def write_report(obj: Report, path: str, err: Optional[IO[str]] = None) -> Optional[str]:
     """Write the HTML report; a failure to write says so (on ``err``, default
     the stderr of the moment) and keeps the JSON."""
-    from feedprof.render.html import write_report as render_page
+    from feedprof.render.report import write_report as render_page
 
     try:
         return render_page(obj, path)
@@ -34,7 +42,7 @@ def write_report(obj: Any, path: str, err: Optional[IO[str]] = None) -> Optional
         return None
 
 
-def write_tensorboard(obj: Any, logdir: Optional[str], err: Optional[IO[str]] = None) -> None:
+def write_tensorboard(obj: Union[Run, TuneResult], logdir: Optional[str], err: Optional[IO[str]] = None) -> None:
     """TensorBoard event files, if asked for; a failure to write says so and keeps the JSON."""
     if logdir is None:
         return
@@ -120,7 +128,7 @@ def _trials_in(path: str) -> int:
         return 0
 
 
-def run_profile(script: str, argv: List[str], out_dir: str, opts: Any, gpu: bool = True,
+def run_profile(script: str, argv: List[str], out_dir: str, opts: TrialOptions, gpu: bool = True,
                 launch: Optional[Launch] = None) -> "tuple[Run, bool]":
     """One observed run of the script's own settings (or of a multi-process
     job, every rank): (run, interrupted). Writes run.json (NotSaved, with the run,
@@ -165,8 +173,8 @@ def baseline_output(result: TuneResult, out_dir: str) -> str:
     return "".join(line + "\n" for line in tail)
 
 
-def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launch: Optional[Launch] = None,
-                    quiet: bool = False, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> Any:
+def run_online_tune(script: str, argv: List[str], out_dir: str, opts: "OnlineOptions", launch: Optional[Launch] = None,
+                    quiet: bool = False, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> "Tuple[TuneResult, bool]":
     """``feedprof tune --online``: the job runs once while its loader is tuned;
     results.json and report.html are written at its end, or on Ctrl-C.
     Returns (result, interrupted)."""
@@ -174,7 +182,7 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: Any, launc
     from feedprof.render.progress import format_recommendation, terminal_width
     from feedprof.tune.online import run_online
 
-    def say(step: Any, t_s: float, framework: str) -> None:
+    def say(step: "Next", t_s: float, framework: str) -> None:
         print(decision_line(step.config, step.why, step.final, t_s, framework), file=err, flush=True)
 
     with claimed(out_dir):

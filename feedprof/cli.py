@@ -13,7 +13,7 @@ import errno
 import os
 import signal
 import sys
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 from feedprof import defaults
 from feedprof.cliargs import (DEFAULT_OUT, OFFLINE_ONLY, ONLINE_ONLY, SCRIPT_COMMANDS, UsageError, build_parser,
@@ -23,6 +23,14 @@ from feedprof.outdir import OutDirInUse
 from feedprof.trial.peers import Peers, task_dir_name, task_of
 from feedprof.store import NotSaved, TrialState, write_refused
 from feedprof.units import fmt_path
+
+if TYPE_CHECKING:
+    from feedprof.analyse.merge import MergedTunes
+    from feedprof.store import RankInfo, Run, TuneResult
+    from feedprof.trial.launch import Launch
+
+    Record = Union[Run, TuneResult]
+from types import FrameType
 
 EXIT_OK, EXIT_SCRIPT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -103,7 +111,7 @@ def _shell_status(code: Optional[int]) -> Optional[int]:
     return 128 - code if code < 0 else code
 
 
-def _previous_tune(args: argparse.Namespace) -> Any:
+def _previous_tune(args: argparse.Namespace) -> "TuneResult":
     """--resume DIR: the interrupted tune to go on with (its script and arguments)."""
     from feedprof.store import StoreError, TuneResult, load
 
@@ -200,7 +208,7 @@ def _tune_online(args: argparse.Namespace, script_args: List[str]) -> int:
     return _shell_status(code) or EXIT_OK
 
 
-def _task_out(out: str, task: Any) -> str:
+def _task_out(out: str, task: Optional[RankInfo]) -> str:
     """Where this feedprof writes: ``out``, or, as one task of several (srun -n 2 feedprof ...),
     its own directory in it (``out/<node>-rank<N>``), so that no two tasks wait for one
     directory; ``feedprof report out`` merges them."""
@@ -212,7 +220,7 @@ def _task_out(out: str, task: Any) -> str:
     return path
 
 
-def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Any]:
+def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Optional["Launch"]]:
     """(script, its arguments, a Launch or None): a script and its arguments, or a
     multi-process job's launch command after -- (no script)."""
     if script is not None:
@@ -289,7 +297,7 @@ def _record_paths(given: List[str]) -> List[str]:
     return paths
 
 
-def _merged(objs: List[Any], paths: List[str]) -> Any:
+def _merged(objs: List[Record], paths: List[str]) -> Union["Run", "MergedTunes"]:
     """The runs (run.json) or the tunes (results.json) of every node or task of one job, as one job."""
     from feedprof.analyse.merge import MergeError, merge_runs, merge_tunes
     from feedprof.store import Run, TuneResult
@@ -311,7 +319,7 @@ def _labels(paths: List[str]) -> List[str]:
     return [n if names.count(n) == 1 else fmt_path(os.path.dirname(p) or ".") for n, p in zip(names, paths)]
 
 
-def _write_report(obj: Any, path: str) -> Optional[str]:
+def _write_report(obj: Union[Record, "MergedTunes"], path: str) -> Optional[str]:
     from feedprof.app import write_report
 
     return write_report(obj, path)
@@ -354,7 +362,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               if s is not None and (s == signal.SIGTERM or signal.getsignal(s) == signal.SIG_DFL)]
     previous = {s: signal.getsignal(s) for s in caught}
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: Optional[FrameType]) -> None:
         raise Terminated(signum)
 
     try:

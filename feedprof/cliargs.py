@@ -10,7 +10,7 @@ import io
 import os
 import shutil
 import tokenize
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from feedprof import defaults
 from feedprof.defaults import WindowDefaults
@@ -225,7 +225,7 @@ def shown_default(action: argparse.Action, words: str) -> argparse.Action:
 
 
 # Defaults worked out when the command runs: their words, for --help and docs/cli.md.
-MAX_WORKERS_DEFAULT = "max(32, 2 × usable CPUs)"  # tune/tuner.py default_max_workers
+MAX_WORKERS_DEFAULT = f"max({defaults.MAX_WORKERS_LEAST}, 2 × usable CPUs)"  # defaults.max_workers
 BUDGET_DEFAULT = (f"{defaults.TUNE_BUDGET_S:g} s; {defaults.RAY_TUNE_BUDGET_S:g} s for a Ray Train job, whose every trial "
                   "starts Ray")
 MAX_MEMORY_DEFAULT = "80 % of free RAM, or of the container's limit"  # tune/budget.py HEADROOM
@@ -262,7 +262,7 @@ def _usage(command: str, *more: str) -> str:
     return "\n       ".join(lines + list(more))
 
 
-def _add_profile(sub: Any) -> None:
+def _add_profile(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("profile", help="one observed run of a script, no sweep", usage=_usage("profile"),
                        description="Run the training script once, unmodified, and say whether its training loop "
                        "waits for data. " + ARGS_WORDS + "A multi-process job: leave out the script "
@@ -277,7 +277,7 @@ def _add_profile(sub: Any) -> None:
     _add_window_flags(p, defaults.PROFILE_WINDOW, "the window and --loader-timeout: without --full")
 
 
-def _add_tune(sub: Any) -> None:
+def _add_tune(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     t = sub.add_parser("tune", help="sweep the loader settings, recommend the best",
                        usage=_usage("tune", "feedprof tune [options] --resume DIR"),
                        description="Run the training script unmodified with different loader settings injected, "
@@ -344,7 +344,7 @@ def _add_online_flags(t: argparse.ArgumentParser) -> None:
                         "fixed key (without it such a loader is observed, and the summary says what would change)")
 
 
-def _add_report(sub: Any) -> None:
+def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     r = sub.add_parser("report", help="render a saved run.json or results.json as HTML",
                        description="Render the HTML report of a saved feedprof run (run.json) or tune "
                        "(results.json): one self-contained page, no network needed to view it.")
@@ -356,7 +356,7 @@ def _add_report(sub: Any) -> None:
                   "report.html beside the JSON file")
 
 
-def _add_gpus(sub: Any) -> None:
+def _add_gpus(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     sub.add_parser("gpus", help="what is on each GPU, and what looks abandoned there", description="Every "
                    "CUDA-visible GPU and its processes; those whose parent or job is gone are flagged with the "
                    "command that ends them (feedprof never ends one).")

@@ -23,5 +23,12 @@ TUNE_WINDOW = WindowDefaults(batches=2000, seconds=2.0, min_batches=30, warmup_b
 INTERVAL_S = 0.2  # sampling period: 5 Hz, NVML's own averaging makes faster pointless
 LOADER_TIMEOUT_S = 120.0  # no batch from any loader within this: the trial ends as a timeout
 TUNE_BUDGET_S = 120.0  # wall-clock budget of a whole tune
-EXPLORE_S = 60.0  # tune --online: exploring stops after this long, from the run's first window
 RAY_TUNE_BUDGET_S = 300.0  # ... of a Ray Train job's, whose every trial starts Ray anew (10-30 s before a batch)
+EXPLORE_S = 60.0  # tune --online: exploring stops after this long, from the run's first window
+TOLERANCE = 0.03  # tune --tolerance: configs within this share of the fastest count as equally fast
+MAX_WORKERS_LEAST = 32  # --max-workers: the most workers tried, by default max(this, 2 x the usable CPUs)
+
+
+def max_workers(cpu_cap: int) -> int:
+    """The most workers a tune tries where --max-workers does not say (offline and online alike)."""
+    return max(MAX_WORKERS_LEAST, 2 * cpu_cap)

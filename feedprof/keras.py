@@ -18,11 +18,16 @@ Keras is imported only when the callback is first used.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from feedprof import defaults
 from feedprof.record.clock import MONOTONIC
 from feedprof.store.codes import Framework
+
+if TYPE_CHECKING:
+    from feedprof.record.steps import StepRecorder
+    from feedprof.session import PrintableSummary
+    from feedprof.store import Run
 
 _CLASS = None
 
@@ -39,11 +44,11 @@ class _FitProfile:
         super().__init__()  # keras.callbacks.Callback's
         self.profile = Profile(interval_s=interval_s, gpu=gpu, warmup_batches=warmup_batches)
         self._now = MONOTONIC.now_s
-        self._rec: Any = None
+        self._rec: Optional["StepRecorder"] = None
         self._t_end = None
         self._begun = (0, 0.0, 0.0)  # (first step, wait began, step began) of the call running
 
-    def on_train_begin(self, logs: Any = None) -> None:
+    def on_train_begin(self, logs: Optional[Dict[str, float]] = None) -> None:
         import keras
 
         from feedprof.record.steps import LoaderInfo
@@ -55,32 +60,32 @@ class _FitProfile:
                 backend=backend, batches_per_epoch=(self.params or {}).get("steps"),
                 wait_observable=self._wait_observable))
 
-    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+    def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, float]] = None) -> None:
         self._rec.epoch_started(self._now())
         self._t_end = None
 
-    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+    def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, float]] = None) -> None:
         t = self._now()
         # torch/jax: the batch was fetched since the last step ended (the wait)
         self._begun = (batch, self._t_end if self._wait_observable and self._t_end is not None else t, t)
 
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, float]] = None) -> None:
         self._t_end = self._now()
         begin_step, t_req, t_got = self._begun
         # steps_per_execution=N: one call runs steps begin_step..batch (N, fewer at an epoch's end)
         self._rec.batch(t_req, t_got, max(1, batch - begin_step + 1))
 
-    def on_train_end(self, logs: Any = None) -> None:
+    def on_train_end(self, logs: Optional[Dict[str, float]] = None) -> None:
         self.profile.stop()
 
     # -- results, as on feedprof.profile() -------------------------------
 
     @property
-    def run(self) -> Any:
+    def run(self) -> "Run":
         """The Run recorded so far (as ``feedprof.profile().run``)."""
         return self.profile.run
 
-    def summary(self) -> Any:
+    def summary(self) -> "PrintableSummary":
         return self.profile.summary()
 
     def save(self, path: str = "run.json") -> str:

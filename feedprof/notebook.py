@@ -19,19 +19,24 @@ import dataclasses
 import shlex
 import sys
 import weakref
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Optional, Union
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from feedprof.store import Run, Summary, TuneResult
 
 RICH_TYPES = (("feedprof.store.run", "Summary"), ("feedprof.store.run", "Run"), ("feedprof.store.tune", "TuneResult"))
-_shells: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_shells: "weakref.WeakSet[InteractiveShell]" = weakref.WeakSet()
 
 
-def _html(obj: Any) -> str:
+def _html(obj: Union["Run", "Summary", "TuneResult"]) -> str:
     from feedprof.render.fragments import fragment
 
     return fragment(obj)
 
 
-def register_display(shell: Any) -> None:
+def register_display(shell: "InteractiveShell") -> None:
     """Teach ``shell`` (an IPython InteractiveShell) to show feedprof's records as HTML."""
     if shell in _shells:
         return
@@ -41,7 +46,7 @@ def register_display(shell: Any) -> None:
     _shells.add(shell)
 
 
-def running_shell() -> Optional[Any]:
+def running_shell() -> Optional["InteractiveShell"]:
     """The IPython shell this code runs in, if any (never imports IPython)."""
     ipython = sys.modules.get("IPython")
     get = getattr(ipython, "get_ipython", None) if ipython is not None else None
@@ -74,7 +79,7 @@ def magic_parser() -> argparse.ArgumentParser:
     return p
 
 
-def profile_cell(shell: Any, line: str, cell: str) -> Any:
+def profile_cell(shell: "InteractiveShell", line: str, cell: str) -> Optional["Run"]:
     """Run ``cell`` in ``shell`` under a profile; return the Run (shown as the cell's output)."""
     from feedprof.frameworks.torch import watching
     from feedprof.session import Profile
@@ -100,7 +105,7 @@ def profile_cell(shell: Any, line: str, cell: str) -> Any:
 
         save(run, args.out)
     if args.report:
-        from feedprof.render.html import write_report
+        from feedprof.render.report import write_report
 
         write_report(run, args.report)
     if not run.loaders:
@@ -110,11 +115,11 @@ def profile_cell(shell: Any, line: str, cell: str) -> Any:
     return run
 
 
-def load_ipython_extension(shell: Any) -> None:
+def load_ipython_extension(shell: "InteractiveShell") -> None:
     """``%load_ext feedprof``: rich output for records and the ``%%feedprof`` cell magic."""
     register_display(shell)
 
-    def feedprof(line: str, cell: str) -> Any:
+    def feedprof(line: str, cell: str) -> Optional["Run"]:
         return profile_cell(shell, line, cell)
 
     feedprof.__doc__ = magic_parser().format_help()

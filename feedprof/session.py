@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, List, Optional
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, TextIO, TypeVar
 
 from feedprof.analyse.diagnose import summarize, training_loader
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
@@ -24,11 +24,17 @@ from feedprof.record.sampler import Sampler
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, Watched
 from feedprof.store import GpuStatus, Run, RunKind, Samples, Summary, Window, WindowEnd, save
 
+if TYPE_CHECKING:
+    from feedprof.store import TuneResult
+    from feedprof.tune.inprocess import InProcessTuner
+
+T = TypeVar("T")
+
 
 class Profile:
     def __init__(self, interval_s: float = defaults.INTERVAL_S, gpu: bool = True,
                  warmup_batches: int = defaults.PROFILE_WINDOW.warmup_batches, clock: Clock = MONOTONIC,
-                 sample: bool = True, tune: bool = False, explore_s: float = 60.0,
+                 sample: bool = True, tune: bool = False, explore_s: float = defaults.EXPLORE_S,
                  max_workers: Optional[int] = None):
         self.interval_s = interval_s
         self.gpu = gpu
@@ -44,7 +50,7 @@ class Profile:
         self._host = None
         self.tune = tune  # tune the watched DataLoaders' settings inside this loop (tune/inprocess.py)
         self._online_opts = (explore_s, max_workers)
-        self._tuner: Any = None
+        self._tuner: Optional["InProcessTuner"] = None
 
     # -- lifecycle --------------------------------------------------------
 
@@ -92,7 +98,8 @@ class Profile:
         """Wrap a loader (any iterable of batches): every batch it yields is timed."""
         if self._origin_s is None:
             self.start()
-        from feedprof.frameworks import code_site, describe_loader
+        from feedprof.frameworks import code_site
+        from feedprof.frameworks.watched import describe_loader
 
         framework, info = describe_loader(iterable)
         if batch_size is not None:
@@ -137,7 +144,7 @@ class Profile:
                                               t_end_s=last, end=WindowEnd.FULL_RUN))
         return _replace(run, summary=summarize(run))
 
-    def tuned(self) -> Any:
+    def tuned(self) -> "TuneResult":
         """profile(tune=True): the online search's result (a TuneResult, as tune --online writes)."""
         if self._tuner is None:
             raise RuntimeError("this profile does not tune: use feedprof.profile(tune=True)")
@@ -147,7 +154,7 @@ class Profile:
         """What the run says about its training loader; ``print()`` it for words."""
         return PrintableSummary.of(self.run.summary)
 
-    def print(self, file: Any = None) -> None:
+    def print(self, file: Optional[TextIO] = None) -> None:
         print(self.summary(), file=file or sys.stdout)
 
     def save(self, path: str = "run.json") -> str:
@@ -157,7 +164,7 @@ class Profile:
 
     def report(self, path: str = "feedprof.html") -> str:
         """The HTML page: the run's, or with ``tune=True`` the online tune's (its timeline and pick)."""
-        from feedprof.render.html import write_report
+        from feedprof.render.report import write_report
 
         return write_report(self.tuned() if self._tuner is not None else self.run, path)
 
@@ -197,7 +204,7 @@ class NullProfile:
     def summary(self) -> Summary:
         return PrintableSummary()
 
-    def print(self, file: Any = None) -> None:
+    def print(self, file: Optional[TextIO] = None) -> None:
         pass
 
     def save(self, path: str = "run.json") -> Optional[str]:
@@ -238,7 +245,7 @@ def profile(enabled: bool = True, **kwargs: Any):
     return Profile(**kwargs) if enabled else NullProfile()
 
 
-def _replace(obj: Any, **changes: Any) -> Any:
+def _replace(obj: T, **changes: Any) -> T:
     import dataclasses
 
     return dataclasses.replace(obj, **changes)

@@ -34,7 +34,7 @@ def make_online_result(rates_by_workers: Any, switched_at_end: Optional[int] = N
     worker count, a window of the real run per rate given (1 s each, one after the other), a switch
     to it before its first window, its evidence from those windows; ``switched_at_end``: one more
     switch, to that count, as the run ended (no window of it)."""
-    from feedprof.analyse.evidence import ConfigEvidence
+    from feedprof.store import ConfigEvidence
     from feedprof.store import Framework, Recommendation
     from feedprof.store.online import OnlineRecord, OnlineSwitch, OnlineWindow
 

@@ -6,7 +6,8 @@ import pytest
 
 from feedprof.frameworks.contract import Plan
 from feedprof.record.steps import LoaderInfo
-from feedprof.trial.controller import QUEUE_MULTIPLE, Controller, StopTrial
+from feedprof.trial.controller import Controller, StopTrial
+from feedprof.trial.window import QUEUE_MULTIPLE
 from feedprof.trial.protocol import Mode, TrialSpec
 from tests.fakes import FakeClock
 
@@ -57,7 +58,7 @@ def test_a_steady_loader_keeps_its_window_start(tmp_path):
     assert handle.rec.warmup_batches == 4
     assert result["window"]["t_start_s"] == pytest.approx(0.05)  # first batch + 4 warm-up batches
     assert window_rate(result) == pytest.approx(100.0, rel=0.01)
-    assert ctl._settle_moves == 0
+    assert ctl.settle.moves == 0
 
 
 def test_a_window_holds_several_times_the_queue(tmp_path):
@@ -76,7 +77,7 @@ def test_workers_still_starting_are_not_the_steady_rate(tmp_path):
     result, _ = run_until_measured(ctl, clock, [0.001] * 64 + [0.025] * 20 + [0.01] * 2000,
                                    {"num_workers": 32, "prefetch_factor": 2})
     assert window_rate(result) == pytest.approx(100.0, rel=0.05)  # without the move: 90
-    assert ctl._settle_moves >= 1
+    assert ctl.settle.moves >= 1
 
 
 class CountingClock(FakeClock):

@@ -18,7 +18,7 @@ from feedprof.render.ranks import format_ranks, rank_usage, ranks_html, self_sam
 from feedprof.render.words import say
 from feedprof.store import (HostInfo, OnlineWindow, RankInfo, Recommendation, Run, Samples, Summary, Trial, TuneResult,
                             records_in, save)
-from feedprof.trial.hosted import origin_here
+from feedprof.trial.rank_host import origin_here
 from feedprof.trial.jobrunner import in_sight, ranks_to_wait_for
 from feedprof.trial.peers import Peers, task_dir_name, task_of
 from feedprof.trial.protocol import TrialSpec

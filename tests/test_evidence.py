@@ -1,15 +1,19 @@
-"""One evidence model (store/evidence.py, ranked by analyse/evidence.py): a config's rate, its
+"""One evidence model (store/evidence.py, ranked by analyse/rules.py pick): a config's rate, its
 measurements' spread and its failures, whether an offline trial or a stretch of the real run
 measured it; and one pick over it."""
 import pytest
 
-from feedprof.analyse import evidence, measured
-from feedprof.analyse.evidence import ConfigEvidence
-from feedprof.store import Role, TrialState
+from feedprof.analyse import measured, rules
+from feedprof.store import ConfigEvidence, Role, TrialState
 from feedprof.store.online import OnlineFailure
-from feedprof.tune.online_strategy import RunHistory, fastest, pick, with_workers, workers
+from feedprof.tune.online_strategy import RunHistory
 from tests.records import make_trial
-from tests.test_online_strategy import BASE, window
+from tests.test_online_strategy import BASE, fastest, pick, window, with_workers, workers
+
+
+def offline_pick(trials, cost, tol=rules.OFFLINE.pick_tolerance):
+    """The pick (rules.pick) over each config's trials pooled (analyse/measured.py)."""
+    return rules.pick([m.evidence for m in measured.measured_configs(trials)], cost, tol)
 
 RATES = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}  # 12 and 16 within 3 % of each other
 
@@ -38,8 +42,8 @@ def test_one_evidence_set_gives_one_pick_online_and_offline():
     assert [e.config for e in run_side] == [e.config for e in trial_side]
     assert [e.rate for e in run_side] == pytest.approx([e.rate for e in trial_side])
     assert {e.source for e in run_side} == {"run"} and {e.source for e in trial_side} == {"trials"}
-    assert pick(h) == measured.pick(trials, cost).config == with_workers(BASE, 12)
-    assert fastest(h) == evidence.fastest(trial_side).config == with_workers(BASE, 16)
+    assert pick(h) == offline_pick(trials, cost).config == with_workers(BASE, 12)
+    assert fastest(h) == rules.fastest(trial_side).config == with_workers(BASE, 16)
 
 
 def test_a_config_that_failed_is_never_picked_whoever_measured_it():
@@ -48,7 +52,7 @@ def test_a_config_that_failed_is_never_picked_whoever_measured_it():
     assert pick(h) == with_workers(BASE, 16)
     judged = [ConfigEvidence(config=e.config, rate=e.rate, rates=e.rates, measurements=e.measurements,
                              failed=workers(e.config) == 12) for e in h.evidence()]
-    assert evidence.pick(judged, cost, 0.03).config == with_workers(BASE, 16)
+    assert rules.pick(judged, cost, 0.03).config == with_workers(BASE, 16)
 
 
 def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
@@ -58,7 +62,7 @@ def test_noisy_windows_widen_the_online_tolerance_only_up_to_the_gain():
     for t, (n, rate) in enumerate(RATES.items()):
         h.windows += [window(with_workers(BASE, n), rate * f, 0.5, t=3 * t + k) for k, f in enumerate((0.92, 1, 1.08))]
     assert pick(h) == with_workers(BASE, 8)
-    assert measured.pick(offline(RATES), cost).config == with_workers(BASE, 12)
+    assert offline_pick(offline(RATES), cost).config == with_workers(BASE, 12)
 
 
 def test_an_online_run_recommends_what_its_search_would_pick(tmp_path):
@@ -81,7 +85,7 @@ def test_an_online_result_has_no_ceiling_trial_and_says_nothing_of_a_replayed_ba
     figure of the recommendation, not a trial, and the report's table has no row that says
     "one cached batch replayed"."""
     from feedprof.render.html import render_tune
-    from feedprof.render.progress import CEILING_TEXT
+    from feedprof.render.words import CEILING_TEXT
     from feedprof.store import HostInfo
     from feedprof.tune.online import Decider, OnlineOptions
     from feedprof.tune.online_result import online_result

@@ -3,7 +3,7 @@ searches (analyse/noise.py), the z of each mode (rules.Mode.noise_z)."""
 import pytest
 
 from feedprof.analyse import rules
-from feedprof.analyse.noise import margin, relative_spread, repeat_noise, told_apart
+from feedprof.analyse.noise import margin, relative_spread, told_apart
 from feedprof.analyse.recommend import recommend
 from feedprof.store.reasons import CheaperWithinNoise
 from feedprof.store import Phase, Role, TrialState
@@ -11,11 +11,9 @@ from feedprof.tune.space import TorchSpace
 from tests.records import make_trial
 
 
-def test_relative_spread_and_repeat_noise():
+def test_relative_spread():
     assert relative_spread([100.0]) is None
     assert relative_spread([90.0, 110.0]) == pytest.approx(0.1)
-    assert repeat_noise([[100.0], [90.0, 110.0], [95.0, 105.0, 100.0]]) == pytest.approx(0.075)
-    assert repeat_noise([[1.0]]) is None
 
 
 def test_the_margin_is_the_typical_spread_shrunk_by_the_repeats_times_z():
@@ -38,15 +36,16 @@ def test_told_apart_needs_more_than_the_margin_and_sharpens_with_repeats():
 def test_both_searches_read_one_noise_model():
     """The online search's tolerance and the offline recommendation's margin are noise.margin over
     the same rates, differing only by the z its Mode names."""
-    from feedprof.tune.online_strategy import RunHistory
-    from tests.test_online_strategy import BASE, window
+    from feedprof.tune import search
+    from feedprof.tune.online_strategy import RunEvidence, RunHistory
+    from tests.test_online_strategy import BASE, LIMITS, window
 
     h = RunHistory(baseline=BASE)
     h.windows += [window(BASE, rate, 0.5, t=i) for i, rate in enumerate((90.0, 110.0, 100.0))]
     rates = [[90.0, 110.0, 100.0]]
-    assert h.margin() == pytest.approx(margin(rates, rules.ONLINE.noise_z))
-    assert margin(rates, rules.OFFLINE.noise_z) == pytest.approx(
-        rules.OFFLINE.noise_z / rules.ONLINE.noise_z * h.margin())
+    online = search.noise_margin(RunEvidence(h, LIMITS), rules.ONLINE)
+    assert online == pytest.approx(margin(rates, rules.ONLINE.noise_z))
+    assert margin(rates, rules.OFFLINE.noise_z) == pytest.approx(rules.OFFLINE.noise_z / rules.ONLINE.noise_z * online)
 
 
 def test_the_issue_s_io_bound_case_picks_the_cheaper_of_two_within_noise():

@@ -113,6 +113,7 @@ def test_the_job_is_read_now_and_then_while_the_machine_has_memory_free(tmp_path
     from feedprof.record import tree_memory
     from feedprof.store.online import OnlineSwitch
     from feedprof.tune import online
+    from feedprof.tune.online_memory import JOB_MEMORY_IDLE_EVERY_S, JobMemory
     from tests.fakes import FakeClock
     from tests.test_online_strategy import LIMITS, io_bound_baseline, window, with_workers
 
@@ -127,16 +128,17 @@ def test_the_job_is_read_now_and_then_while_the_machine_has_memory_free(tmp_path
     h.windows += [window(four, 80, 0.5, t=2), window(four, 82, 0.5, t=3)]
     clock, steps = FakeClock(), []
     decider = online.Decider(trial_dir=str(tmp_path), limits=LIMITS, opts=online.OnlineOptions(), clock=clock,
-                             history=h, current=eight, final=True, memory_budget_bytes=100 * MIB,
+                             history=h, current=eight, final=True,
+                             memory=JobMemory(budget_bytes=100 * MIB, available0_bytes=Free.available),
                              on_decision=lambda step, t_s, fw: steps.append(step))
-    decider._available0_bytes, decider.local_pids = Free.available, {0: 1}
+    decider.local_pids = {0: 1}
     decider.switches.append(OnlineSwitch(rank=0, t_s=4.0, config=eight, why="settled"))
     for _ in range(10):  # 10 polls, a second apart, under the budget: one reading
         decider.poll()
         clock.t += 1.0
     assert len(readings) == 1 and steps == []
     held["bytes"] = 300 * MIB  # the job grew; the machine still shows nothing lost
-    for _ in range(int(online.JOB_MEMORY_IDLE_EVERY_S) + 1):
+    for _ in range(int(JOB_MEMORY_IDLE_EVERY_S) + 1):
         decider.poll()
         clock.t += 1.0
     assert len(readings) == 2

@@ -1,9 +1,45 @@
 """The online search as a function of the windows measured so far (no processes, no clock)."""
+from feedprof.analyse import rules
+from feedprof.analyse.diagnose import workers_of
 from feedprof.store.online import OnlineFailure, OnlineWindow
-from feedprof.tune.online_strategy import RunHistory, Limits, decide, pick, with_workers, worker_cap, workers
+from feedprof.tune import search
+from feedprof.tune.online_strategy import Limits, RunEvidence, RunHistory, decide
+from feedprof.tune.space import TorchSpace
 
 BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}
 LIMITS = Limits(cpu_cap=2, max_workers=32)
+
+
+def workers(config):
+    return workers_of(config) or 0
+
+
+def with_workers(base, n):
+    return TorchSpace(base, cpu_cap=1, max_primary=1, cuda_used=None).with_primary(base, n)
+
+
+def pick(h, limits=LIMITS):
+    """The online search's pick (tune/search.py) from the run's windows."""
+    chosen = search.choice(RunEvidence(h, limits), rules.ONLINE)
+    return chosen.config if chosen is not None else None
+
+
+def fastest(h):
+    best = rules.fastest(h.evidence())
+    return best.config if best is not None else None
+
+
+def worker_cap(h, limits, space=None):
+    """The most workers the online climb may reach (tune/search.py climb_cap)."""
+    return search.climb_cap(RunEvidence(h, limits, space), rules.ONLINE)
+
+
+def retreat(h, failed, limits=LIMITS):
+    return search.retreat(RunEvidence(h, limits), failed)
+
+
+def predicted_workers(h, limits, space=None):
+    return search.predicted_count(RunEvidence(h, limits, space), rules.ONLINE)
 
 
 def window(config, rate, wait_fraction, t=0.0, workers_cpu_s=None, load_cpu_s=0.0, rank=0, wall_s=1.0):
@@ -113,8 +149,6 @@ def test_the_explore_budget_spent_settles_on_the_pick_so_far():
 
 
 def test_a_retreat_goes_to_the_best_config_with_fewer_workers():
-    from feedprof.tune.online_strategy import retreat
-
     h = io_bound_baseline()
     four, sixteen = with_workers(BASE, 4), with_workers(BASE, 16)
     h.windows += [window(four, 80, 0.5, t=2), window(four, 82, 0.5, t=3),
@@ -207,7 +241,8 @@ def test_the_refinement_finds_fewer_workers_that_are_faster():
 def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
     """Tight windows (no noise to widen the tolerance): the online policy picks what the offline
     rule picks from the same rates (analyse/rules.py), and the tolerances are one."""
-    from feedprof.analyse import measured, rules
+    from feedprof import defaults
+    from feedprof.store import ConfigEvidence
 
     rates = {0: 20.0, 2: 40.0, 8: 150.0, 12: 155.0, 16: 157.0}
     h = RunHistory(baseline=BASE)
@@ -215,8 +250,10 @@ def test_the_online_pick_is_the_offline_pick_on_the_same_evidence():
         config = with_workers(BASE, n)
         h.windows += [window(config, rate, 0.5, t=2 * t, workers_cpu_s=0.2 * n),
                       window(config, rate, 0.5, t=2 * t + 1, workers_cpu_s=0.2 * n)]
-    offline = rules.pick(rates, lambda n: (n,), measured.PICK_TOLERANCE)
-    assert measured.PICK_TOLERANCE == rules.OFFLINE.pick_tolerance == rules.ONLINE.pick_tolerance
+    evidence = [ConfigEvidence(config=with_workers(BASE, n), rate=r, rates=(r,), measurements=1)
+                for n, r in rates.items()]
+    offline = workers(rules.pick(evidence, workers, defaults.TOLERANCE).config)
+    assert defaults.TOLERANCE == rules.OFFLINE.pick_tolerance == rules.ONLINE.pick_tolerance
     assert pick(h)["num_workers"] == offline == 12
 
 
@@ -279,7 +316,6 @@ def test_a_keras_loop_that_loads_itself_and_waits_on_io_is_predicted_past_the_cp
     """Keras's workers=1 loads in the loop's own thread: its windows' CPU while it waited says I/O,
     so the count predicted for the held run's caveat goes past the 2 CPUs (torch's rule, which
     reads workers=1 as a worker with no CPU measured, stopped it at 2)."""
-    from feedprof.tune.online_strategy import predicted_workers
     from feedprof.tune.space_tf import KerasSpace
 
     base = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
@@ -287,4 +323,3 @@ def test_a_keras_loop_that_loads_itself_and_waits_on_io_is_predicted_past_the_cp
     h = RunHistory(baseline=base)
     h.windows += [window(base, 20, 0.9, t=0, load_cpu_s=0.01), window(base, 20, 0.9, t=1, load_cpu_s=0.01)]
     assert predicted_workers(h, LIMITS, space) > LIMITS.cpu_cap
-    assert predicted_workers(h, LIMITS) == LIMITS.cpu_cap  # (without the space: torch's rule)

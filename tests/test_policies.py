@@ -1,5 +1,5 @@
-"""The two searches over one set of evidence: the offline ladder (tune/strategy.py, ask/tell over
-trials) and the online explorer (tune/online_strategy.py, decide over windows of the run) measure
+"""The one search (tune/search.py) in its two modes over one set of evidence: offline (the ladder,
+asked and told over trials) and online (decide over windows of the run) measure
 the same noise-free loader and end on configs equally fast, within the pick tolerance
 (analyse/rules.py: where their Mode fields do not apply, they decide by the same rules)."""
 import pytest
@@ -8,7 +8,8 @@ from feedprof.analyse import rules
 from feedprof.analyse.recommend import recommend
 from feedprof.store import Role
 from feedprof.store.online import OnlineWindow
-from feedprof.tune.online_strategy import Limits, RunHistory, decide, workers
+from feedprof.tune.online_strategy import Limits, RunHistory, decide
+from tests.test_online_strategy import workers
 from tests.test_strategy import simulate
 
 BASE = {"num_workers": 0, "prefetch_factor": None, "pin_memory": False, "persistent_workers": False}

@@ -215,7 +215,7 @@ def test_ray_data_prefetch_is_a_space_of_its_own_set_where_the_script_sets_it(tm
     follows it through train_loop_config to the script's flag; batch_size is reported, never changed."""
     from types import SimpleNamespace
 
-    from feedprof.tune.space import make_space
+    from feedprof.tune.spaces import make_space
 
     path = write_script(tmp_path, "train_data.py", TRAIN_RAY_DATA)
     at = next(i for i, text in enumerate(open(path), 1) if "iter_torch_batches(" in text)

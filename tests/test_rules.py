@@ -5,6 +5,7 @@ import pytest
 
 from feedprof.analyse import rules
 from feedprof.analyse.rules import OFFLINE, ONLINE
+from feedprof.store import ConfigEvidence
 
 
 @pytest.mark.parametrize("workers,cores,runq,cap,bound", [
@@ -42,18 +43,24 @@ def test_the_jump_aims_at_the_ceiling_within_the_cpu_budget_and_the_start_up():
     assert rules.jump_target(0, 90.0, 100.0, OFFLINE) == 2  # never less than a doubling
 
 
+def _picked(rates, tolerance):
+    """rules.pick over configs with these rates (by worker count), as the worker count it picks."""
+    evidence = [ConfigEvidence(config={"num_workers": n}, rate=r, rates=(r,), measurements=1) for n, r in rates.items()]
+    chosen = rules.pick(evidence, lambda c: (c["num_workers"],), tolerance)
+    return chosen.config["num_workers"] if chosen is not None else None
+
+
 def test_the_pick_is_the_cheapest_within_tolerance_of_the_fastest():
     rates = {0: 10.0, 2: 50.0, 4: 98.0, 8: 100.0}
-    assert rules.pick(rates, lambda k: (k,), 0.03) == 4
-    assert rules.pick(rates, lambda k: (k,), 0.01) == 8
-    assert rules.pick({}, lambda k: (k,), 0.03) is None
+    assert _picked(rates, 0.03) == 4
+    assert _picked(rates, 0.01) == 8
+    assert _picked({}, 0.03) is None
 
 
 def test_the_same_evidence_gives_the_same_pick_offline_and_online():
     """Where no difference parameter applies, the two modes pick alike (the tolerance is one)."""
     rates = {0: 11.0, 2: 25.0, 8: 90.0, 12: 93.0, 16: 94.0}
-    assert rules.pick(rates, lambda k: (k,), OFFLINE.pick_tolerance) == \
-        rules.pick(rates, lambda k: (k,), ONLINE.pick_tolerance) == 12
+    assert _picked(rates, OFFLINE.pick_tolerance) == _picked(rates, ONLINE.pick_tolerance) == 12
 
 
 def test_what_ends_a_config_caps_the_workers_or_not():
@@ -88,6 +95,8 @@ def test_the_offline_ladder_reads_its_tolerance_where_its_mode_says_so():
     """The ladder aims its jump and stops near the ceiling at 1 - its tolerance (--tolerance moves
     both): OFFLINE's fields must say the same of the default, or the one list of differences lies."""
     assert OFFLINE.jump_margin == OFFLINE.near_ceiling == pytest.approx(1 - OFFLINE.pick_tolerance)
+    five = rules.offline_mode(0.05)
+    assert (five.pick_tolerance, five.jump_margin, five.near_ceiling) == pytest.approx((0.05, 0.95, 0.95))
 
 
 def test_what_one_worker_supplies_and_the_fewest_that_supply_a_rate():

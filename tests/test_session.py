@@ -117,3 +117,30 @@ def test_watch_overhead_is_microseconds():
     per_batch_s = (time.perf_counter() - t0) / len(data)
     prof.stop()
     assert per_batch_s < 20e-6, f"{per_batch_s * 1e6:.1f} µs per batch"
+
+
+def test_the_public_tune_takes_every_tune_option_by_name_with_its_default():
+    """feedprof.tune() has its real signature (no **options): one keyword per TuneOptions field,
+    with the same default, so help() and an editor show them and a typo is a TypeError."""
+    import dataclasses
+    import inspect
+
+    from feedprof.tune.job import TuneOptions
+
+    params = inspect.signature(feedprof.tune).parameters
+    options = {f.name: f.default for f in dataclasses.fields(TuneOptions)}
+    keywords = {name: p.default for name, p in params.items() if p.kind == inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == options
+    with pytest.raises(TypeError):
+        feedprof.tune("train.py", budget=60)  # (budget_s)
+
+
+def test_the_public_tune_stays_a_function_once_its_package_is_imported():
+    """feedprof.tune() imports the feedprof.tune package; a second call in the same session (a
+    notebook) must still call the function, not the package."""
+    import feedprof.tune.job as job  # what the first call imports (and every way to import it works)
+    from feedprof.tune.job import TuneOptions
+
+    assert callable(feedprof.tune) and job.TuneOptions is TuneOptions
+    with pytest.raises(TypeError):  # (the function's own signature, whichever object holds the name)
+        feedprof.tune("train.py", budget=60)

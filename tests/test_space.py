@@ -1,7 +1,8 @@
 """The search spaces: legal configs, costs, secondary knobs and what is judged."""
 from feedprof.store.reasons import EpochEndStall, PinMemoryNoEffect, VersusAutotune
 from feedprof.store import Phase, Role, TrialState
-from feedprof.tune.space import TorchSpace, make_space
+from feedprof.tune.space import TorchSpace
+from feedprof.tune.spaces import make_space
 from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace
 from feedprof.tune.strategy import LadderStrategy
 from tests.records import make_trial

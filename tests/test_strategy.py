@@ -1,7 +1,8 @@
 """The search on simulated workloads: no processes, a throughput model per case."""
 import pytest
 
-from feedprof.analyse.measured import pick
+from feedprof.analyse import rules
+from feedprof.analyse.measured import measured_configs
 
 from feedprof.analyse.recommend import recommend
 from feedprof.store.reasons import FlatRung, FewerWorkersDoAsWell, JumpedAhead, MeasuredRepeatedly, RivalsRemeasured
@@ -10,6 +11,11 @@ from feedprof.tune.space import TorchSpace, ladder_rungs
 from feedprof.tune.history import GridStrategy, Proposal
 from feedprof.tune.strategy import LadderStrategy
 from tests.records import make_trial
+
+
+def pick(trials, cost, tol=rules.OFFLINE.pick_tolerance):
+    """The pick (rules.pick) over each config's trials pooled (analyse/measured.py)."""
+    return rules.pick([m.evidence for m in measured_configs(trials)], cost, tol)
 
 
 def simulate(model, baseline, cpu_cap=2, max_workers=32, cuda=False, budget_trials=30, proposals=None,
@@ -98,7 +104,7 @@ def test_io_bound_goes_past_the_cpu_count_and_stops_at_the_ceiling():
     assert max(tried) > 2  # past the 2 usable CPUs
     assert 16 not in tried and 32 not in tried  # stopped once 8 workers reached the ceiling (13 x 8 > 100)
     best = pick(trials, space.cost)
-    assert best.config["num_workers"] >= 8 and best.score == pytest.approx(100.0)
+    assert best.config["num_workers"] >= 8 and best.rate == pytest.approx(100.0)
     assert notes_of(strat, JumpedAhead) or any(n.code == "past_cpu_count" for n in strat.notes)
 
 
@@ -346,13 +352,13 @@ def test_a_window_that_spread_is_measured_again_before_it_decides():
     strat.tell(spread)
     again = strat.ask()
     assert again.config == spread.config and again.role == Role.BASELINE and again.phase == Phase.BASELINE
-    assert again.overrides.get("window_factor", 1) > 1
+    assert again.window_factor > 1
     assert any(n.code == "measured_again" and n.why == "spread" for n in strat.notes)
     strat.tell(make_trial(index=1, role=Role.BASELINE, phase=Phase.BASELINE, config=spread.config,
                           state=TrialState.OK, batches_per_s=3.6, batches_per_s_low=3.4, batches_per_s_high=3.8,
                           data_wait_fraction=0.95))
     assert strat.ask().role == Role.CEILING  # once: the search goes on
-    assert strat.measured(spread.config, strat.trials).batches_per_s == 3.6  # the window that did not spread
+    assert strat.believed_trial(spread.config, strat.trials).batches_per_s == 3.6  # the window that did not spread
 
 
 def test_a_rung_that_dips_below_fewer_workers_is_measured_again():
@@ -478,8 +484,8 @@ def test_on_a_busy_machine_rivals_get_longer_windows_and_one_more_round():
     quiet, quiet_note = run(other_cores=0.05)
     busy, busy_note = run(other_cores=0.9)
     assert (len(quiet), len(busy)) == (4, 6)
-    assert {p.overrides["window_factor"] for p in quiet} == {2.0}
-    assert {p.overrides["window_factor"] for p in busy} == {3.0}
+    assert {p.window_factor for p in quiet} == {2.0}
+    assert {p.window_factor for p in busy} == {3.0}
     assert (quiet_note.busy, busy_note.busy) == (False, True)
 
 
@@ -543,7 +549,7 @@ def test_the_jump_goes_no_further_than_the_workers_start_in_time(startup_s, most
     for i, (role, phase, n) in enumerate([(Role.BASELINE, Phase.BASELINE, 0), (Role.CEILING, Phase.CEILING, 0),
                                           (Role.SEARCH, Phase.LADDER, 2)]):
         rate, cpu, wait = io_bound({"num_workers": n}, role, ceiling=400.0)
-        config = space.with_primary(strat._base(), n) if role == Role.SEARCH else space.legalize({"num_workers": n})
+        config = space.with_primary(strat.ladder_base(), n) if role == Role.SEARCH else space.legalize({"num_workers": n})
         strat.tell(make_trial(index=i, role=role, config=config, state=TrialState.OK, phase=phase,
                               batches_per_s=rate, batches_per_s_low=rate, batches_per_s_high=rate,
                               workers_cpu_pct=cpu, data_wait_fraction=wait, system_cpu_pct=20.0, main_cpu_pct=5.0,

@@ -252,3 +252,31 @@ def test_a_switchers_refusal_is_said_and_the_loader_keeps_its_iterator(tmp_path,
     assert list(ctl.iterate(handle, lambda: iter(["own"]))) == ["own"]
     assert ctl.switching(handle) is None
     assert [e["why_not"] for e in events(tmp_path, "online_loader")] == ["empty"]
+
+
+def test_the_online_tuning_is_told_of_a_killed_pool_of_any_framework(tmp_path):
+    """trial/online_child.OnlineTuning, the real one, told that a pool of the tuned loader broke:
+    its event names the loader's epoch (OnlineLoader.epoch_number), whatever the framework. It
+    read torch's own counter, so a Keras pool killed while tuned raised AttributeError in the
+    user's loop."""
+    import json
+
+    from feedprof.trial.online_child import OnlineTuning
+
+    events = []
+    decision = tmp_path / "decision.json"
+    decision.write_text(json.dumps({"seq": 1, "config": {"workers": 8}, "final": False, "why": "climb"}))
+    tuning = OnlineTuning(str(decision), lambda event, **fields: events.append((event, fields)),
+                          FakeClock(0.0).now_s, 0.0, 0.5, 3)
+
+    def kill(pool):
+        if pool.config["workers"] == 8 and len(pool.fetched) > 12:
+            raise PoolKilled([9])
+
+    fetched = []
+    ol = SwitchingLoader(lambda config, feed: StandInPool(config, feed, fetched, kill), tuning, loader_id=0,
+                         script_config={"workers": 1}, chain=("train.py:9",), length=len(ITEMS))
+    tuning.consider(ol)
+    assert one_epoch(ol, list(range(len(ITEMS)))) == ITEMS
+    failures = [fields for event, fields in events if event == "online_failure"]
+    assert len(failures) == 1 and failures[0]["kind"] == "killed" and failures[0]["epoch"] == 1

@@ -13,7 +13,8 @@ from feedprof.tune.budget import MemoryBudget
 from feedprof.trial.protocol import Mode
 from feedprof.tune.machine import MachineFacts
 from feedprof.tune.job import TuneError, TuneJob, TuneOptions
-from feedprof.tune.tuner import FINISH_RESERVE_S, TIMEOUT_OVER_BUDGET_S, Tuner
+from feedprof.tune.time_budget import FINISH_RESERVE_S, TIMEOUT_OVER_BUDGET_S
+from feedprof.tune.tuner import Tuner
 from tests.fakes import FakeClock
 from feedprof.render.words import say
 

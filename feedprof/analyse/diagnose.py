@@ -7,6 +7,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules, stats
 from feedprof.analyse.hazards import run_hazards
+from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_run
+from feedprof.analyse.window import training_loader, window_steps
 from feedprof.store.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
                               WaitNotObservable, said_once)
 from feedprof.store import InputBound, LoaderRecord, Run, Samples, StepLog, Summary
@@ -14,6 +16,7 @@ from feedprof.store import InputBound, LoaderRecord, Run, Samples, StepLog, Summ
 # The TensorFlow Profiler's input-pipeline thresholds.
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_INPUT_BOUND = 0.05
+AT_CEILING = 1 - MODERATELY_INPUT_BOUND  # a config this close to the compute ceiling: the loader is not the limit
 
 
 def classify(input_bound_fraction: Optional[float]) -> InputBound:
@@ -24,15 +27,6 @@ def classify(input_bound_fraction: Optional[float]) -> InputBound:
     if input_bound_fraction >= MODERATELY_INPUT_BOUND:
         return InputBound.MODERATELY
     return InputBound.NOT
-
-
-def training_loader(run: Run) -> Optional[LoaderRecord]:
-    """The loader the window measured, else the one that delivered the most batches."""
-    if run.window.loader_id is not None:
-        rec = run.loader(run.window.loader_id)
-        if rec is not None:
-            return rec
-    return max(run.loaders, key=lambda r: r.batches, default=None)
 
 
 def workers_of(config: dict) -> Optional[int]:
@@ -50,15 +44,6 @@ def wait_fraction(rec: LoaderRecord, steps: Optional[StepLog] = None) -> Optiona
     steps = rec.steps if steps is None else steps
     wall = sum(steps.wall_s)
     return sum(steps.wait_s) / wall if wall > 0 and rec.wait_observable else None
-
-
-def window_steps(run: Run, rec: LoaderRecord) -> StepLog:
-    """The training loader's steps inside the measured window (all of them
-    for another loader, or a run without bounds)."""
-    w = run.window
-    if w.loader_id != rec.loader_id:
-        return rec.steps
-    return stats.in_window(rec.steps, w.t_start_s, w.t_end_s)
 
 
 def epoch_startup(rec: LoaderRecord) -> tuple:
@@ -245,8 +230,6 @@ def summarize_job(run: Run) -> Summary:
         return Summary(notes=tuple(notes or [NoLoaderIterated()]))
     slowest = min(measured, key=lambda s: s.effective_batches_per_s or s.batches_per_s)
     lag = straggler(per_rank)
-    from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_run  # (it reads this module's loaders)
-
     notes += [n for n in (rank_spread(waits_of_run(run)), nodes_differ(run)) if n is not None]
     waits = [s.data_wait_fraction for s in measured if s.data_wait_fraction is not None]
     batch = sum(s.batch_size or 0 for s in measured)

@@ -14,7 +14,7 @@ from feedprof.analyse.loading import training_loading
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.limits import hazard_reasons, usable, worker_cap
 from feedprof.analyse.measured import (Measured, cheaper_within_noise, cpu_use, evidence_of, measured_configs,
-                                       run_noise, score)
+                                       run_margin)
 from feedprof.analyse.measurements import Baseline, CpuUse
 from feedprof.store.reasons import CheaperWithinNoise, Reason, Verdict
 from feedprof.store import BatchTime, ConfigEvidence, LoadingProfile, Role, Trial, TrialState
@@ -60,7 +60,7 @@ class TrialMeasurements:
         if cheaper is None:
             return None
         why = CheaperWithinNoise(config=dict(cheaper.config), rival=dict(m.config),
-                                 rival_lead=m.score / cheaper.score - 1, noise=run_noise(self.trials) or 0.0,
+                                 rival_lead=m.score / cheaper.score - 1, noise=run_margin(self.trials) or 0.0,
                                  repeats=min(len(cheaper.trials), len(m.trials)))
         return evidence_of(cheaper), why
 

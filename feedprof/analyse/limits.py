@@ -27,6 +27,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules
 from feedprof.analyse.diagnose import training_loader, workers_of
+from feedprof.analyse.evidence import config_key
 from feedprof.analyse.hazards import (complete_epoch_batches, duplicated, fds_near_limit, longest_epoch_batches,
                                       memory_growth, worker_uss_series)
 from feedprof.store.reasons import (CudaInForkedWorker, DuplicatedPerWorker, MemoryGrows, MemoryGrowthProjected, RankFailed,
@@ -128,10 +129,10 @@ def usable(trials: Sequence[Trial], cap: Optional[WorkersCapped], workers_of: Wo
     that never died (one that ran once and was killed once is not safe) nor
     were rejected later (the memory budget learned they no longer fit), in
     ``history`` (default: ``trials``)."""
-    unsafe = {tuple(sorted(t.config.items())) for t in (trials if history is None else history)
+    unsafe = {config_key(t.config) for t in (trials if history is None else history)
               if t.role != Role.CEILING and (_bad(t) or t.state == TrialState.REJECTED)}
     return [t for t in trials if (cap is None or _workers(t, workers_of) <= cap.max_workers)
-            and tuple(sorted(t.config.items())) not in unsafe]
+            and config_key(t.config) not in unsafe]
 
 
 def survivable(baseline: Trial) -> bool:

@@ -10,13 +10,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from feedprof.analyse import evidence, noise, rules, stats
+from feedprof.analyse import noise, rules, stats
 from feedprof.analyse.diagnose import between_epochs, training_loader
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measurements import CpuUse
 from feedprof.store import ConfigEvidence, Role, Run, Trial, TrialState
 
-PICK_TOLERANCE = rules.OFFLINE.pick_tolerance  # configs within 3 % of the best count as equally fast
 SPREAD_LIMIT = 0.25  # a window whose chunks spread more than ±25 % failed to measure its config
 
 Config = Dict[str, Any]
@@ -59,8 +58,8 @@ def epoch_gap_s(trial: Trial) -> Optional[float]:
     return between_epochs(rec) if rec is not None else None
 
 
-def relative_spread(trial: Trial) -> Optional[float]:
-    """Half the range of the window's chunk rates over their median (0.1 = ±10 %)."""
+def window_spread(trial: Trial) -> Optional[float]:
+    """Half the range of the trial's window's chunk rates over their median (0.1 = ±10 %)."""
     rate, low, high = trial.batches_per_s, trial.batches_per_s_low, trial.batches_per_s_high
     return 0.5 * (high - low) / rate if rate and low is not None and high is not None else None
 
@@ -68,7 +67,7 @@ def relative_spread(trial: Trial) -> Optional[float]:
 def sound(trial: Trial) -> bool:
     """Did the window measure its config? One whose chunks spread past
     SPREAD_LIMIT caught something else (start-up, another job's burst)."""
-    spread = relative_spread(trial)
+    spread = window_spread(trial)
     return spread is None or spread <= SPREAD_LIMIT
 
 
@@ -82,8 +81,8 @@ class Measured:
     latest: Trial
 
     @property
-    def relative_spread(self) -> float:
-        """Half the relative range of chunk throughputs and repeats (0.1 = ±10 %)."""
+    def spread(self) -> float:
+        """Half the relative range of its windows' chunks and its repeats (0.1 = ±10 %)."""
         lows, highs = [], []
         for t in self.trials:
             s = score(t)
@@ -157,7 +156,7 @@ def figure_spread(m: Measured) -> Optional[float]:
     confirms = [t for t in m.trials if t.role == Role.CONFIRM]
     if len(confirms) > 1:
         return noise.relative_spread([sustained(t) or m.score for t in confirms])
-    return relative_spread(confirms[0] if confirms else m.latest)
+    return window_spread(confirms[0] if confirms else m.latest)
 
 
 def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
@@ -174,21 +173,9 @@ def measured_configs(trials: Sequence[Trial]) -> List[Measured]:
             for group in kept]
 
 
-def pick(trials: Sequence[Trial], cost: Any, tol: float = PICK_TOLERANCE) -> Optional[Measured]:
-    """Among configs within ``tol`` of the fastest, the cheapest (analyse/evidence.pick: the online pick's too)."""
-    by_key = {config_key(m.config): m for m in measured_configs(trials)}
-    chosen = evidence.pick([m.evidence for m in by_key.values()], cost, tol)
-    return by_key[config_key(chosen.config)] if chosen is not None else None
-
-
-def run_noise(trials: Sequence[Trial]) -> Optional[float]:
-    """How much repeats of one config differ in this tune (their typical relative half-range), from
-    the configs it measured more than once: what the words say of the noise."""
-    return noise.repeat_noise(_score_groups(trials))
-
-
 def run_margin(trials: Sequence[Trial]) -> Optional[float]:
-    """How far apart two configs' scores must be to be told apart in this tune (noise.margin)."""
+    """How far apart two configs' scores must be to be told apart in this tune (noise.margin at
+    offline's z): what cheaper_within_noise decides by, and what its finding says."""
     return noise.margin(_score_groups(trials), rules.OFFLINE.noise_z)
 
 
@@ -224,3 +211,14 @@ def trial_from_run(index: int, role: Role, config: Config, run: Run, **fields: A
     """The tune's row for one trial: its config and state, and the full run (its figures come from it)."""
     return Trial(index=index, role=role, config=dict(config), state=run.outcome.state,
                  cause=None if run.outcome.state == TrialState.OK else run.outcome.cause, run=run, **fields)
+
+
+def charged_epoch_gaps(trials: Sequence[Trial]) -> List[Trial]:
+    """What the loop does between epochs outside the loader (validation, checkpoints) costs the
+    same whatever the loader's config, and a trial inside one epoch never sees it: measured by any
+    trial that crossed a boundary (the median of them), it is charged per epoch to every trial that
+    did not (Trial.epoch_gap_s), so configs are compared and reported with it."""
+    gaps = [g for g in (epoch_gap_s(t) for t in trials) if g is not None]
+    gap = stats.median(gaps) if gaps else None
+    return [dataclasses.replace(t, epoch_gap_s=gap if t.run is not None and epoch_gap_s(t) is None else None)
+            for t in trials]

@@ -4,9 +4,9 @@ whether two configs' rates are further apart than that allows (``margin``, ``tol
 
 On a shared machine the spread between two runs of one config is larger than the spread of the
 chunks inside one window, so the only honest yardstick is a repeat. Offline the confirm phase
-(tune/confirm.py) makes repeats and the recommendation reads them (a costlier config must beat a
+(tune/search.py, confirm) makes repeats and the recommendation reads them (a costlier config must beat a
 cheaper one by more than the margin); online every config is measured in several windows, and the
-margin is the least tolerance of the pick (tune/online_strategy.py). Where the two differ, it is
+margin is the least tolerance of the pick (rules.pick_tolerance). Where the two differ, it is
 the z of rules.Mode (``noise_z``), with its reason.
 """
 from __future__ import annotations
@@ -27,13 +27,6 @@ def relative_spread(scores: Sequence[float]) -> Optional[float]:
         return None
     mid = stats.median(scores)
     return 0.5 * (max(scores) - min(scores)) / mid if mid else None
-
-
-def repeat_noise(score_groups: Sequence[Sequence[float]]) -> Optional[float]:
-    """The run-to-run noise of this tune: the median relative spread over the
-    configs measured more than once (None: nothing was repeated)."""
-    spreads = [s for s in (relative_spread(g) for g in score_groups) if s is not None]
-    return stats.median(spreads) if spreads else None
 
 
 def margin(score_groups: Sequence[Sequence[float]], z: float) -> Optional[float]:

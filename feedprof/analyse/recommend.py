@@ -7,7 +7,7 @@ NOTE [ What is recommended ]
     a search's Measurements: each config's evidence (store/evidence.py, one shape for both),
     and what only its own records hold (offline: its trials, analyse/from_trials.py;
     online: the run's windows and failures, tune/online_result.py)
-           ─► pick: cheapest (space.cost) within ``tol`` of the fastest (evidence.pick)
+           ─► pick: cheapest (space.cost) within ``tol`` of the fastest (rules.pick)
            ─► a cheaper config the pick cannot be told apart from (offline: repeats' noise)
            ─► finalize: settings judged rather than measured (persistent workers on long
               epochs; tf.data: never below AUTOTUNE)
@@ -19,20 +19,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from feedprof.analyse import evidence
-from feedprof.analyse.diagnose import MODERATELY_INPUT_BOUND, classify, workers_of
+from feedprof import defaults
+from feedprof.analyse import rules
+from feedprof.analyse.diagnose import AT_CEILING, classify, workers_of
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.beyond import explain_gap
 from feedprof.analyse.from_trials import TrialMeasurements
 from feedprof.analyse.measurements import Baseline, CpuUse, Measurements
-from feedprof.analyse.measured import PICK_TOLERANCE
 from feedprof.store.reasons import (BaselineFigures, CpusAreTheLimit, DuplicatedPerWorker, FewerWorkersDoAsWell,
                                     KeepScriptSettings, LeadNotConfirmed, MeasuredRepeatedly, NothingTried,
                                     NotTheLoader, PickFigures, Reason, ShortOfCeiling, Verdict, WorkersCapped,
                                     WorkersLeaveCpuIdle)
 from feedprof.store import ConfigEvidence, InputBound, Recommendation, Trial, TrialState, VerdictKind
 
-NEAR_CEILING = 0.9  # below this share of the ceiling, the gap is said, with the parts that make it
+GAP_SAID_BELOW = 0.9  # below this share of the ceiling, the gap is said, with the parts that make it
 
 Config = Dict[str, Any]
 
@@ -87,7 +87,7 @@ class Figures:
 
 def figures(m: Measurements, space: ConfigSpace, tol: float) -> Optional[Figures]:
     configs = m.configs()
-    chosen = evidence.pick(configs, space.cost, tol)
+    chosen = rules.pick(configs, space.cost, tol)
     if chosen is None:
         return None
     judged: List[Reason] = []
@@ -155,7 +155,7 @@ def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = N
     after = workers_of(f.config)
     same = f.baseline is None or config_key(f.config) == config_key(f.baseline.config)
     gains = f.speedup is not None and f.speedup >= 1 + tol
-    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
+    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= AT_CEILING
     fewer = not same and before is not None and after is not None and after < before
     failed = f.baseline_failed
     if f.cap is not None and isinstance(f.cap.because, DuplicatedPerWorker):  # correct before fast
@@ -180,7 +180,7 @@ def verdict_of(f: Figures, tol: float, nothing_tried: Optional[NothingTried] = N
 
 
 def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[int],
-               nothing_tried: Optional[NothingTried] = None, tol: float = PICK_TOLERANCE) -> List[Reason]:
+               nothing_tried: Optional[NothingTried] = None, tol: float = defaults.TOLERANCE) -> List[Reason]:
     out: List[Reason] = []
     if f.baseline is not None and f.baseline_score:
         out.append(BaselineFigures(config=dict(f.baseline.config), batches_per_s=f.baseline_score,
@@ -203,7 +203,7 @@ def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[
     if f.cap is not None:
         out.append(f.cap)
     out.extend(_cpu_reasons(f.chosen.config, *m.cpu(f.chosen), cpu_cap))
-    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= 1 - MODERATELY_INPUT_BOUND
+    at_ceiling = f.fraction_of_ceiling is not None and f.fraction_of_ceiling >= AT_CEILING
     gains = f.speedup is not None and f.speedup >= 1 + tol
     # (fewer workers that make the job faster: the script's loader settings were what held it back)
     if (verdict.input_bound == InputBound.NOT and verdict.kind not in (VerdictKind.FASTER, VerdictKind.FEWER_WORKERS)) \
@@ -215,7 +215,7 @@ def reasons_of(f: Figures, verdict: Verdict, m: Measurements, cpu_cap: Optional[
                                         memory_saved_bytes=m.memory_saved_bytes(f.chosen)))
     elif verdict.input_bound != InputBound.NOT \
             and verdict.kind not in (VerdictKind.DUPLICATES, VerdictKind.NOTHING_TRIED) \
-            and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < NEAR_CEILING:
+            and f.fraction_of_ceiling is not None and f.fraction_of_ceiling < GAP_SAID_BELOW:
         out.append(ShortOfCeiling(fraction_short=1 - f.fraction_of_ceiling))  # followed by why (analyse/beyond.py)
     if m.repeats(f.chosen) > 1:
         out.append(MeasuredRepeatedly(times=m.repeats(f.chosen)))
@@ -236,7 +236,7 @@ def _cpu_reasons(config: Config, bound: Optional[bool], use: Optional[CpuUse], c
     return [WorkersLeaveCpuIdle(cores_per_worker=cores, **used)]
 
 
-def recommend_from(m: Measurements, space: ConfigSpace, tol: float = PICK_TOLERANCE, cpu_cap: Optional[int] = None,
+def recommend_from(m: Measurements, space: ConfigSpace, tol: float = defaults.TOLERANCE, cpu_cap: Optional[int] = None,
                    ram_budget_bytes: Optional[int] = None,
                    nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
     """The recommendation from what a search measured, without its paste-ready code (the tuner
@@ -272,7 +272,7 @@ def _training_rate(f: Figures, m: Measurements) -> Optional[float]:
     return base.steady_rate if base is not None else None
 
 
-def recommend(trials: Sequence[Trial], space: Any, tol: float = PICK_TOLERANCE, cpu_cap: Optional[int] = None,
+def recommend(trials: Sequence[Trial], space: Any, tol: float = defaults.TOLERANCE, cpu_cap: Optional[int] = None,
               ram_budget_bytes: Optional[int] = None, fits: Optional[Any] = None,
               nothing_tried: Optional[NothingTried] = None) -> Optional[Recommendation]:
     """An offline tune's recommendation, from its trials; ``fits``: does a config fit the memory

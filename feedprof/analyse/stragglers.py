@@ -15,7 +15,7 @@ from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import stats
-from feedprof.analyse.diagnose import training_loader, window_steps
+from feedprof.analyse.window import training_loader, window_steps
 from feedprof.store import OnlineWindow, Run
 from feedprof.store.reasons import NodesDiffer, RankSpread
 

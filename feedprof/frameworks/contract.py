@@ -63,7 +63,7 @@ class LoaderHandle:
 
     plan: Plan
     info: LoaderInfo
-    ref: Any  # weak reference to the loader, or None
+    ref: Optional[Callable[[], object]]  # a weak reference to the loader (None: it takes none)
     rec: Optional[StepRecorder] = None
     online: Optional["OnlineLoader"] = None  # online mode: the loader served by switching pools
     switch_checked: bool = False  # online mode: asked once whether it can switch (online stays None if not)
@@ -111,11 +111,17 @@ class OnlineLoader(Protocol):
     script_config: Dict[str, Any]  # its own settings, in the form decisions come in
     own_persistent: bool  # its own workers outlive an epoch (else they start anew each epoch)
     served: Optional[Dict[str, Any]]  # the config of the last pool started
-    pool: Any  # the pool serving now (a Pool), or None
+    pool: Optional[Pool]  # the pool serving now
     epochs: int
     epoch_batches: Optional[int]  # what the loop had of its last epoch that ended (None: none yet)
+    rng_moved: bool  # a switch moved the script's random draws (said with each order check)
+    own_iterators: int  # iterators handed the script's own settings while an epoch was live
 
     hold_why: str  # why it is no longer switched ("": it may be)
+
+    @property
+    def epoch_number(self) -> int:
+        """The epoch the loop is in, counted from 1 over every loader built at its place."""
 
     def kept(self) -> Dict[str, Any]:
         """The config a held loader keeps for the rest of the run."""
@@ -147,6 +153,43 @@ class OnlineLoader(Protocol):
         """Another loader is tuned now: its pool ends; an epoch still going goes on with a new one."""
 
 
+class Tuning(Protocol):
+    """The online tuning as an OnlineLoader sees it (trial/online_child.py OnlineTuning): which
+    config to serve, and what happened, told as it happens."""
+
+    allow_rng_change: bool  # --allow-rng-change: switch even where that moves the script's draws
+    now: Callable[[], float]
+
+    def register(self, ol: OnlineLoader) -> None: ...
+
+    def counts(self, loader_id: int) -> List[int]:
+        """[epochs, iterators] of the loaders built at ``loader_id``'s place, numbered on."""
+
+    def config_for(self, ol: OnlineLoader) -> Dict[str, Any]: ...
+
+    def hang_limit_s(self, ol: OnlineLoader, config: Dict[str, Any]) -> Optional[float]: ...
+
+    def safe_config(self, ol: OnlineLoader, failed: Dict[str, Any]) -> Dict[str, Any]: ...
+
+    def switched(self, ol: OnlineLoader, config: Dict[str, Any], restart: bool = False) -> None: ...
+
+    def failed(self, ol: OnlineLoader, config: Dict[str, Any], kind: str, exc: BaseException,
+               signals: Optional[List[int]] = None, replayed: Optional[int] = None) -> None: ...
+
+    def delivered(self, ol: OnlineLoader, t_req_s: float, t_got_s: float, batch: object,
+                  cpu_s: float = 0.0) -> None: ...
+
+    def epoch_ended(self, ol: OnlineLoader, left: bool = False) -> None: ...
+
+    def order_checked(self, ol: OnlineLoader, check: Dict[str, Any]) -> None: ...
+
+    def randomness(self, ol: OnlineLoader, where: str, streams: Tuple[str, ...], moved: bool) -> None: ...
+
+    def carried(self, ol: OnlineLoader, carried: bool, why: str, epoch: int) -> None: ...
+
+    def held(self, ol: OnlineLoader, why: str, detail: str) -> None: ...
+
+
 class Switcher(Protocol):
     """A framework's capability to change its loaders' settings inside the real run."""
 
@@ -155,7 +198,7 @@ class Switcher(Protocol):
     def switch_capable(self, loader: Any, allowed: SwitchAllowed) -> Optional[str]:
         """None where the loader can switch, else why not (a reason code, render/online.py words it)."""
 
-    def online_loader(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def online_loader(self, loader: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                       chain: Tuple[str, ...], allowed: SwitchAllowed) -> OnlineLoader:
         """The loader's OnlineLoader (``tuning`` says which config to serve and is told every batch)."""
 
@@ -167,7 +210,7 @@ class Controller(Protocol):
     def plan(self, framework: str, caller: FrameType) -> Plan:
         """At a loader's construction: is it the one being tuned, and what to inject."""
 
-    def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
+    def created(self, plan: Plan, info: LoaderInfo, loader: object = None) -> LoaderHandle:
         """The loader is built (with ``info.config`` in effect)."""
 
     def iterate(self, handle: LoaderHandle, make_iter: Callable[[], Iterator],

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+from feedprof.frameworks.contract import Controller
 
 
-def install_arguments(ctl: Any) -> None:
+def install_arguments(ctl: Controller) -> None:
     """TrainingArguments (and its subclasses): remember where the script built them."""
     from transformers.training_args import TrainingArguments
 
@@ -39,7 +40,7 @@ def install_arguments(ctl: Any) -> None:
     TrainingArguments._feedprof_patched = True
 
 
-def install_trainer(ctl: Any) -> None:
+def install_trainer(ctl: Controller) -> None:
     """Trainer.get_train_dataloader: the loader it builds takes its knobs from the args."""
     from transformers.trainer import Trainer
 

@@ -12,7 +12,9 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Sequence
+from types import ModuleType
+from importlib.machinery import ModuleSpec
 
 Callback = Callable[[Any], None]
 
@@ -39,7 +41,8 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
     def __init__(self) -> None:
         self._busy: set = set()
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
+                  target: Optional[ModuleType] = None) -> Optional[ModuleSpec]:
         if fullname not in _callbacks or fullname in self._busy:
             return None
         self._busy.add(fullname)
@@ -54,14 +57,14 @@ class _PostImportFinder(importlib.abc.MetaPathFinder):
 
 
 class _NotifyingLoader(importlib.abc.Loader):
-    def __init__(self, loader: Any, name: str):
+    def __init__(self, loader: importlib.abc.Loader, name: str):
         self._loader = loader
         self._name = name
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: ModuleSpec) -> Optional[ModuleType]:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: Any) -> None:
+    def exec_module(self, module: ModuleType) -> None:
         module.__loader__ = self._loader  # the module keeps its real loader
         if getattr(module.__spec__, "loader", None) is self:
             module.__spec__.loader = self._loader

@@ -7,11 +7,13 @@ import sys
 from typing import Any
 
 from feedprof.store.reasons import NotInstrumented
+from feedprof.frameworks.contract import Controller
 
 # module the script imports -> (adapter module in feedprof.frameworks, its install function)
 ADAPTERS = (
     ("torch.utils.data", "torch", "install"),
     ("tensorflow", "tfdata", "install"),
+    ("tensorflow", "tfdistribute", "install"),  # (after tfdata: it tags the pipelines distributed)
     ("keras", "keras", "install"),
     ("tf_keras", "tf_keras", "install"),
     ("torchdata.stateful_dataloader", "torch", "install_stateful"),
@@ -26,7 +28,7 @@ ADAPTERS = (
 )
 
 
-def install_adapters(ctl: Any) -> None:
+def install_adapters(ctl: Controller) -> None:
     """Instrument each framework when (if) the script imports it."""
     from feedprof.frameworks import hooks
 
@@ -34,7 +36,7 @@ def install_adapters(ctl: Any) -> None:
         hooks.when_imported(module, lambda m, a=adapter, f=function: install(a, ctl, f, m))
 
 
-def install(adapter: str, ctl: Any, function: str = "install", module: Any = None) -> None:
+def install(adapter: str, ctl: Controller, function: str = "install", module: Any = None) -> None:
     """One adapter (a failure to install it is a note, never an error in the user's script)."""
     try:
         fn = getattr(importlib.import_module(f"feedprof.frameworks.{adapter}"), function)

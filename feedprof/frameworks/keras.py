@@ -29,40 +29,24 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-from typing import Any, Dict, Optional
+from inspect import BoundArguments
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional
 
 from feedprof.store.reasons import NoSuperInit
 from feedprof.record.loadprof import loading
 from feedprof.record.steps import LoaderInfo
+from feedprof.store import LoaderRecord
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.pydataset import DEFAULTS, legalize
+from feedprof.frameworks.contract import Controller, LoaderHandle
 
-KNOBS = ("workers", "use_multiprocessing", "max_queue_size")
-DEFAULTS = {"workers": 1, "use_multiprocessing": False, "max_queue_size": 10}
+if TYPE_CHECKING:
+    import keras
 
+Method = Callable[..., Any]  # a Keras method patched: what it returns is the caller's
+from feedprof.frameworks.keras_switch import fit_started
 
-def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
-    out = {**DEFAULTS, **{k: v for k, v in config.items() if k in KNOBS and v is not None}}
-    out["workers"] = max(1, int(out["workers"]))
-    out["max_queue_size"] = max(1, int(out["max_queue_size"]))
-    out["use_multiprocessing"] = bool(out["use_multiprocessing"])
-    return out
-
-
-def in_flight(config: Dict[str, Any]) -> int:
-    """Batches the enqueuer's queue holds (workers=1 without processes: one, loaded in turn)."""
-    cfg = legalize(config)
-    return cfg["max_queue_size"] if cfg["workers"] > 1 or cfg["use_multiprocessing"] else 1
-
-
-def describe_config(config: Dict[str, Any]) -> str:
-    """workers, plus only the knobs that differ from Keras's defaults."""
-    cfg = legalize(config)
-    parts = [f"workers={cfg['workers']}"]
-    if cfg["use_multiprocessing"]:
-        parts.append("use_multiprocessing=True")
-    if cfg["max_queue_size"] != DEFAULTS["max_queue_size"]:
-        parts.append(f"max_queue_size={cfg['max_queue_size']}")
-    return ", ".join(parts)
 
 
 def _backend() -> str:
@@ -81,7 +65,7 @@ def wait_observable(config: Dict[str, Any], backend: str) -> bool:
     return backend != "tensorflow" or uses_enqueuer
 
 
-def _num_batches(ds: Any) -> Optional[int]:
+def _num_batches(ds: "keras.utils.PyDataset") -> Optional[int]:
     try:
         n = ds.num_batches
     except (NotImplementedError, TypeError, AttributeError):
@@ -89,7 +73,7 @@ def _num_batches(ds: Any) -> Optional[int]:
     return n if isinstance(n, int) else None
 
 
-def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str) -> str:
     """Where to set the knobs: the dataset's construction, if its __init__
     forwards **kwargs to super().__init__, else that super call itself."""
     from feedprof.frameworks.source import resolve_site, rewrite_call, rewrite_statement
@@ -116,7 +100,7 @@ def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
            f"max_queue_size={cfg['max_queue_size']}, **kwargs)"
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch PyDataset, its adapter and Model.fit so the controller sees them."""
     from keras.src.trainers.data_adapters import py_dataset_adapter as pda
 
@@ -126,9 +110,9 @@ def install(ctl: Any) -> None:
     orig_init = PyDataset.__init__
     orig_adapter_init = Adapter.__init__
     orig_get_iterator = Adapter._get_iterator
-    orig_getitem_owner: Dict[type, Any] = {}
+    orig_getitem_owner: Dict[type, Method] = {}
 
-    def __init__(self: Any, workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10) -> None:
+    def __init__(self: "keras.utils.PyDataset", workers: int = 1, use_multiprocessing: bool = False, max_queue_size: int = 10) -> None:
         script_cfg = legalize({"workers": workers, "use_multiprocessing": use_multiprocessing,
                                "max_queue_size": max_queue_size})
         plan = ctl.plan(Framework.KERAS, sys._getframe(1))
@@ -143,7 +127,7 @@ def install(ctl: Any) -> None:
         else:
             profile_items(type(self))
 
-    def adapter_init(self: Any, x: Any, *args: Any, **kwargs: Any) -> None:
+    def adapter_init(self: object, x: object, *args: Any, **kwargs: Any) -> None:
         handle = getattr(x, "_feedprof_handle", None)
         if handle is None and isinstance(x, PyDataset):
             handle = _no_super_init(ctl, x, sys._getframe(1), orig_getitem_owner)
@@ -162,7 +146,7 @@ def install(ctl: Any) -> None:
             # It also holds per-epoch validation, if the script runs one.
             handle.info.gap_is_teardown = True
 
-    def _get_iterator(self: Any) -> Any:
+    def _get_iterator(self: Any) -> Iterator[Any]:
         handle = getattr(self.py_dataset, "_feedprof_handle", None)
         if handle is None:
             return orig_get_iterator(self)
@@ -175,15 +159,14 @@ def install(ctl: Any) -> None:
     _patch_fit(ctl)
 
 
-def _fit_called(bound: Any) -> None:
+def _fit_called(bound: BoundArguments) -> None:
     """What a fit call trains on, for online switching (keras_switch.py): a PyDataset read in
     fit's own steps_per_epoch cannot be switched the way its epochs are served."""
-    from feedprof.frameworks.keras_switch import fit_started
-
     fit_started(bound.arguments.get("x"), bound.arguments.get("steps_per_epoch"))
 
 
-def _no_super_init(ctl: Any, x: Any, caller: Any, replayed: Dict[type, Any]) -> Any:
+def _no_super_init(ctl: Controller, x: "keras.utils.PyDataset", caller: FrameType,
+                   replayed: Dict[type, Method]) -> LoaderHandle:
     """The subclass never called super().__init__(**kwargs): Keras falls back to
     workers=1 and ignores what was passed. Measure it anyway, and say so."""
     plan = ctl.plan(Framework.KERAS, caller)
@@ -206,7 +189,7 @@ def profile_items(cls: type) -> None:
     orig = cls.__getitem__
     label = cls.__name__
 
-    def __getitem__(self: Any, index: Any) -> Any:
+    def __getitem__(self: "keras.utils.PyDataset", index: int) -> Any:
         with loading(label):
             return orig(self, index)
 
@@ -215,7 +198,7 @@ def profile_items(cls: type) -> None:
     cls._feedprof_profiled = True
 
 
-def replay_items(cls: type, saved: Dict[type, Any]) -> None:
+def replay_items(cls: type, saved: Dict[type, Method]) -> None:
     """Compute ceiling: every __getitem__ of this dataset class returns the first
     batch it ever loaded, so the workers (threads or processes) cost nothing."""
     if cls in saved:
@@ -224,7 +207,7 @@ def replay_items(cls: type, saved: Dict[type, Any]) -> None:
     saved[cls] = orig
     cache: Dict[str, Any] = {}
 
-    def __getitem__(self: Any, index: int) -> Any:
+    def __getitem__(self: "keras.utils.PyDataset", index: int) -> Any:
         if "batch" not in cache:
             cache["batch"] = orig(self, index)
         return cache["batch"]
@@ -232,7 +215,7 @@ def replay_items(cls: type, saved: Dict[type, Any]) -> None:
     cls.__getitem__ = __getitem__
 
 
-def make_end_window(ctl: Any, base: type) -> Any:
+def make_end_window(ctl: Controller, base: type) -> type:
     """A factory of fit callbacks (``base``: the Keras flavour's Callback class).
 
     The callback times the steps of tf.data pipelines that fit pulls inside its
@@ -247,15 +230,15 @@ def make_end_window(ctl: Any, base: type) -> Any:
             # data (the last fit's validation, an evaluate or predict call): never timed.
             ctl.claim_callback_handles()
 
-        def on_train_begin(self, logs: Any = None) -> None:
+        def on_train_begin(self, logs: Optional[Dict[str, float]] = None) -> None:
             self.handles = ctl.claim_callback_handles()
 
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        def on_epoch_begin(self, epoch: int, logs: Optional[Dict[str, float]] = None) -> None:
             self.last_step = -1
             for handle in getattr(self, "handles", ()):
                 ctl.epoch_begins(handle)
 
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        def on_train_batch_end(self, batch: int, logs: Optional[Dict[str, float]] = None) -> None:
             # ``batch`` is the last step this call ends: with steps_per_execution=N
             # fit runs N steps per call (Keras 3 and tf_keras alike)
             now = ctl.now()
@@ -270,7 +253,7 @@ def make_end_window(ctl: Any, base: type) -> Any:
     return EndWindow
 
 
-def _patch_fit(ctl: Any) -> None:
+def _patch_fit(ctl: Controller) -> None:
     """Model.fit gets one more callback: it ends the window on the main thread."""
     import keras
 
@@ -278,12 +261,13 @@ def _patch_fit(ctl: Any) -> None:
         keras.Model.fit = with_callback(keras.Model.fit, make_end_window(ctl, keras.callbacks.Callback), _fit_called)
 
 
-def with_callback(orig_fit: Any, make_callback: Any, called: Any = None) -> Any:
+def with_callback(orig_fit: Method, make_callback: Callable[[], object],
+                  called: Optional[Callable[[BoundArguments], None]] = None) -> Method:
     """``orig_fit`` with ``make_callback()`` appended to its callbacks (both Keras flavours);
     ``called`` is told the call's arguments first."""
     sig = inspect.signature(orig_fit)
 
-    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def fit(self: "keras.Model", *args: Any, **kwargs: Any) -> Any:
         try:
             bound = sig.bind(self, *args, **kwargs)
         except TypeError:  # e.g. fit(workers=...) on Keras 3: let Keras say it, in its words

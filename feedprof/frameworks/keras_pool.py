@@ -17,10 +17,13 @@ import queue
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple, Union
 
-from feedprof.frameworks.keras import legalize
 from feedprof.frameworks.switching import Feed, PoolHung, PoolKilled
+from feedprof.store.knobs.pydataset import legalize
+
+if TYPE_CHECKING:
+    import keras
 
 POLL_S = 0.5  # how often a pool waiting for a batch checks its workers are alive
 BROKEN_WAIT_S = 1.0  # a broken pool's workers are ended by it: how long to wait to read how each ended
@@ -29,7 +32,7 @@ BROKEN_WAIT_S = 1.0  # a broken pool's workers are ended by it: how long to wait
 class InLoopPool:
     """workers=1 without processes: each batch loaded in the loop's own thread when asked for."""
 
-    def __init__(self, dataset: Any, feed: Feed, config: Dict[str, Any]):
+    def __init__(self, dataset: "keras.utils.PyDataset", feed: Feed, config: Dict[str, Any]):
         self.dataset, self.feed, self.config = dataset, feed, dict(config)
 
     def next_batch(self, hang_after_s: Optional[float], now: Callable[[], float]) -> Any:
@@ -98,10 +101,10 @@ class _Threads:
             return None
 
 
-_DATASET: Any = None  # a worker process's dataset (set by _adopt when the pool forks it)
+_DATASET: Optional["keras.utils.PyDataset"] = None  # a worker process's dataset (set by _adopt when the pool forks it)
 
 
-def _adopt(dataset: Any) -> None:
+def _adopt(dataset: "keras.utils.PyDataset") -> None:
     global _DATASET
     _DATASET = dataset
 
@@ -116,10 +119,10 @@ class _Processes:
     that dies breaks the pool at once (Keras's own multiprocessing.Pool would wait for its batch
     forever, and cannot be terminated safely then)."""
 
-    def __init__(self, n: int, dataset: Any):
+    def __init__(self, n: int, dataset: "keras.utils.PyDataset"):
         self.executor = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(), initializer=_adopt,
                                             initargs=(dataset,))
-        self.procs: List[Any] = []
+        self.procs: List[multiprocessing.process.BaseProcess] = []
 
     def submit(self, index: Any) -> Future:
         future = self.executor.submit(_fetch, index)
@@ -149,12 +152,12 @@ class QueuedPool:
     """workers=N threads, or processes: up to max_queue_size batches asked for ahead, delivered
     in the order taken."""
 
-    def __init__(self, dataset: Any, feed: Feed, config: Dict[str, Any]):
+    def __init__(self, dataset: "keras.utils.PyDataset", feed: Feed, config: Dict[str, Any]):
         cfg = legalize(config)
         self.config, self.feed = dict(config), feed
         self.depth = cfg["max_queue_size"]
         if cfg["use_multiprocessing"]:
-            self.workers: Any = _Processes(cfg["workers"], dataset)
+            self.workers: Union[_Processes, _Threads] = _Processes(cfg["workers"], dataset)
         else:
             self.workers = _Threads(cfg["workers"], dataset.__getitem__)
         self.ahead: Deque[Tuple[Any, Any]] = collections.deque()  # (index, its future), in the feed's order

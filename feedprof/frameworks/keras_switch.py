@@ -25,21 +25,25 @@ from __future__ import annotations
 
 import random
 import weakref
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
 
-from feedprof.frameworks.contract import SwitchAllowed
-from feedprof.frameworks.keras import legalize
+from feedprof.frameworks.contract import SwitchAllowed, Tuning
+from feedprof.frameworks.keras_pool import open_pool
 from feedprof.frameworks.switching import SwitchingLoader
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.pydataset import legalize
+
+if TYPE_CHECKING:
+    import keras
 
 _FIT: Dict[str, Any] = {}  # the fit call now running: its training x and steps_per_epoch (keras.py)
 
 
-def fit_started(x: Any, steps_per_epoch: Any) -> None:
+def fit_started(x: object, steps_per_epoch: Optional[int]) -> None:
     _FIT.update(x=weakref.ref(x) if _weak(x) else None, steps_per_epoch=steps_per_epoch)
 
 
-def _weak(x: Any) -> bool:
+def _weak(x: object) -> bool:
     try:
         weakref.ref(x)
     except TypeError:
@@ -75,10 +79,8 @@ class KerasOnlineLoader(SwitchingLoader):
 
     framework = Framework.KERAS
 
-    def __init__(self, dataset: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, dataset: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...]):
-        from feedprof.frameworks.keras_pool import open_pool
-
         self.dataset = dataset
         super().__init__(lambda config, feed: open_pool(dataset, config, feed), tuning, loader_id,
                          legalize(script_config), chain, int(dataset.num_batches))
@@ -132,7 +134,7 @@ class KerasSwitcher:
 
     framework = Framework.KERAS
 
-    def switch_capable(self, dataset: Any, allowed: SwitchAllowed) -> Optional[str]:
+    def switch_capable(self, dataset: "keras.utils.PyDataset", allowed: SwitchAllowed) -> Optional[str]:
         try:
             n = dataset.num_batches
         except NotImplementedError:
@@ -145,7 +147,7 @@ class KerasSwitcher:
             return "steps_per_epoch"  # Keras carries an iterator over epochs that a switch cannot keep
         return None
 
-    def online_loader(self, dataset: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def online_loader(self, dataset: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                       chain: Tuple[str, ...], allowed: SwitchAllowed) -> KerasOnlineLoader:
         return KerasOnlineLoader(dataset, tuning, loader_id, script_config, chain)
 

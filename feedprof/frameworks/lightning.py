@@ -16,11 +16,13 @@ import warnings
 from typing import Any
 
 from feedprof.store.reasons import TrainerSuggestedWorkers
+from feedprof.frameworks.contract import Controller
+from types import ModuleType
 
 SUGGESTION = re.compile(r"does not have many workers.*num_workers=(\d+)", re.S)
 
 
-def install(ctl: Any, module: Any) -> None:
+def install(ctl: Controller, module: ModuleType) -> None:
     """Wrap ``module._worker_check`` (Lightning's data connector)."""
     orig = getattr(module, "_worker_check")
     if getattr(orig, "_feedprof", False):
@@ -42,7 +44,7 @@ def install(ctl: Any, module: Any) -> None:
     module._worker_check = _worker_check
 
 
-def install_cli(ctl: Any, module: Any) -> None:
+def install_cli(ctl: Controller, module: ModuleType) -> None:
     """A trial (a run feedprof stops once it has measured) saves no ``config.yaml``:
     LightningCLI refuses to overwrite one, so with ``--trainer.logger false``
     (the file then goes to the same directory every run) every trial after the

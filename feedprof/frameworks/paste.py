@@ -16,12 +16,12 @@ import ast
 import os
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from feedprof.frameworks import configs
 from feedprof.frameworks.configs import FromConfig
 from feedprof.frameworks.kwargs import find_loader_call, through_splats
-from feedprof.frameworks.origin import AtAssign, AtCall, AtKey, FromFlag, NotFound, Tracer, display
+from feedprof.frameworks.origin import AtAssign, AtCall, AtKey, FromFlag, NotFound, Origin, Tracer, display
 from feedprof.frameworks.paste_check import Check, check_command, check_statement
 from feedprof.frameworks.scope import argument, callee, load
 from feedprof.frameworks.source import (enclosing_def, parse_file, resolve_site, rewrite_keys, rewrite_statement,
@@ -31,6 +31,9 @@ from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, PasteLi
                                     SetByOverride, SetElsewhere, SettingSourceUnknown)
 
 _ABSENT = object()
+
+
+Written = Union[AtCall, AtKey, AtAssign]  # where a literal value is written in the script
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def _parsed(call: Call, frame: Tuple[str, int], plan: _Plan, script: str, argv: 
                                            used_at=site))
 
 
-def _call_at(frame: Tuple[str, int], names: Sequence[str]) -> Any:
+def _call_at(frame: Tuple[str, int], names: Sequence[str]) -> Optional[ast.Call]:
     """The call to one of ``names`` at ``frame`` (or through a functools.partial of one)."""
     src = load(frame[0], {})
     return find_loader_call(src, frame[1], names)[0] if src is not None else None
@@ -205,7 +208,7 @@ def _place(s: Setting, call: Call, frames: List[Tuple[str, int]], tracer: Tracer
            plan, script, argv)
 
 
-def _apply(origin: Any, s: Setting, here: tuple, site: str, call_name: str, plan: _Plan,
+def _apply(origin: Origin, s: Setting, here: tuple, site: str, call_name: str, plan: _Plan,
            script: str, argv: Sequence[str]) -> None:
     """Set ``s`` where ``origin`` says (``here``: the loader's call, or the
     script's call into a helper, that the advice is about)."""
@@ -235,7 +238,7 @@ def _apply(origin: Any, s: Setting, here: tuple, site: str, call_name: str, plan
                                                   left_out=where is None, value=repr(s.value)))
 
 
-def _write(where: Any, value: Any, plan: _Plan) -> None:
+def _write(where: Written, value: Any, plan: _Plan) -> None:
     """A literal ``value`` at ``where`` (AtCall, AtKey or AtAssign)."""
     if isinstance(where, AtCall):
         plan.edits.setdefault((where.path, where.line, where.names, where.positional), {})[where.keyword] = value
@@ -245,11 +248,11 @@ def _write(where: Any, value: Any, plan: _Plan) -> None:
         plan.assigns[(where.path, where.line, where.name)] = value
 
 
-def _written_name(where: Any) -> str:
+def _written_name(where: Written) -> str:
     return where.keyword if isinstance(where, AtCall) else where.key if isinstance(where, AtKey) else where.name
 
 
-def _written_in(where: Any) -> str:
+def _written_in(where: Written) -> str:
     """What SetElsewhere calls the place: the call's name, ``{...}``, or ``name = ...``."""
     if isinstance(where, AtCall):
         return where.names[0]

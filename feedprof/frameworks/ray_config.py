@@ -26,7 +26,7 @@ LOOP_KEYWORD = "train_loop_per_worker"
 CONFIG_KEYWORD = "train_loop_config"
 
 
-def config_key(expr: ast.AST) -> Optional[Tuple[str, str]]:
+def dict_read(expr: ast.AST) -> Optional[Tuple[str, str]]:
     """(name, key) of ``config["key"]`` or ``config.get("key"[, default])``; None otherwise."""
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name):
         key = getattr(expr.slice, "value", None)
@@ -53,7 +53,7 @@ def from_loop_config(expr: ast.AST, src: Module, func: Optional[ast.AST]) -> Opt
     """What the trainer's ``train_loop_config`` passes for the key that ``expr`` reads from the
     training function's config parameter, and the trainer call; None where ``expr`` is no such
     read, or the dict cannot be read."""
-    read = config_key(expr)
+    read = dict_read(expr)
     if read is None or func is None or not isinstance(func, FUNCS):
         return None
     params = positional_params(func)

@@ -19,32 +19,15 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, Iterable, Iterator, Sequence
 
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.raydata import DEFAULTS, KNOBS, legalize
+from feedprof.frameworks.contract import Controller
 
 FRAMEWORK = Framework.RAY_DATA
-KNOBS = ("prefetch_batches", "batch_size")
-DEFAULTS = {"prefetch_batches": 1, "batch_size": 256}  # iter_torch_batches' own
 CALL = "iter_torch_batches"
-
-
-def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
-    """prefetch_batches as a count (iter_torch_batches' default where absent); batch_size as the
-    script gave it (None: not known)."""
-    pf = config.get("prefetch_batches", DEFAULTS["prefetch_batches"])
-    return {"prefetch_batches": max(0, int(pf or 0)), "batch_size": config.get("batch_size")}
-
-
-def in_flight(config: Dict[str, Any]) -> int:
-    return legalize(config)["prefetch_batches"]
-
-
-def describe_config(config: Dict[str, Any]) -> str:
-    cfg = legalize(config)
-    size = f", batch_size={cfg['batch_size']}" if cfg["batch_size"] is not None else ""
-    return f"prefetch_batches={cfg['prefetch_batches']}{size}"
 
 
 def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
@@ -60,7 +43,7 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
     return paste([Call(chain=chain, names=(CALL,), settings=(setting,))], script, argv, fallback)
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch the iterators' iter_torch_batches so the controller sees the script's own calls."""
     import ray.data
     from ray.data.iterator import DataIterator
@@ -71,7 +54,7 @@ def install(ctl: Any) -> None:
             cls._feedprof_patched = True
 
 
-def _patch(ctl: Any, cls: type) -> None:
+def _patch(ctl: Controller, cls: type) -> None:
     original = cls.iter_torch_batches
 
     @functools.wraps(original)
@@ -96,8 +79,8 @@ def _patch(ctl: Any, cls: type) -> None:
 class Batches:
     """The iterable iter_torch_batches returned, timed by the controller when iterated."""
 
-    def __init__(self, inner: Any, ctl: Any):
+    def __init__(self, inner: Iterable[Any], ctl: Controller):
         self.inner, self.ctl, self.handle = inner, ctl, None
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         return self.ctl.iterate(self.handle, lambda: iter(self.inner))

@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from feedprof.store.codes import SwitchAt
+from feedprof.frameworks.contract import OnlineLoader, Pool, Tuning
 
 
 class PoolHung(Exception):
@@ -90,7 +91,7 @@ class SwitchingLoader:
     switch_at = SwitchAt.BATCH
     own_persistent = False  # its workers start anew every epoch
 
-    def __init__(self, open_pool: OpenPool, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, open_pool: OpenPool, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...], length: int):
         self.open_pool = open_pool
         self.tuning = tuning
@@ -99,7 +100,7 @@ class SwitchingLoader:
         self.chain = tuple(chain)
         self.length = length
         self.feed = Feed()
-        self.pool: Any = None
+        self.pool: Optional[Pool] = None
         self.served: Optional[Dict[str, Any]] = None
         self.starting: Dict[str, Any] = self.script_config
         self.epochs = 0
@@ -109,6 +110,12 @@ class SwitchingLoader:
         tuning.register(self)  # (the run's end closes its pools, also mid-epoch)
 
     hold_why = ""  # never held: nothing here checks the order at run time (see NOTE)
+    rng_moved = False  # (no draws are watched here)
+    own_iterators = 0  # (see busy)
+
+    @property
+    def epoch_number(self) -> int:
+        return self.epochs
 
     def kept(self) -> Dict[str, Any]:
         return self.script_config
@@ -120,7 +127,7 @@ class SwitchingLoader:
         """Whether ``config`` loads each batch in the loop's own thread (a framework's subclass says)."""
         return False
 
-    def inherit(self, old: Any) -> None:
+    def inherit(self, old: OnlineLoader) -> None:
         """A loader built again at the same place starts from the script's settings."""
 
     def busy(self) -> bool:

@@ -18,15 +18,18 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
-from feedprof.frameworks.keras import DEFAULTS, KNOBS, legalize, make_end_window, replay_items, with_callback
+from feedprof.frameworks.keras import make_end_window, replay_items, with_callback
+from feedprof.store.knobs.pydataset import DEFAULTS, KNOBS, legalize
 from feedprof.store.reasons import EpochEndStall
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
+from feedprof.frameworks.contract import Controller
+from feedprof.store import LoaderRecord
 
 
-def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str) -> str:
     from feedprof.frameworks.source import resolve_site, rewrite_statement
 
     cfg = legalize(config)
@@ -40,13 +43,13 @@ def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
             f"max_queue_size={cfg['max_queue_size']})")
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     from tf_keras.src.engine import data_adapter as da
     from tf_keras.src.utils import data_utils
 
     if getattr(da.GeneratorDataAdapter, "_feedprof_patched", False):
         return
-    replayed: Dict[type, Any] = {}
+    replayed: Dict[type, Callable[..., Any]] = {}
 
     def patch(cls: type) -> None:
         orig_init = cls.__init__
@@ -97,7 +100,7 @@ def install(ctl: Any) -> None:
     _patch_fit(ctl)
 
 
-def _patch_fit(ctl: Any) -> None:
+def _patch_fit(ctl: Controller) -> None:
     import tf_keras
 
     Model = tf_keras.Model

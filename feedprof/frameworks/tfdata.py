@@ -30,14 +30,22 @@ from __future__ import annotations
 import inspect
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple, Union
 
 from feedprof.record.steps import LoaderInfo
 from feedprof.record.loadprof import loading
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.tfdata import AUTOTUNE, legalize
+from feedprof.frameworks.contract import Controller, LoaderHandle
 
-KNOBS = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
-AUTOTUNE = "AUTOTUNE"
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from feedprof.frameworks.tfdata_autotune import AutotuneWatch
+
+Knob = Union[int, str, None]  # a count, "AUTOTUNE", or unset
+Method = Callable[..., Any]  # a tf.data.Dataset method: what it returns is the caller's (a dataset, an iterator)
 PARALLEL = ("map", "interleave", "batch")
 # Transformations that set neither parallelism nor prefetch: a pipeline stays the
 # script's through them (``ds.map(f).cache().batch(32).repeat()``, ``fit(ds.take(200))``).
@@ -45,11 +53,11 @@ CARRIED = ("repeat", "take", "skip", "shuffle", "cache", "filter", "unbatch", "p
            "shard", "apply", "with_options", "ignore_errors", "take_while", "enumerate")
 
 
-def to_tf(value: Any) -> Any:
+def to_tf(value: Knob) -> Optional[int]:
     return -1 if value == AUTOTUNE else value
 
 
-def from_tf(value: Any) -> Any:
+def from_tf(value: object) -> Knob:
     if value is None:
         return None
     try:
@@ -59,44 +67,20 @@ def from_tf(value: Any) -> Any:
     return AUTOTUNE if value == -1 else value
 
 
-def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
-    out = {k: config.get(k) for k in KNOBS}
-    npc = out["num_parallel_calls"]
-    if isinstance(npc, int) and npc < 1:
-        out["num_parallel_calls"] = None
-    return out
-
-
-AUTOTUNE_BUFFER = 8  # batches an AUTOTUNE prefetch buffer is counted as (it grows as it sees fit)
-
-
-def in_flight(config: Dict[str, Any]) -> int:
-    """Batches the prefetch buffer holds."""
-    buffer = legalize(config)["prefetch"]
-    return 0 if buffer is None else (AUTOTUNE_BUFFER if buffer == AUTOTUNE else int(buffer))
-
-
-def describe_config(config: Dict[str, Any]) -> str:
-    cfg = legalize(config)
-    parts = [f"num_parallel_calls={cfg['num_parallel_calls'] or 'None (sequential)'}"]
-    parts += [f"{k}={cfg[k]}" for k in ("prefetch", "deterministic", "private_threadpool_size") if cfg[k] is not None]
-    return ", ".join(parts)
-
-
 @dataclass
 class Pipeline:
     """What the script asked of one pipeline, gathered along its transformations."""
 
     sites: Tuple[str, ...] = ()  # the script's calls that set knobs (map, interleave, batch, prefetch)
-    num_parallel_calls: Any = None
+    num_parallel_calls: Knob = None
     deterministic: Optional[bool] = None
-    prefetch: Any = None
+    prefetch: Knob = None
     has_prefetch: bool = False
     batch_size: Optional[int] = None  # as the script asked (fit's callback never sees a batch)
-    handle: Any = None
-    runtime: Any = None  # the dataset actually iterated (options, prefetch, replay applied)
+    handle: Optional[LoaderHandle] = None
+    runtime: Optional["tf.data.Dataset"] = None  # the dataset actually iterated (options, prefetch, replay applied)
     fed_to_fit: bool = False  # timed by the fit callback: iterating it must not time it again
-    watch: Any = None  # tfdata_autotune.AutotuneWatch: its settings over the run, as AUTOTUNE set them
+    watch: Optional["AutotuneWatch"] = None  # its settings over the run, as AUTOTUNE set them
 
     def script_config(self) -> Dict[str, Any]:
         return legalize({"num_parallel_calls": self.num_parallel_calls, "prefetch": self.prefetch,
@@ -113,7 +97,8 @@ def profile_py_functions() -> None:
         if getattr(orig, "_feedprof_profiled", False):
             continue
 
-        def wrapper(func: Any, inp: Any = None, Tout: Any = None, *args: Any, _orig: Any = orig, **kwargs: Any) -> Any:
+        def wrapper(func: Optional[Method], inp: object = None, Tout: object = None, *args: Any, _orig: Method = orig,
+                    **kwargs: Any) -> Any:
             return _orig(func if func is None else _profiled(func), inp, Tout, *args, **kwargs)  # (None: a decorator)
 
         wrapper._feedprof_profiled = True  # type: ignore[attr-defined]
@@ -121,7 +106,7 @@ def profile_py_functions() -> None:
         setattr(tf, name, wrapper)
 
 
-def _profiled(func: Any) -> Any:
+def _profiled(func: Method) -> Method:
     label = getattr(func, "__name__", "py_function")
 
     def run(*args: Any) -> Any:
@@ -132,7 +117,7 @@ def _profiled(func: Any) -> Any:
     return run
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     from tensorflow.python.data.ops import dataset_ops
 
     D = dataset_ops.DatasetV2
@@ -142,10 +127,10 @@ def install(ctl: Any) -> None:
     originals = {name: getattr(D, name) for name in PARALLEL + ("prefetch", "__iter__")}
     sigs = {name: inspect.signature(fn) for name, fn in originals.items()}
 
-    def transformation(name: str) -> Any:
+    def transformation(name: str) -> Method:
         orig, sig = originals[name], sigs[name]
 
-        def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+        def patched(self: "tf.data.Dataset", *args: Any, **kwargs: Any) -> "tf.data.Dataset":
             chain = ctl.user_chain(sys._getframe(1))
             if not chain:  # TensorFlow's or Keras's own pipelines: left alone
                 return orig(self, *args, **kwargs)
@@ -173,7 +158,7 @@ def install(ctl: Any) -> None:
 
     orig_iter = originals["__iter__"]
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "tf.data.Dataset") -> Iterator[Any]:
         p = getattr(self, "_feedprof_pipeline", None)
         if p is None or p.fed_to_fit or not _eager():
             # fit's steps are timed by its callback. Keras pulls inside its compiled train
@@ -189,12 +174,9 @@ def install(ctl: Any) -> None:
     D.__iter__ = __iter__
     D._feedprof_patched = True
     install_keras_adapter(ctl)
-    from feedprof.frameworks import tfdistribute
-
-    tfdistribute.install(ctl)
 
 
-def _followed(p: Pipeline, it: Any) -> Any:
+def _followed(p: Pipeline, it: Iterator[Any]) -> Iterator[Any]:
     """The script's loop over the pipeline: AUTOTUNE's choices read as it goes (tfdata_autotune.py)."""
     from feedprof.frameworks.tfdata_autotune import Sampled
 
@@ -210,8 +192,8 @@ def _copy(p: Pipeline) -> Pipeline:
                     prefetch=p.prefetch, has_prefetch=p.has_prefetch, batch_size=p.batch_size)
 
 
-def _carry_tag(ctl: Any, orig: Any) -> Any:
-    def carried(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _carry_tag(ctl: Controller, orig: Method) -> Method:
+    def carried(self: "tf.data.Dataset", *args: Any, **kwargs: Any) -> "tf.data.Dataset":
         out = orig(self, *args, **kwargs)
         p = getattr(self, "_feedprof_pipeline", None)
         # only from the script's own code: Keras's and feedprof's derived datasets stay untagged
@@ -226,7 +208,7 @@ def _carry_tag(ctl: Any, orig: Any) -> Any:
     return carried
 
 
-def _parent_pipeline(ds: Any) -> Pipeline:
+def _parent_pipeline(ds: "tf.data.Dataset") -> Pipeline:
     p = getattr(ds, "_feedprof_pipeline", None)
     return _copy(p) if p else Pipeline()
 
@@ -267,7 +249,7 @@ def _eager() -> bool:
     return tf.executing_eagerly()
 
 
-def register_dataset(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
+def register_dataset(ctl: Controller, ds: "tf.data.Dataset", p: Pipeline, caller: FrameType) -> LoaderHandle:
     """The pipeline's handle and the dataset to iterate, made once per dataset object."""
     if p.handle is not None and p.runtime is not None:
         return p.handle
@@ -302,7 +284,7 @@ def register_dataset(ctl: Any, ds: Any, p: Pipeline, caller: Any) -> Any:
     return p.handle
 
 
-def _cardinality(ds: Any) -> Optional[int]:
+def _cardinality(ds: "tf.data.Dataset") -> Optional[int]:
     try:
         n = int(ds.cardinality())
     except (TypeError, ValueError, AttributeError):
@@ -310,14 +292,14 @@ def _cardinality(ds: Any) -> Optional[int]:
     return n if n > 0 else None  # -1 infinite, -2 unknown
 
 
-def _static_int(value: Any) -> Optional[int]:
+def _static_int(value: object) -> Optional[int]:
     try:
         return int(value)
     except (TypeError, ValueError):  # a symbolic tensor
         return None
 
 
-def _batch_size(ds: Any) -> Optional[int]:
+def _batch_size(ds: "tf.data.Dataset") -> Optional[int]:
     import tensorflow as tf
 
     try:
@@ -333,7 +315,7 @@ FIT_ADAPTERS = (("keras", "keras.src.trainers.data_adapters.tf_dataset_adapter",
                 ("tf_keras", "tf_keras.src.engine.data_adapter", "DatasetAdapter"))
 
 
-def install_keras_adapter(ctl: Any) -> None:
+def install_keras_adapter(ctl: Controller) -> None:
     """model.fit(ds) on a tagged pipeline, for each Keras flavour already imported
     (never importing one): same settings, steps timed by the fit callback."""
     import importlib
@@ -349,10 +331,10 @@ def install_keras_adapter(ctl: Any) -> None:
             _patch_fit_adapter(ctl, adapter)
 
 
-def _patch_fit_adapter(ctl: Any, adapter: type) -> None:
+def _patch_fit_adapter(ctl: Controller, adapter: type) -> None:
     orig_init = adapter.__init__
 
-    def __init__(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: object, dataset: "tf.data.Dataset", *args: Any, **kwargs: Any) -> None:
         p = getattr(dataset, "_feedprof_pipeline", None)
         if p is not None:
             handle = register_dataset(ctl, dataset, p, sys._getframe(1))

@@ -26,6 +26,7 @@ from feedprof.frameworks.source import SIMPLE_STATEMENTS, parse_file, resolve_si
 from feedprof.frameworks.tfdata import legalize
 from feedprof.store.codes import LineProblem
 from feedprof.store.reasons import PasteLineWithheld, Reason, SetInPipeline
+from feedprof.store import LoaderRecord
 
 # Positional parameters of each transformation, after the function (tf.data.Dataset's signatures).
 POSITIONAL = {"map": ("map_func", "num_parallel_calls", "deterministic"),
@@ -34,7 +35,7 @@ POSITIONAL = {"map": ("map_func", "num_parallel_calls", "deterministic"),
               "prefetch": ("buffer_size",)}
 
 
-def paste(config: Dict[str, Any], loader: Any, script: str) -> Paste:
+def paste(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str) -> Paste:
     """The statements that build the pipeline with ``config`` set, and SetInPipeline findings."""
     cfg = legalize(config)
     sites = tuple(getattr(loader, "config_sites", None) or ()) or tuple(getattr(loader, "call_chain", ())[-1:])
@@ -68,7 +69,7 @@ def paste(config: Dict[str, Any], loader: Any, script: str) -> Paste:
     return Paste("\n".join(lines), tuple(findings))
 
 
-def paste_line(config: Dict[str, Any], loader: Any, script: str) -> str:
+def paste_line(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str) -> str:
     return paste(config, loader, script).line
 
 

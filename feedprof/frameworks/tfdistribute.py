@@ -10,13 +10,17 @@ the dataset itself, and tfdata.install_keras_adapter times its steps.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
+
+from feedprof.frameworks.contract import Controller
+from feedprof.frameworks.tfdata import register_dataset
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     from tensorflow.python.distribute import distribute_lib, input_lib
-
-    from feedprof.frameworks.tfdata import register_dataset
 
     Strategy = distribute_lib.StrategyBase
     if getattr(Strategy, "_feedprof_patched", False):
@@ -41,7 +45,7 @@ def install(ctl: Any) -> None:
         if not ctl.user_chain(caller):
             return orig_from_function(self, dataset_fn, *args, **kwargs)
 
-        def fn(context: Any) -> Any:
+        def fn(context: "tf.distribute.InputContext") -> "tf.data.Dataset":
             dataset = dataset_fn(context)
             p = getattr(dataset, "_feedprof_pipeline", None)
             if p is None:
@@ -61,10 +65,10 @@ def install(ctl: Any) -> None:
     Strategy._feedprof_patched = True
 
 
-def _time_iteration(ctl: Any, cls: type) -> None:
+def _time_iteration(ctl: Controller, cls: type) -> None:
     orig_iter = cls.__iter__
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: object) -> Iterator[Any]:
         handle = getattr(self, "_feedprof_handle", None)
         if handle is None:
             return orig_iter(self)

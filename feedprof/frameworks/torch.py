@@ -39,21 +39,30 @@ import inspect
 import os
 import sys
 import weakref
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any, ContextManager, Dict, Iterator, Optional, Protocol, Sequence, Tuple
 
-from feedprof.record.steps import LoaderInfo
+from feedprof.frameworks import code_site
+from feedprof.frameworks.contract import Controller, LoaderHandle
+from feedprof.record.clock import Clock
+from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, learn_batch_size
+from feedprof.store import LoaderRecord
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.dataloader import DEFAULT_PREFETCH_FACTOR, KNOBS, effective, legalize
 
-KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
-DEFAULT_PREFETCH_FACTOR = 2  # torch's own default when workers > 0
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader, Dataset
+
+    from feedprof.frameworks.paste import Paste
+    from feedprof.frameworks.worker_info import WorkerInfoCalls
 
 
-def is_dataloader(obj: Any) -> bool:
+def is_dataloader(obj: object) -> bool:
     mod = sys.modules.get("torch.utils.data")
     return mod is not None and isinstance(obj, mod.DataLoader)
 
 
-def describe(loader: Any) -> LoaderInfo:
+def describe(loader: "DataLoader") -> LoaderInfo:
     batch_size = loader.batch_size
     if batch_size is None:  # a custom batch_sampler
         batch_size = getattr(loader.batch_sampler, "batch_size", None)
@@ -70,7 +79,7 @@ def describe(loader: Any) -> LoaderInfo:
                       shuffle_rng=shuffle_rng(loader), own_rng=own_rng(loader))
 
 
-def own_rng(loader: Any) -> Tuple[str, ...]:
+def own_rng(loader: "DataLoader") -> Tuple[str, ...]:
     """The random generators the loader's dataset, collate_fn or worker_init_fn hold (a dataset's
     ``self.rng``): each epoch's fresh workers start from the main process's copy of them, persistent
     workers carry theirs on (frameworks/torch_carry.py walks them, within its budget)."""
@@ -79,7 +88,7 @@ def own_rng(loader: Any) -> Tuple[str, ...]:
     return generator_names(state_of(loader.dataset, loader.collate_fn, loader.worker_init_fn).generators)
 
 
-def shuffle_rng(loader: Any) -> str:
+def shuffle_rng(loader: "DataLoader") -> str:
     """Where a shuffling loader draws its order: "global" (torch's global RNG: no generator), "loader" (the
     loader's generator=, which its iterator also draws the workers' seed from), "sampler" (the sampler's own
     generator, apart from the loader's); "" when it does not shuffle (or shuffles some other way)."""
@@ -93,47 +102,6 @@ def shuffle_rng(loader: Any) -> str:
     if sampler.generator is None:
         return "global"
     return "loader" if sampler.generator is loader.generator else "sampler"
-
-
-def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
-    """The DataLoader rejects prefetch_factor / persistent_workers without workers."""
-    out = dict(config)
-    if not out.get("num_workers"):
-        out["num_workers"] = 0
-        out["prefetch_factor"] = None
-        out["persistent_workers"] = False
-    return out
-
-
-def effective(config: Dict[str, Any]) -> Dict[str, Any]:
-    """Settings as the DataLoader will use them (prefetch_factor None -> 2)."""
-    out = legalize(config)
-    if out["num_workers"] and out.get("prefetch_factor") is None:
-        out["prefetch_factor"] = DEFAULT_PREFETCH_FACTOR
-    out.setdefault("pin_memory", False)
-    out.setdefault("persistent_workers", False)
-    return out
-
-
-def in_flight(config: Dict[str, Any]) -> int:
-    """Batches the loader holds ready or in the making: every worker prefetches its own."""
-    cfg = effective(config)
-    return cfg["num_workers"] * (cfg["prefetch_factor"] or 0)
-
-
-def describe_config(config: Dict[str, Any]) -> str:
-    """num_workers, plus only the knobs that differ from PyTorch's defaults."""
-    cfg = effective(config)
-    parts = [f"num_workers={cfg['num_workers']}"]
-    if cfg["num_workers"] and cfg["prefetch_factor"] not in (None, DEFAULT_PREFETCH_FACTOR):
-        parts.append(f"prefetch_factor={cfg['prefetch_factor']}")
-    if cfg["num_workers"] and cfg["persistent_workers"]:
-        parts.append("persistent_workers=True")
-    if cfg["pin_memory"]:
-        parts.append("pin_memory=True")
-    if cfg["num_workers"] and cfg.get("in_order") is False:
-        parts.append("in_order=False")
-    return ", ".join(parts)
 
 
 def call_line(config: Dict[str, Any], dataset: str = "dataset", batch_size: Optional[int] = None) -> str:
@@ -165,10 +133,10 @@ TRAINING_ARGUMENTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory"
                       "persistent_workers": ("dataloader_persistent_workers", False)}
 
 
-def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
     """The script's own call (DataLoader, or the TrainingArguments a Trainer
     builds it from) with the knobs set where each is set (frameworks/paste.py)."""
-    from feedprof.frameworks.paste import Call, Setting, paste
+    from feedprof.frameworks.paste import Call, Setting, paste  # (it reads source; the adapter need not)
 
     cfg = effective(config)
     n = cfg["num_workers"]
@@ -208,7 +176,7 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
 # what a library's loader helper may call each knob (timm's create_loader: num_workers, pin_memory)
 HELPER_NAMES = {"num_workers": ("workers", "n_workers", "loader_workers", "dataloader_num_workers"),
                 "pin_memory": ("pin_mem", "pin"), "prefetch_factor": ("prefetch",)}
-_live_loaders: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders built so far (rebuilt ones find theirs)
+_live_loaders: "weakref.WeakSet[DataLoader]" = weakref.WeakSet()  # loaders built so far (rebuilt ones find theirs)
 _settings: "contextvars.ContextVar[Optional[Tuple[str, Tuple[str, ...]]]]" = contextvars.ContextVar(
     "feedprof_settings", default=None)
 
@@ -224,7 +192,7 @@ def settings_from(call: str, chain: Tuple[str, ...]) -> Iterator[None]:
         _settings.reset(token)
 
 
-def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
+def _rebuilt_from(ctl: Controller, dataset: Optional["Dataset"], caller: FrameType) -> Optional[LoaderHandle]:
     """The handle of the live loader this one rebuilds (see NOTE), or None."""
     if dataset is None or ctl.user_chain(caller):  # the script's own code builds a new loader
         return None
@@ -235,7 +203,7 @@ def _rebuilt_from(ctl: Any, dataset: Any, caller: Any) -> Any:
     return None
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch DataLoader so the trial controller ``ctl`` sees every loader."""
     global _worker_info
     from torch.utils.data import DataLoader
@@ -250,22 +218,22 @@ def install(ctl: Any) -> None:
     torch_fetch.install()
 
 
-_worker_info: Any = None  # which datasets' workers ask get_worker_info() (a trial child's)
+_worker_info: Optional["WorkerInfoCalls"] = None  # which datasets' workers ask get_worker_info() (a trial child's)
 
 
-def _is_datapipe(dataset: Any) -> bool:
+def _is_datapipe(dataset: "Dataset") -> bool:
     pipe = getattr(sys.modules.get("torch.utils.data"), "IterDataPipe", None)
     return pipe is not None and isinstance(dataset, pipe)
 
 
-def install_stateful(ctl: Any) -> None:
+def install_stateful(ctl: Controller) -> None:
     """torchdata's StatefulDataLoader: the same knobs, its own __init__ and __iter__."""
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     patch_loader_class(StatefulDataLoader, ctl)
 
 
-def patch_loader_class(cls: type, ctl: Any) -> None:
+def patch_loader_class(cls: type, ctl: Controller) -> None:
     if cls.__dict__.get("_feedprof_patched", False):  # (a subclass inherits the flag: read its own)
         return
     orig_init = cls.__init__
@@ -275,7 +243,7 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
     # the loader is then observed with the settings it took, and nothing is injected into it.
     knobs_visible = all(k in sig.parameters for k in KNOBS)
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: "DataLoader", *args: Any, **kwargs: Any) -> None:
         caller = sys._getframe(1)
         if f"{os.sep}keras{os.sep}" in caller.f_code.co_filename:  # Keras's torch backend feeding a PyDataset
             return orig_init(self, *args, **kwargs)
@@ -301,7 +269,7 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
         self._feedprof_handle = ctl.created(plan, info, self)
         _live_loaders.add(self)
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "DataLoader") -> Iterator[Any]:
         handle = getattr(self, "_feedprof_handle", None)
         if handle is None:
             return orig_iter(self)
@@ -314,7 +282,8 @@ def patch_loader_class(cls: type, ctl: Any) -> None:
     cls._feedprof_patched = True
 
 
-def _info(loader: Any, ctl: Any, caller: Any, original: Any, script_cfg: Dict[str, Any]) -> LoaderInfo:
+def _info(loader: "DataLoader", ctl: Controller, caller: FrameType, original: Optional[LoaderHandle],
+          script_cfg: Dict[str, Any]) -> LoaderInfo:
     """What is known of a new loader: a rebuilt one keeps what the original knew."""
     info = describe(loader)
     if original is not None:
@@ -340,16 +309,21 @@ def _info(loader: Any, ctl: Any, caller: Any, original: Any, script_cfg: Dict[st
 # user's own kernel, so it patches nothing but __iter__ and only for the cell.
 
 
-def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
-    from feedprof.frameworks import code_site
-    from feedprof.record.steps import Binding, WatchedIterator, learn_batch_size
+class CellProfile(Protocol):
+    """What feedprof.profile() (session.Profile) lends the loaders it times in the user's process."""
 
+    clock: Clock
+
+    def recorder(self, framework: str, name: str = "", info: Optional[LoaderInfo] = None) -> StepRecorder: ...
+
+
+def _patch_iter(module: ModuleType, prof: CellProfile, active: Dict[str, Any]) -> None:
     DataLoader = module.DataLoader
     orig_iter = DataLoader.__dict__["__iter__"]
-    recorders: Dict[tuple, Any] = {}
+    recorders: Dict[tuple, StepRecorder] = {}
     now = prof.clock.now_s
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "DataLoader") -> Iterator[Any]:
         t_start = now()
         it = orig_iter(self)
         site = code_site(sys._getframe(1))
@@ -372,18 +346,16 @@ def _patch_iter(module: Any, prof: Any, active: Dict[str, Any]) -> None:
     active["undo"] = undo
 
 
-def watching(prof: Any) -> Any:
+def watching(prof: CellProfile) -> ContextManager[CellProfile]:
     """A context manager: every torch DataLoader iterated in this process while
     it is open is timed by ``prof`` (a :class:`feedprof.session.Profile`)."""
-    import contextlib
-
     from feedprof.frameworks.hooks import when_imported
 
     @contextlib.contextmanager
-    def _watching() -> Any:
+    def _watching() -> Iterator[CellProfile]:
         active: Dict[str, Any] = {"on": True, "undo": None}
 
-        def patch(module: Any) -> None:
+        def patch(module: ModuleType) -> None:
             if active["on"] and active["undo"] is None:
                 _patch_iter(module, prof, active)
 

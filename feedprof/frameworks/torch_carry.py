@@ -35,9 +35,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import types
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from feedprof.record.userframes import is_user_file
+
+if TYPE_CHECKING:
+    from feedprof.frameworks.torch_online import OnlineLoader
 
 NODES = 4000  # objects looked at per fingerprint: a few ms, at each epoch start
 DEPTH = 6  # attribute levels followed (a Subset of a dataset holding a transform's parameters)
@@ -283,3 +286,68 @@ def _address(x: Any) -> Any:
         return x.data_ptr() if hasattr(x, "data_ptr") else x.__array_interface__["data"][0]
     except Exception:  # noqa: BLE001
         return None
+
+
+class PoolCarry:
+    """Whether one online loader's pool may serve its next epoch (see NOTE): the state its
+    workers forked with against the state at each epoch's iter(); once not, every epoch
+    restarts its workers, as written, told to the tuning."""
+
+    def __init__(self, ol: "OnlineLoader"):
+        self.ol = ol
+        self.forked = ""  # the state's digest when the pool's workers forked
+        self.epoch_state = CarryState("", "", ())  # ... and at this epoch's iter(), where torch's fresh workers fork
+        self.why_not = ""  # why the loader's pools restart every epoch after all ("": they may carry on)
+        self.carried = 0  # epochs a pool served without a restart the script's own loader makes
+
+    def new_epoch(self) -> CarryState:
+        """At an epoch's iter(): one walk, for this check and for the draws of the loader's own generators."""
+        loader = self.ol.loader
+        self.epoch_state = state_of(loader.dataset, loader.collate_fn, loader.worker_init_fn)
+        return self.epoch_state
+
+    def forking(self, config: Dict[str, Any]) -> None:
+        """A pool of ``config`` is about to fork its workers: what they will be given, noted."""
+        ol = self.ol
+        if config.get("num_workers") and not ol.own_persistent and not self.why_not:
+            loader = ol.loader
+            forked = state_of(loader.dataset, loader.collate_fn, loader.worker_init_fn)
+            self.forked = forked.digest
+            if forked.why_not:
+                self.stop(forked.why_not, ol.epochs + 1)
+
+    def keeps(self) -> bool:
+        """At an epoch's end: do its workers wait for the next epoch? The script's own persistent
+        workers do; feedprof's own pool does where it may carry on (checked again when the next
+        epoch starts), saving the start the script's loader pays every epoch."""
+        ol = self.ol
+        if ol.own_persistent:
+            return True
+        pool = ol.pool
+        if pool is None or not pool.workers or not ol.checks_order or ol.hold_why or self.why_not:
+            return False
+        if ol.rng.worker_draws and pool.config == ol.script_config:  # its workers' draws would not start over
+            self.stop(WORKERS_DRAW, ol.epochs + 1)
+            return False
+        return True
+
+    def carries(self) -> bool:
+        """The next epoch starts on a kept pool: only if a worker forked now would see what its
+        workers saw (the dataset's state unchanged); once not, every epoch restarts, as written."""
+        ol = self.ol
+        if ol.own_persistent:
+            return True
+        now = self.epoch_state
+        if self.why_not or now.why_not or now.digest != self.forked:
+            self.stop(now.why_not or DATASET_CHANGED, ol.epochs)
+            return False
+        self.carried += 1
+        if self.carried == 1:
+            ol.tuning.carried(ol, True, "", ol.epochs)
+        return True
+
+    def stop(self, why: str, from_epoch: int) -> None:
+        """From ``from_epoch`` (counted from 1) on, every epoch restarts its workers, as written."""
+        if not self.why_not:
+            self.why_not = why
+            self.ol.tuning.carried(self.ol, False, why, from_epoch)

@@ -4,7 +4,7 @@ Batches a pool took and never delivered are handed back and served first by the 
 from __future__ import annotations
 
 import collections
-from typing import Any, Deque, List, Optional
+from typing import Any, Deque, Iterator, List, Optional
 
 from feedprof.frameworks.torch_ledger import EpochLedger
 from feedprof.frameworks.torch_rng import DrawWatch
@@ -30,14 +30,14 @@ class Segment:
 class Feed:
     def __init__(self, length: int, draws: Optional[DrawWatch] = None):
         self.length = length
-        self.order: Any = iter(())
+        self.order: Iterator[Any] = iter(())
         self.handed_back: Deque[Any] = collections.deque()
         self.segment: Optional[Segment] = None
         self.failed: Optional[BaseException] = None  # the script's own sampler raised this
         self.draws = draws if draws is not None else DrawWatch()
         self.ledger: Optional[EpochLedger] = None
 
-    def new_epoch(self, order: Any, ledger: Optional[EpochLedger] = None) -> None:
+    def new_epoch(self, order: Iterator[Any], ledger: Optional[EpochLedger] = None) -> None:
         self.order = order
         self.handed_back.clear()
         self.failed = None

@@ -38,19 +38,24 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
 
-from feedprof.frameworks.torch_carry import DATASET_CHANGED, WORKERS_DRAW, CarryState, state_of
+from feedprof.frameworks.torch_carry import PoolCarry
 from feedprof.frameworks.torch_feed import Feed
 from feedprof.frameworks.torch_ledger import EXHAUSTED, LEFT, RUN_END, EpochLedger
 from feedprof.frameworks.torch_pool import Pool, failure_kind
-from feedprof.frameworks.torch_rng import DrawWatch
+from feedprof.frameworks.torch_rng import DrawWatch, RandomnessWatch
 from feedprof.store.codes import Framework, SwitchAt
+from feedprof.store.knobs.dataloader import effective
 from feedprof.store.online import CHECK_FAILED, PERSISTENT_FIRST_EPOCH
+from feedprof.frameworks.contract import Tuning
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
 
 
 
-def online_capable(loader: Any) -> Optional[str]:
+def online_capable(loader: "DataLoader") -> Optional[str]:
     """None if the loader can switch mid-epoch, else why not (a reason code)."""
     import torch.utils.data as tud
 
@@ -68,7 +73,7 @@ def online_capable(loader: Any) -> Optional[str]:
     return None
 
 
-def draw_base_seed(loader: Any) -> int:
+def draw_base_seed(loader: "DataLoader") -> int:
     """The one number the script's own ``iter(loader)`` draws (torch's
     _BaseDataLoaderIter): drawn here, so the script's streams move as they would."""
     import torch
@@ -85,14 +90,12 @@ class OnlineLoader:
     switch_at = SwitchAt.BATCH
     checks_order = True  # each epoch's order is checked and claimed (torch_ledger.py); see torch_switch.py
 
-    def __init__(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def __init__(self, loader: "DataLoader", tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                  chain: Tuple[str, ...] = ()):
         self.loader = loader
         self.chain = tuple(chain)  # where the script builds it: a loader rebuilt there takes its place
         self.tuning = tuning
         self.loader_id = loader_id
-        from feedprof.frameworks.torch import effective
-
         self.script_config = effective(script_config)  # decisions come in this form too
         self.own_persistent = bool(script_config.get("persistent_workers")) and bool(script_config.get("num_workers"))
         self.own_timeout_s = float(loader.timeout or 0)
@@ -115,20 +118,21 @@ class OnlineLoader:
         self.own_iterators = 0  # of which the script's own (torch's, while an epoch was live)
         self.epoch_batches: Optional[int] = None  # what the loop had of its last epoch that ended
         self.hold_why = ""  # why it is no longer switched ("" while it may be)
-        self.switched_away = False  # a pool other than the script's own arrangement served it
-        self.rng_said = ""  # the randomness verdict told so far
-        self.rng_moved = False
-        self.worker_draws: Tuple[str, ...] = ()  # streams the script's own workers draw from as they load
-        self.worker_draws_moved = False
-        self.forked_state = ""  # the dataset's state when the pool's workers forked (torch_carry.py)
-        self.epoch_state = CarryState("", "", ())  # ... and at this epoch's iter(), where torch's fresh workers fork
-        self.carry_why_not = ""  # why its pools restart every epoch after all (a torch_carry code)
-        self.carried = 0  # epochs a pool served without a restart the script's own loader makes
+        self.rng = RandomnessWatch(self, own_workers=bool(self.script_config.get("num_workers")))  # (torch_rng.py)
+        self.carry = PoolCarry(self)  # whether its pool may serve the next epoch (torch_carry.py)
         self._live: Optional[weakref.ref] = None  # the epoch the script iterates
         self._done = True  # it ended (exhausted, or left by the loop)
         tuning.register(self)
 
+    @property
+    def rng_moved(self) -> bool:
+        return self.rng.moved
+
     # -- epochs and iterators ------------------------------------------------
+
+    @property
+    def epoch_number(self) -> int:
+        return self.counts[0]
 
     def busy(self) -> bool:
         """An epoch of this loader is live and unfinished: another iter() is the script's own
@@ -165,8 +169,7 @@ class OnlineLoader:
         self.counts[1] += 1
         self.ledger = EpochLedger(*self.counts)
         self.feed.new_epoch(order, self.ledger)
-        self.epoch_state = state_of(*self._forked_with())  # one walk for the carry check and the draws
-        self.draws.own = self.epoch_state.generators  # (a generator made since counts from now)
+        self.draws.own = self.carry.new_epoch().generators  # (a generator made since counts from now)
         self.draws.new_epoch()
         if self.own_persistent and self.epochs == 2:
             self.hold(PERSISTENT_FIRST_EPOCH)
@@ -199,7 +202,7 @@ class OnlineLoader:
         self._done = True
         self._close_ledger(LEFT)
         self.tuning.epoch_ended(self, left=True)
-        if not self._keeps_pool():
+        if not self.carry.keeps():
             self._drop_pool()
 
     def epoch_ended(self) -> None:
@@ -210,48 +213,8 @@ class OnlineLoader:
         self._done = True
         self._close_ledger(EXHAUSTED)
         self.tuning.epoch_ended(self)
-        if not self._keeps_pool():
+        if not self.carry.keeps():
             self._drop_pool()
-
-    # -- a pool that outlives its epoch (torch_carry.py) --------------------
-
-    def _keeps_pool(self) -> bool:
-        """At an epoch's end: do its workers wait for the next epoch? The script's own persistent
-        workers do; feedprof's own pool does where it may carry on (checked again when the next
-        epoch starts), saving the start the script's loader pays every epoch."""
-        if self.own_persistent:
-            return True
-        pool = self.pool
-        if pool is None or not pool.workers or not self.checks_order or self.hold_why or self.carry_why_not:
-            return False
-        if self.worker_draws and pool.config == self.script_config:  # its workers' draws would not start over
-            self._no_carry(WORKERS_DRAW, self.epochs + 1)
-            return False
-        return True
-
-    def _carries(self) -> bool:
-        """The next epoch starts on a kept pool: only if a worker forked now would see what its
-        workers saw (the dataset's state unchanged); once not, every epoch restarts, as written."""
-        if self.own_persistent:
-            return True
-        now = self.epoch_state
-        if self.carry_why_not or now.why_not or now.digest != self.forked_state:
-            self._no_carry(now.why_not or DATASET_CHANGED, self.epochs)
-            return False
-        self.carried += 1
-        if self.carried == 1:
-            self.tuning.carried(self, True, "", self.epochs)
-        return True
-
-    def _no_carry(self, why: str, from_epoch: int) -> None:
-        """From ``from_epoch`` (counted from 1) on, every epoch restarts its workers, as written."""
-        if not self.carry_why_not:
-            self.carry_why_not = why
-            self.tuning.carried(self, False, why, from_epoch)
-
-    def _forked_with(self) -> Tuple[Any, ...]:
-        """What a worker process is given of the loader (and what the script may change between epochs)."""
-        return self.loader.dataset, self.loader.collate_fn, self.loader.worker_init_fn
 
     def drop_idle(self) -> None:
         """A pool kept for an epoch that will not come (the script built this loader again): closed."""
@@ -284,7 +247,7 @@ class OnlineLoader:
         do): what was seen of its random streams, and a hold for them or a failed check, go on.
         A persistent loader's new workers start with it, as the script's own do."""
         self.draws = self.feed.draws = old.draws
-        self.rng_said, self.rng_moved, self.switched_away = old.rng_said, old.rng_moved, old.switched_away
+        self.rng.inherit(old.rng)
         if old.hold_why and old.hold_why != PERSISTENT_FIRST_EPOCH:
             self.hold_why = old.hold_why
 
@@ -326,45 +289,7 @@ class OnlineLoader:
         problem = pool.accounting() if self.checks_order else ""
         if problem:
             self.check_failed(problem)
-        self._watch_draws(pool)
-
-    def _watch_draws(self, pool: Pool) -> None:
-        """The script's random streams after the batch: draws its loading made, and where."""
-        self.draws.end(in_main=not pool.workers, own=pool.config == self.script_config and not self.switched_away)
-        if pool.draws is not None:
-            self._workers_drew(pool.draws.streams())
-        self._randomness()
-
-    def _workers_drew(self, streams: Tuple[str, ...]) -> None:
-        """Draws a pool's workers made as they loaded: the script's own workers' augmentation; or,
-        for a script written with 0 workers, its loading's draws, moved out of its process (begun
-        after the checks before the first switch): seen late, and said."""
-        if not streams:
-            return
-        if self.script_config.get("num_workers"):
-            self.worker_draws = self.worker_draws or streams
-        else:
-            self.draws.loading |= set(streams)
-
-    def _randomness(self) -> None:
-        """Draws seen that a switch moves: said once; not switched unless allowed; said again
-        when a switch moved them. Draws in the script's own workers (augmentation) follow the
-        worker count, as in any run with other settings: said once a switch moved them."""
-        if self.worker_draws and self.switched_away and not self.worker_draws_moved:
-            self.worker_draws_moved = True
-            self.tuning.randomness(self, "rng_workers", self.worker_draws, moved=True)
-        verdict = self.draws.verdict()
-        if not verdict:
-            return
-        if verdict != self.rng_said:
-            self.rng_said = verdict
-            self.tuning.randomness(self, verdict, self.draws.streams(), moved=self.switched_away)
-            self.rng_moved = self.switched_away
-            if not self.tuning.allow_rng_change:
-                self.hold(verdict)
-        elif self.switched_away and not self.rng_moved:
-            self.rng_moved = True
-            self.tuning.randomness(self, verdict, self.draws.streams(), moved=True)
+        self.rng.after_batch(pool)
 
     # -- pools -----------------------------------------------------------------
 
@@ -372,7 +297,7 @@ class OnlineLoader:
         """The pool for this epoch, built or switched to ``config``."""
         pool = self.pool
         same = pool is not None and pool.config == config
-        if same and (self.pool_epoch == self.epochs or self._carries()):
+        if same and (self.pool_epoch == self.epochs or self.carry.carries()):
             if self.pool_epoch != self.epochs:
                 self.pool_epoch = self.epochs
                 pool.new_epoch(self.feed)  # (its segment is this epoch's even if the reset fails)
@@ -387,13 +312,9 @@ class OnlineLoader:
         before = self.feed.segment
         seed = self._pool_seed()
         if config != self.script_config or self.pools_this_epoch > 1:
-            self.switched_away = True  # the script's own workers would not be these
+            self.rng.switched_away = True  # the script's own workers would not be these
         try:
-            if config.get("num_workers") and not self.own_persistent and not self.carry_why_not:
-                forked = state_of(*self._forked_with())
-                self.forked_state = forked.digest
-                if forked.why_not:
-                    self._no_carry(forked.why_not, self.epochs + 1)
+            self.carry.forking(config)
             self.pool = Pool(self.loader, self.feed, config, seed, self.own_timeout_s)
         except BaseException:
             started = self.feed.segment  # what its workers took before it failed: served by the next pool

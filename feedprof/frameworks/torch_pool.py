@@ -7,9 +7,13 @@ from __future__ import annotations
 import copy
 import re
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
 from feedprof.frameworks.torch_worker_draws import WorkerDraws
+from feedprof.frameworks.torch_feed import Feed
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
 
 KILLED = re.compile(r"DataLoader worker \(pid.*(killed by signal|exited unexpectedly)")
 TIMED_OUT = "DataLoader timed out after"
@@ -17,8 +21,8 @@ POLL_S = 1.0  # how often a waiting pool checks its workers are alive (torch's o
 DEATH_WAIT_S = 1.0  # a worker's channel broke: how long to wait to read whether a signal ended the worker
 
 
-def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, timeout_s: float,
-               draws: Optional[WorkerDraws] = None) -> Any:
+def _copy_with(loader: "DataLoader", feed: Feed, config: Dict[str, Any], base_seed: int, timeout_s: float,
+               draws: Optional[WorkerDraws] = None) -> "DataLoader":
     """A shallow copy of the loader that reads its batches from ``feed``, draws its workers'
     seed from a private generator seeded with ``base_seed``, and (``draws``) tells whether
     its workers draw from their random streams as they load."""
@@ -45,7 +49,7 @@ def _copy_with(loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, t
 class Pool:
     """One config's worker pool (or the main process, at 0 workers) serving a feed."""
 
-    def __init__(self, loader: Any, feed: Any, config: Dict[str, Any], base_seed: int, own_timeout_s: float):
+    def __init__(self, loader: "DataLoader", feed: Feed, config: Dict[str, Any], base_seed: int, own_timeout_s: float):
         from torch.utils.data import dataloader as dl
 
         self.config = dict(config)
@@ -61,7 +65,7 @@ class Pool:
         self.segment = feed.segment
         self.had = 0  # batches of this epoch's segment the loop had (delivered, or raised: the dataset's error)
 
-    def new_epoch(self, feed: Any) -> None:
+    def new_epoch(self, feed: Feed) -> None:
         try:
             if self.workers:  # (torch's reset waits on the workers: the script's own timeout, not the poll)
                 self.it._timeout = self.own_timeout_s
@@ -160,7 +164,7 @@ def _worker_draws() -> Optional[WorkerDraws]:
 _SEEDED: Dict[type, type] = {}
 
 
-def _start_workers(proxy: Any, base_seed: int) -> Any:
+def _start_workers(proxy: "DataLoader", base_seed: int) -> Iterator[Any]:
     """A multi-process DataLoader iterator whose worker i is seeded ``base_seed + i``, as the
     script's own iterator seeds them, and whose workers torch's SIGCHLD handler never hears of:
     that handler raises in the main thread wherever it is, the script's step included (this

@@ -27,7 +27,11 @@ import ctypes
 import random
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Optional, Set, Tuple
+
+if TYPE_CHECKING:
+    from feedprof.frameworks.torch_online import OnlineLoader
+    from feedprof.frameworks.torch_pool import Pool
 
 STREAMS = ("torch", "numpy", "random", "own")
 CHECK_BATCHES = 8
@@ -182,3 +186,61 @@ class DrawWatch:
     def abandon(self) -> None:
         """The batch did not come (an error, the epoch's end): nothing to compare."""
         self._on, self._end = False, None
+
+
+class RandomnessWatch:
+    """One online loader's watch on the script's random streams (see NOTE): after each batch,
+    the draws its loading made and where; a verdict told once, the loader held where a switch
+    moving them is not allowed, and told again once a switch moved them. Draws in the script's
+    own workers (augmentation) follow the worker count, as in any run with other settings: said
+    once a switch moved them."""
+
+    def __init__(self, ol: "OnlineLoader", own_workers: bool):
+        self.ol = ol
+        self.own_workers = own_workers  # the script's own loader has workers (their draws are theirs)
+        self.said = ""  # the verdict told so far
+        self.moved = False  # a switch moved the draws the verdict told
+        self.switched_away = False  # a pool other than the script's own arrangement served the loader
+        self.worker_draws: Tuple[str, ...] = ()  # streams the script's own workers draw from as they load
+        self.worker_draws_moved = False
+
+    def inherit(self, old: "RandomnessWatch") -> None:
+        """The loader built again at its place: what was seen and said of the streams goes on."""
+        self.said, self.moved, self.switched_away = old.said, old.moved, old.switched_away
+
+    def after_batch(self, pool: "Pool") -> None:
+        """The script's random streams after the pool's batch: draws its loading made, and where."""
+        ol = self.ol
+        ol.draws.end(in_main=not pool.workers, own=pool.config == ol.script_config and not self.switched_away)
+        if pool.draws is not None:
+            self._workers_drew(pool.draws.streams())
+        self._say()
+
+    def _workers_drew(self, streams: Tuple[str, ...]) -> None:
+        """Draws a pool's workers made as they loaded: the script's own workers' augmentation; or,
+        for a script written with 0 workers, its loading's draws, moved out of its process (begun
+        after the checks before the first switch): seen late, and said."""
+        if not streams:
+            return
+        if self.own_workers:
+            self.worker_draws = self.worker_draws or streams
+        else:
+            self.ol.draws.loading |= set(streams)
+
+    def _say(self) -> None:
+        ol, tuning = self.ol, self.ol.tuning
+        if self.worker_draws and self.switched_away and not self.worker_draws_moved:
+            self.worker_draws_moved = True
+            tuning.randomness(ol, "rng_workers", self.worker_draws, moved=True)
+        verdict = ol.draws.verdict()
+        if not verdict:
+            return
+        if verdict != self.said:
+            self.said = verdict
+            tuning.randomness(ol, verdict, ol.draws.streams(), moved=self.switched_away)
+            self.moved = self.switched_away
+            if not tuning.allow_rng_change:
+                ol.hold(verdict)
+        elif self.switched_away and not self.moved:
+            self.moved = True
+            tuning.randomness(ol, verdict, ol.draws.streams(), moved=True)

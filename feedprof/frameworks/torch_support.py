@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Tuple
 
-SUPPORTED = ((2, 5), (2, 14))  # (major, minor), both ends included
+from feedprof.store.online import TORCH_SWITCHED
+
+SUPPORTED = TORCH_SWITCHED  # (major, minor), both ends included
 TESTED = ("2.5.1", "2.13.0", "2.14.1")  # the seeded online tests run on each (./tests/run --all)
 
 # where each member must be used: (class path, method, names its code must mention)
@@ -39,11 +41,6 @@ _USES = (
 def version_tuple(text: str) -> Tuple[int, int]:
     m = re.match(r"(\d+)\.(\d+)", text)
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
-
-
-def supported_words() -> str:
-    (a, b), (c, d) = SUPPORTED
-    return f"{a}.{b} to {c}.{d}"
 
 
 def why_unsupported(torch: Any = None) -> Optional[str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from feedprof.frameworks.contract import SwitchAllowed
-from feedprof.frameworks.torch_online import OnlineLoader, online_capable
+from feedprof.frameworks.contract import SwitchAllowed, Tuning
+from feedprof.frameworks.torch_online import OnlineEpoch, OnlineLoader, online_capable
 from feedprof.store.codes import Framework, SwitchAt
 from feedprof.store.online import ITERABLE_RANKS
 
@@ -23,7 +23,7 @@ class TorchOnlineLoader(OnlineLoader):
     framework = Framework.TORCH
     switch_at = SwitchAt.BATCH
 
-    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Any:
+    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> OnlineEpoch:
         return super().epoch()
 
 
@@ -38,7 +38,7 @@ class EpochSwitchedLoader(TorchOnlineLoader):
     # the run says; no order is claimed for it.
     checks_order = False
 
-    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> Any:
+    def epoch(self, own: Optional[Callable[[], Iterator]] = None) -> OnlineEpoch:
         ep = super().epoch(own)
         if _world_size() > 1:  # a replayed epoch would give this rank more steps than the others
             self.hold(ITERABLE_RANKS)
@@ -68,7 +68,7 @@ class TorchSwitcher:
             return "persistent_iterable" if loader.persistent_workers else _own_iterator(loader)
         return why_not
 
-    def online_loader(self, loader: Any, tuning: Any, loader_id: int, script_config: Dict[str, Any],
+    def online_loader(self, loader: Any, tuning: Tuning, loader_id: int, script_config: Dict[str, Any],
                       chain: Tuple[str, ...], allowed: SwitchAllowed) -> TorchOnlineLoader:
         import torch.utils.data as tud
 

@@ -24,42 +24,25 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
 
 from feedprof.record.steps import LoaderInfo
 from feedprof.store.codes import Framework
+from feedprof.store.knobs.nodes import legalize
+from feedprof.frameworks.contract import Controller
+
+if TYPE_CHECKING:
+    from torchdata.nodes import BaseNode
+    from torchdata.nodes import Loader as NodesLoader
+
+    from feedprof.frameworks.paste import Paste
+from feedprof.store import LoaderRecord
 
 FRAMEWORK = Framework.TORCHDATA_NODES
-KNOBS = ("num_workers", "method", "prefetch_factor")
-METHODS = ("thread", "process")
 
 
-def legalize(config: Dict[str, Any]) -> Dict[str, Any]:
-    n = config.get("num_workers")
-    pf = config.get("prefetch_factor")
-    method = config.get("method")
-    return {"num_workers": max(0, int(n or 0)), "method": method if method in METHODS else "thread",
-            "prefetch_factor": None if pf is None else max(1, int(pf))}
-
-
-def in_flight(config: Dict[str, Any]) -> int:
-    """Batches held between loading and the loop: the Prefetcher's queue, and
-    (roughly) what the workers have in the making."""
-    cfg = legalize(config)
-    return (cfg["prefetch_factor"] or 0) + cfg["num_workers"]
-
-
-def describe_config(config: Dict[str, Any]) -> str:
-    cfg = legalize(config)
-    parts = [f"num_workers={cfg['num_workers']}"]
-    if cfg["num_workers"] and cfg["method"] != "thread":
-        parts.append(f"method={cfg['method']!r}")
-    if cfg["prefetch_factor"] is not None:
-        parts.append(f"prefetch_factor={cfg['prefetch_factor']}")
-    return ", ".join(parts)
-
-
-def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
     """The script's ParallelMapper(...) and Prefetcher(...) calls with the knobs set."""
     from feedprof.frameworks.paste import Call, Paste, Setting, paste
     from feedprof.frameworks.source import find_call, parse_file, resolve_site
@@ -85,7 +68,7 @@ def paste_for(config: Dict[str, Any], loader: Any, script: str, argv: Sequence[s
     return paste(calls, script, argv, fallback) if calls else Paste(fallback)
 
 
-def install(ctl: Any) -> None:
+def install(ctl: Controller) -> None:
     """Patch ParallelMapper, Prefetcher and Loader so the controller sees the pipelines."""
     from torchdata import nodes
 
@@ -97,11 +80,11 @@ def install(ctl: Any) -> None:
     nodes.Loader._feedprof_patched = True
 
 
-def _patch_node(ctl: Any, cls: type, knobs: Sequence[str]) -> None:
+def _patch_node(ctl: Controller, cls: type, knobs: Sequence[str]) -> None:
     orig_init = cls.__init__
     sig = inspect.signature(orig_init)
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: "BaseNode", *args: Any, **kwargs: Any) -> None:
         chain = ctl.user_chain(sys._getframe(1))  # () unless the script's own code builds it
         try:
             bound = sig.bind(self, *args, **kwargs)
@@ -123,16 +106,16 @@ def _patch_node(ctl: Any, cls: type, knobs: Sequence[str]) -> None:
     cls.__init__ = __init__
 
 
-def _patch_loader(ctl: Any, nodes: Any) -> None:
+def _patch_loader(ctl: Controller, nodes: ModuleType) -> None:
     Loader = nodes.Loader
     orig_init, orig_iter = Loader.__init__, Loader.__iter__
 
-    def __init__(self: Any, root: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: "NodesLoader", root: "BaseNode", *args: Any, **kwargs: Any) -> None:
         plan = ctl.plan(FRAMEWORK, sys._getframe(1))
         orig_init(self, root, *args, **kwargs)
         self._feedprof_handle = ctl.created(plan, describe(root, nodes), self)
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "NodesLoader") -> Iterator[Any]:
         handle = getattr(self, "_feedprof_handle", None)
         if handle is None:
             return orig_iter(self)
@@ -143,13 +126,13 @@ def _patch_loader(ctl: Any, nodes: Any) -> None:
     _patch_node_iter(ctl, nodes)
 
 
-def _patch_node_iter(ctl: Any, nodes: Any) -> None:
+def _patch_node_iter(ctl: Controller, nodes: ModuleType) -> None:
     """A pipeline the script iterates itself, without a Loader (``for batch in node``):
     the node is the loader, known by the line that iterates it. torchdata's own
     ``iter(source)`` calls (its prefetch threads) are left alone."""
     orig_iter = nodes.BaseNode.__iter__
 
-    def __iter__(self: Any) -> Any:
+    def __iter__(self: "BaseNode") -> Iterator[Any]:
         caller = sys._getframe(1)
         if not ctl.user_chain(caller):
             return orig_iter(self)
@@ -162,9 +145,9 @@ def _patch_node_iter(ctl: Any, nodes: Any) -> None:
     nodes.BaseNode.__iter__ = __iter__
 
 
-def pipeline(root: Any, base: type) -> List[Any]:
+def pipeline(root: "BaseNode", base: type) -> List["BaseNode"]:
     """Every node under ``root`` (its sources, followed through attributes)."""
-    seen: Dict[int, Any] = {}
+    seen: Dict[int, "BaseNode"] = {}
     todo = [root]
     while todo:
         node = todo.pop()
@@ -177,13 +160,13 @@ def pipeline(root: Any, base: type) -> List[Any]:
     return list(seen.values())
 
 
-def describe(root: Any, nodes: Any) -> LoaderInfo:
+def describe(root: "BaseNode", nodes: ModuleType) -> LoaderInfo:
     """The pipeline's knobs: the busiest ParallelMapper's workers and method, the
     Prefetcher's depth, and where the script built each of them (config_sites)."""
     all_nodes = pipeline(root, nodes.BaseNode)
     mappers = [n for n in all_nodes if isinstance(n, nodes.ParallelMapper)]
     prefetchers = [n for n in all_nodes if isinstance(n, nodes.Prefetcher)]
-    busiest: Optional[Any] = max(mappers, key=lambda n: n.num_workers, default=None)
+    busiest: Optional["BaseNode"] = max(mappers, key=lambda n: n.num_workers, default=None)
     config = legalize({"num_workers": getattr(busiest, "num_workers", 0), "method": getattr(busiest, "method", None),
                        "prefetch_factor": prefetchers[0].prefetch_factor if prefetchers else None})
     marks = {id(n): getattr(n, "_feedprof_node", ("", {})) for n in mappers + prefetchers}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 from feedprof.store import GpuInfo, GpuStatus
+from types import ModuleType
 
 NVML_SAMPLE_FLOOR_S = 0.2  # NVML averages utilisation over 1/6 s to 1 s: faster adds nothing
 
@@ -69,7 +70,7 @@ class NullGpu:
         pass
 
 
-def _import_pynvml() -> Any:
+def _import_pynvml() -> ModuleType:
     try:
         import pynvml
     except ImportError:
@@ -107,7 +108,7 @@ def parse_visible_devices(value: Optional[str], nvml_uuids: Sequence[str]) -> Li
 
 
 class NvmlGpu:
-    def __init__(self, nvml: Any, handles: Sequence[Any], devices: Sequence[GpuInfo]):
+    def __init__(self, nvml: ModuleType, handles: Sequence[object], devices: Sequence[GpuInfo]):
         self._nvml = nvml
         self._handles = list(handles)
         self.devices = tuple(devices)
@@ -144,7 +145,7 @@ class NvmlGpu:
         """Per device (CUDA order): the processes on it, or None where NVML would not say."""
         return tuple(self._processes_on(h) for h in self._handles)
 
-    def _processes_on(self, handle: Any) -> Optional[Tuple[GpuProcessReading, ...]]:
+    def _processes_on(self, handle: object) -> Optional[Tuple[GpuProcessReading, ...]]:
         found: dict = {}  # pid -> [used_bytes, kinds]
         answered = False
         for kind, names in _PROCESS_QUERIES:
@@ -177,7 +178,7 @@ class NvmlGpu:
         self._q(self._nvml.nvmlShutdown)
 
 
-def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
+def open_gpu(nvml: Optional[ModuleType] = None, visible_devices: Optional[str] = None,
              cuda_uuids: Optional[Sequence[str]] = None, use_env: bool = True):
     """An NvmlGpu for the CUDA-visible devices, or a NullGpu saying why not.
 
@@ -221,7 +222,7 @@ def open_gpu(nvml: Any = None, visible_devices: Optional[str] = None,
     return NvmlGpu(nv, [handles[i] for i in order], devices)
 
 
-def memory_info(nv: Any, h: Any, try_v2: bool = True) -> Tuple[Any, bool]:
+def memory_info(nv: ModuleType, h: object, try_v2: bool = True) -> Tuple[Any, bool]:
     """The device's memory as nvidia-smi shows it (or None), and whether to ask v2 next time.
     NVML's v2 query leaves out what the driver reserves for itself, which v1 counts as used: on an
     H200 v1 read 1249 MiB used where nvidia-smi read 621 (docs/benchmarks.md, "On a GPU")."""
@@ -241,11 +242,11 @@ def _query(nv: Any, fn: Any, *args: Any) -> Any:
         return None
 
 
-def _shutdown(nv: Any) -> None:
+def _shutdown(nv: ModuleType) -> None:
     _query(nv, nv.nvmlShutdown)
 
 
-def _failed(nv: Any, exc: Exception) -> NullGpu:
+def _failed(nv: ModuleType, exc: Exception) -> NullGpu:
     if isinstance(exc, getattr(nv, "NVMLError_LibraryNotFound", ())):
         return NullGpu(GpuStatus.NO_LIBRARY)
     if isinstance(exc, getattr(nv, "NVMLError_DriverNotLoaded", ())):

@@ -6,19 +6,11 @@ import textwrap
 from typing import List, Optional
 
 from feedprof.store.procs import ORPHAN_ADOPTED, ORPHAN_JOB_GONE, ORPHAN_KERNEL_UNOWNED, GpusView, ProcessInfo
+from feedprof.render.commands import cut, short_command
+from feedprof.render.words import gpu_status
 from feedprof.units import fmt_bytes, fmt_pct
 
 _ROW = "{mark}{pid:>7}  {user:<9.9} {mem:>10}  {kind:<4} {parent:<16.16}  {command}"
-
-
-def cut(text: str, width: Optional[int]) -> str:
-    """``text`` in at most ``width`` columns (None: any length), with control
-    characters shown as "?": a process's command line is anyone's to write,
-    escape sequences included."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    if width is None or len(text) <= width:
-        return text
-    return text[:max(0, width - 1)] + "…"
 
 
 def why_abandoned(p: ProcessInfo) -> List[str]:
@@ -49,8 +41,6 @@ def process_row(p: ProcessInfo, mem: Optional[int], kind: str, width: Optional[i
     if not p.visible:
         command = "(not in this PID namespace: run feedprof gpus on the host to see it)"
     elif width is not None:  # a terminal: the program's name, not a virtual environment's long path
-        from feedprof.render.leftovers import short_command  # (leftovers.py uses this module's cut)
-
         command = short_command(p.command, None)
     else:  # a pipe or a file: the command line whole
         command = p.command
@@ -64,7 +54,6 @@ def format_gpus(view: GpusView, width: Optional[int] = None) -> str:
     """The view as text; ``width`` (a terminal's columns) cuts long command lines
     and shows each program by its name (None: every command line whole)."""
     if view.status != "ok":
-        from feedprof.render.words import gpu_status
 
         return f"feedprof gpus: GPU {gpu_status(view.status, view.detail)}"
     n = len(view.gpus)

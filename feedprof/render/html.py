@@ -20,12 +20,13 @@ from feedprof.analyse.loading import training_loading
 from feedprof.render import plots
 from feedprof.render.beyond import beyond_section
 from feedprof.render.markup import esc, table
+from feedprof.render.online import FAILED, online_lines, timeline_svg
 from feedprof.render.leftovers import afterwards_words, labelled_leftovers, leftover_items
-from feedprof.render.progress import NO_PASTE_TEXT, OWN_SETTINGS_TEXT, config_cell, paste_shown
+from feedprof.render.progress import NO_PASTE_TEXT, paste_shown
 from feedprof.render.ranks import ranks_html
 from feedprof.render.text import epoch_line, verdict_words
-from feedprof.render.words import config_words, gpu_status, headline, paste_intro, say
-from feedprof.store import GpuStatus, HostInfo, Recommendation, Run, StoreError, Summary, Trial, TrialState, TuneResult
+from feedprof.render.words import OWN_SETTINGS_TEXT, config_cell, config_words, gpu_status, headline, paste_intro, say
+from feedprof.store import GpuStatus, HostInfo, Recommendation, Run, Summary, Trial, TrialState, TuneResult
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 
@@ -266,8 +267,6 @@ def render_tune(result: TuneResult) -> str:
 
 def online_section(result: TuneResult) -> List[str]:
     """tune --online: what the run did, its timeline, and its utilisation curves."""
-    from feedprof.render.online import online_lines, timeline_svg
-
     body = ["<h2>The run, as it was tuned</h2><ul class=\"reasons\">" +
             "".join(f"<li>{esc(line)}</li>" for line in online_lines(result)) + "</ul>"]
     svg = timeline_svg(result)
@@ -312,8 +311,6 @@ def trials_table(result: TuneResult) -> str:
 def evidence_table(result: TuneResult) -> str:
     """A search without trials (online: stretches of the real run), a row per config from its
     evidence (store/evidence.py), a failure with what the run saw of it."""
-    from feedprof.render.online import FAILED
-
     rec = result.recommendation
     picked = plots.measured_pick(rec)
     base_key = config_key(rec.baseline_config) if rec is not None and rec.baseline_config else None
@@ -419,28 +416,3 @@ def _footer(host: HostInfo) -> str:
     return (f"<footer>Recorded with feedprof {esc(host.feedprof_version)}. Re-render with "
             f"<code>feedprof report results.json</code> (or <code>run.json</code>); this page makes no "
             f"network requests.</footer>")
-
-
-# ----------------------------------------------------------------- entry
-
-
-def render(obj: Any) -> str:
-    from feedprof.analyse.merge import MergedTunes
-
-    if isinstance(obj, MergedTunes):
-        from feedprof.render.nodes import render_tunes
-
-        return render_tunes(obj)
-    if isinstance(obj, TuneResult):
-        return render_tune(obj)
-    if isinstance(obj, Run):
-        return render_run(obj)
-    raise StoreError(f"cannot render a {type(obj).__name__}")
-
-
-def write_report(obj: Any, path: str) -> str:
-    """Render a Run or TuneResult to ``path`` (written whole, then renamed)."""
-    from feedprof.store.codec import write_text_atomic
-
-    write_text_atomic(path, render(obj))
-    return path

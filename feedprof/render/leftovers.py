@@ -2,34 +2,18 @@
 tune's closing text and the HTML report."""
 from __future__ import annotations
 
-import os
-import shlex
 from typing import Dict, List, Optional, Tuple
 
-from feedprof.render.gpus import cut
+from feedprof.render.commands import short_command
 from feedprof.store import Run, TuneResult
 from feedprof.store.procs import Leftovers
 from feedprof.units import fmt_bytes
 
-COMMAND_WIDTH = 60  # of the command as shown: its program's name and its arguments
 FEEDPROF_COMMANDS = ("feedprof.trial.child", "feedprof.trial.zygote")  # what a fork of a trial inherits
 
 
 def _where(cuda_index: Optional[int], uuid: str) -> str:
     return f"cuda:{cuda_index}" if cuda_index is not None else uuid
-
-
-def short_command(command: str, width: Optional[int] = COMMAND_WIDTH) -> str:
-    """A command line as a person tells processes apart: the program's name
-    without its directory (a virtual environment's long path, cut mid-way,
-    would fill the line and say nothing), then its arguments, in ``width`` columns."""
-    try:
-        words = shlex.split(command)  # record/gpu_procs.py wrote it with shlex.join
-    except ValueError:
-        words = []
-    if words and os.sep in words[0]:
-        command = shlex.join([os.path.basename(words[0])] + words[1:])
-    return cut(command, width)
 
 
 def leftover_items(lo: Optional[Leftovers]) -> List[Tuple[str, str]]:

@@ -8,6 +8,7 @@ from feedprof.render.words.autotune import autotune_lines
 from feedprof.render.online_checks import carry_lines, hold_lines, order_lines, randomness_lines
 from feedprof.render.words import config_words
 from feedprof.store import TuneResult
+from feedprof.store.online import TORCH_SWITCHED
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
 FAILED = {"killed": "a worker was killed", "hung": "no batch came", "error": "an error in a worker",
@@ -39,11 +40,10 @@ SWITCHED_AT = {"mid_epoch": "at batch boundaries, the epoch's order kept",
 
 def why_not_words(code: str) -> str:
     """Why a loader was observed rather than switched, from its reason code."""
-    from feedprof.frameworks.torch_support import supported_words
-
     kind, _, detail = code.partition(":")
     if kind == "torch_version":
-        return (f"torch {detail}: online switching supports torch {supported_words()}, whose DataLoader internals it "
+        (a, b), (c, d) = TORCH_SWITCHED
+        return (f"torch {detail}: online switching supports torch {a}.{b} to {c}.{d}, whose DataLoader internals it "
                 "was tested against; `feedprof tune` (offline) tunes it")
     if kind == "torch_private":
         return (f"this torch's DataLoader iterator is not as online switching expects ({detail}); "
@@ -57,7 +57,7 @@ def online_lines(result: TuneResult) -> List[str]:
     o = result.online
     if o is None:
         return []
-    configs = {repr(sorted(s.config.items())) for s in o.switches}
+    configs = {config_key(s.config) for s in o.switches}
     ended = "to its own end" if not o.exit_code else f"and ended with its own status {o.exit_code}"
     if not result.complete:
         ended = "until it was interrupted"

@@ -17,8 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 from feedprof.analyse.diagnose import training_loader
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import score
-from feedprof.render.progress import config_cell
-from feedprof.render.words import config_words
+from feedprof.render.words import config_cell, config_words
 from feedprof.store import Recommendation, Run, TuneResult
 from feedprof.store.reasons import PickFigures
 

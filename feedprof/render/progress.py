@@ -28,26 +28,18 @@ from feedprof.analyse.limits import repeats_records
 from feedprof.analyse.measured import score
 from feedprof.analyse.recommend import keeps_own_settings
 from feedprof.render.leftovers import format_tune_leftovers
-from feedprof.render.words import config_words, gpu_status, headline, say
+from feedprof.render.ranks import format_ranks
+from feedprof.render.words import CEILING_TEXT, OWN_SETTINGS_TEXT, config_cell, gpu_status, headline, say
 from feedprof.store import GpuStatus, LoaderRecord, Recommendation, Role, Trial, TrialState, TuneResult, TuneStart
 from feedprof.store.reasons import BudgetCutShort, NothingTried
 from feedprof.units import fmt_num, fmt_path, fmt_pct, fmt_seconds
 
-CEILING_TEXT = "one cached batch replayed"
-OWN_SETTINGS_TEXT = "the script's own settings"
 REDRAW_S = 0.25
 ERASE_LINE = "\r\033[K"
 # "  12  baseline    24.0 ±17%   84 %    1.00×   9.4 s  " then the config
 _ROW = "{index:>4}  {role:<8}  {bps:>6} {spread:<5} {wait:>5}  {vs:>7}  {time:>6}  "
 HEADER = f"{'#':>4}  {'role':<8}  {'batches/s':<12} {'wait':>5}  {'vs base':>7}  {'time':>6}  config"
 CONFIG_COLUMN = len(HEADER) - len("config")
-
-
-def config_cell(t: Trial) -> str:
-    """A trial's config as the tables show it."""
-    if t.role == Role.CEILING:
-        return CEILING_TEXT
-    return t.config_text or (config_words(t.config) if t.config else OWN_SETTINGS_TEXT)
 
 
 def _figures(t: Trial, baseline_score: Optional[float]) -> dict:
@@ -180,8 +172,6 @@ def _ranks_of_pick(rec: Recommendation, result: TuneResult) -> List[str]:
     picked = next((t for t in result.trials if t.index == rec.trial_index), None)
     if picked is None or picked.run is None or not picked.run.ranks:
         return []
-    from feedprof.render.ranks import format_ranks
-
     return format_ranks(picked.run).replace("ranks (", "ranks with the recommended settings (", 1).splitlines()
 
 

@@ -33,7 +33,11 @@ from typing import Any, Iterator, List, NamedTuple, Optional
 
 from feedprof.analyse import stats
 from feedprof.analyse.diagnose import training_loader
+from feedprof.render.progress import format_recommendation
+from feedprof.render.text import format_summary
+from feedprof.render.words import config_words
 from feedprof.store import LoaderRecord, Run, Samples, Trial, TuneResult, Window
+from feedprof.units import fmt_num, fmt_pct
 
 MIB = 1024 * 1024
 TUNE_RUN = "tune"  # the sub-run of a tune's own figures
@@ -129,13 +133,14 @@ def run_scalars(run: Run) -> Iterator[Scalar]:
 
 def trial_run_name(trial: Trial) -> str:
     """``03-search-num_workers=8,persistent_workers=True``: a directory name that sorts by index."""
-    what = "" if trial.role == "ceiling" else (trial.config_text or _config_words(trial.config))
+    what = "" if trial.role == "ceiling" else (trial.config_text or _config_name(trial.config))
     name = f"{trial.index:02d}-{trial.role}" + (f"-{what}" if what else "")
     name = re.sub(r",\s*", ",", name)
     return re.sub(r"[^A-Za-z0-9._=,+-]+", "_", name)[:120]
 
 
-def _config_words(config: dict) -> str:
+def _config_name(config: dict) -> str:
+    """A config without its words (a hand-built trial): every knob, in name order, as a stable name."""
     return ",".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
@@ -165,8 +170,6 @@ def write(obj: Any, logdir: str) -> List[str]:
 def write_run(run: Run, logdir: str, title: str = "") -> str:
     """One TensorBoard run in ``logdir``: the scalars of ``run`` and its summary as text."""
     from feedprof.render.tb_events import EventFile
-    from feedprof.render.text import format_summary
-
     t0 = start_epoch_s(run.started_at, run.duration_s)
     with EventFile(logdir) as out:
         for p in run_scalars(run):
@@ -206,10 +209,6 @@ def start_epoch_s(started_at: str, duration_s: float) -> float:
 
 
 def recommendation_markdown(result: TuneResult) -> str:
-    from feedprof.render.progress import format_recommendation
-    from feedprof.render.words import config_words
-    from feedprof.units import fmt_num, fmt_pct
-
     rows = ["| # | role | config | state | batches/s | data wait |", "|---|---|---|---|---|---|"]
     for t in result.trials:
         figures = (fmt_num(t.batches_per_s), fmt_pct(t.data_wait_fraction)) if t.state == "ok" else (t.reason, "")
@@ -224,7 +223,7 @@ def recommendation_markdown(result: TuneResult) -> str:
 
 
 def _trial_words(t: Trial) -> str:
-    head = f"trial {t.index} ({t.role}): {t.config_text or _config_words(t.config)}"
+    head = f"trial {t.index} ({t.role}): {t.config_text or _config_name(t.config)}"
     return head + (f"\n{t.state}: {t.reason}" if t.state != "ok" else "")
 
 

@@ -3,11 +3,16 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from feedprof.store.reasons import GpuUnavailable, Reason
+from feedprof.analyse.batch_time import profile_batch_time
+from feedprof.analyse.loading import training_loading
 from feedprof.render.leftovers import format_leftovers
+from feedprof.render.progress import format_recommendation
+from feedprof.render.ranks import format_ranks
 from feedprof.render.words import gpu_status, say
+from feedprof.render.words.beyond import batch_time_words, loading_words
 from feedprof.store import HostInfo, InputBound, Run, Summary, TuneResult
 from feedprof.store.procs import Leftovers
+from feedprof.store.reasons import GpuUnavailable, Reason
 from feedprof.units import fmt_bytes, fmt_cores, fmt_num, fmt_pct, fmt_rate, fmt_seconds
 
 VERDICT_WORDS = {InputBound.HIGHLY: "highly input-bound", InputBound.MODERATELY: "moderately input-bound",
@@ -94,10 +99,6 @@ def beyond_rows(run: Optional[Run]) -> List[Tuple[str, str]]:
     """Where a batch's time goes in the run, and where its loading code spent its time."""
     if run is None:
         return []
-    from feedprof.analyse.batch_time import profile_batch_time
-    from feedprof.analyse.loading import training_loading
-    from feedprof.render.words.beyond import batch_time_words, loading_words
-
     rows = []
     t = profile_batch_time(run)
     if t is not None:
@@ -111,12 +112,8 @@ def beyond_rows(run: Optional[Run]) -> List[Tuple[str, str]]:
 def words_for(obj: Any) -> str:
     """feedprof.text(): any record feedprof returns, in words."""
     if isinstance(obj, TuneResult):
-        from feedprof.render.progress import format_recommendation
-
         return format_recommendation(obj.recommendation, obj)
     if isinstance(obj, Run):
-        from feedprof.render.ranks import format_ranks
-
         return "\n".join(filter(None, [format_summary(obj.summary or Summary(), obj.host, obj.leftovers, obj),
                                         format_ranks(obj)]))
     if isinstance(obj, Summary):

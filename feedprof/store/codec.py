@@ -12,16 +12,18 @@ import os
 import sys
 import types
 import typing
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Type, TypeVar, Union
 
 TAG = "code"  # the key that names a tagged union's member (see _member)
+Json = Union[None, bool, int, float, str, List["Json"], Dict[str, "Json"]]
+T = TypeVar("T")
 
 
 class DecodeError(ValueError):
     """JSON data that does not fit the dataclass it should rebuild."""
 
 
-def to_dict(obj: Any) -> Any:
+def to_dict(obj: object) -> Json:
     """Dataclasses to plain JSON-able data; non-finite floats become None."""
     if dataclasses.is_dataclass(obj):
         fields = {name: to_dict(getattr(obj, name)) for name in json_names(type(obj))}
@@ -51,13 +53,13 @@ def json_names(cls: type) -> List[str]:
     return names
 
 
-def from_dict(cls: type, data: Any) -> Any:
+def from_dict(cls: Type[T], data: Json) -> T:
     """Rebuild ``cls`` from :func:`to_dict` output; unknown keys are ignored and
     missing keys take the field's default (the shipped JSON Schema is the strict check)."""
     return _convert(cls, data)
 
 
-def _convert(tp: Any, value: Any) -> Any:
+def _convert(tp: object, value: Json) -> Any:
     if value is None:
         return None
     origin = typing.get_origin(tp)
@@ -108,7 +110,7 @@ def _hints(tp: type) -> Dict[str, Any]:
     return _HINTS[tp]
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: object) -> str:
     return json.dumps(to_dict(obj), indent=1, allow_nan=False)
 
 

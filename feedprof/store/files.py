@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import errno
 import json
-from typing import Any
+from typing import Union
 
 from feedprof.store.codec import DecodeError, dumps, from_dict, write_text_atomic
 from feedprof.store.run import SCHEMA_RUN, Run
 from feedprof.store.tune import SCHEMA_TUNE, TuneResult
 
 
+Record = Union[Run, TuneResult]  # what feedprof writes at the top of an output directory
 READS = {SCHEMA_RUN: Run, SCHEMA_TUNE: TuneResult}  # the versions this feedprof reads: those it writes
 
 
@@ -33,18 +34,18 @@ class NotSaved(Exception):
     """What was measured (a Run or a TuneResult, in memory) could not be written:
     ``error`` names the file and why; the file on disk holds ``trials_on_disk`` trials."""
 
-    def __init__(self, record: Any, error: OSError, trials_on_disk: int = 0):
+    def __init__(self, record: object, error: OSError, trials_on_disk: int = 0):
         super().__init__(f"{error.filename}: {error.strerror}")
         self.record = record
         self.error = error
         self.trials_on_disk = trials_on_disk
 
 
-def save(obj: Any, path: str) -> None:
+def save(obj: object, path: str) -> None:
     write_text_atomic(path, dumps(obj))
 
 
-def load(path: str) -> Any:
+def load(path: str) -> Record:
     """Read a ``run.json`` (-> :class:`Run`) or ``results.json`` (-> :class:`TuneResult`)."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -58,7 +59,7 @@ def load(path: str) -> Any:
     return from_json_data(data, source=path)
 
 
-def from_json_data(data: Any, source: str = "input") -> Any:
+def from_json_data(data: object, source: str = "input") -> Record:
     schema = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(schema, str) or not schema.startswith("feedprof."):
         raise StoreError(f"{source}: not a feedprof file (no 'schema': '{SCHEMA_RUN}' or '{SCHEMA_TUNE}')")

@@ -153,6 +153,10 @@ class OnlineRandomness:
     target: bool = True  # the tuned loader (else one that followed it)
 
 
+# The torch versions whose DataLoaders online mode switches, (major, minor) both ends included: a
+# loader of any other torch is observed, and its OnlineLoaderMode says torch_version:<version>
+# (frameworks/torch_support.py checks it; render/online.py words it).
+TORCH_SWITCHED = ((2, 5), (2, 14))
 CHECK_FAILED = "check_failed"  # OnlineHold.why: a count or a batch did not match
 PERSISTENT_FIRST_EPOCH = "persistent_first_epoch"  # OnlineHold.why: new workers would fork with today's dataset
 ITERABLE_RANKS = "iterable_ranks"  # OnlineHold.why: an IterableDataset in a job of several ranks (a failed pool's

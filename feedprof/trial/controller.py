@@ -10,9 +10,8 @@ import sys
 import threading
 import weakref
 from types import FrameType
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
-from feedprof.analyse import stats
 from feedprof.store.codec import dumps, write_text_atomic
 from feedprof.frameworks.contract import LoaderHandle, OnlineLoader, Plan, SwitchAllowed
 from feedprof.analyse.diagnose import workers_of
@@ -22,20 +21,24 @@ from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.loadprof import PROFILER
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
-from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd
+from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd, knobs
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
+from feedprof.trial.window import WindowStart, window_full, window_of
 from feedprof.trial.online_child import OnlineTuning
 from feedprof.record.userframes import library_frames, user_call_chain
 
-QUEUE_MULTIPLE = 4  # a window holds at least this many times the batches in flight
-SETTLE_TOLERANCE = 0.10  # a first chunk this much faster or slower than the rest is not steady yet
-MAX_SETTLE_MOVES = 3  # the window's start moves at most this often
 
 
 class StopTrial(BaseException):
     """The window is measured: unwind the script (not an error)."""
 
+
+
+class Recorded(Protocol):
+    """An iterator of batches (a WatchedIterator, a ReplayIterator, a callback's steps) with its recorder."""
+
+    recorder: StepRecorder
 
 
 class _StepView:
@@ -66,7 +69,7 @@ class Controller:
         self.done = False
         self.stop_requested = False  # window measured off the main thread: stop at the next safe point
         self._callback_handles: List[LoaderHandle] = []
-        self._settle_moves = 0
+        self.settle = WindowStart(spec.origin_s)  # where the window starts: after start-up, once steady
         self.result_written = False
         self.notes: List[Reason] = []
         self._lock = threading.Lock()  # tf.data pulls batches from its own threads
@@ -145,10 +148,8 @@ class Controller:
                     replay=spec.mode == Mode.CEILING and bool(is_target),
                     built_in=library_frames(self.script_dir, caller))
 
-    def created(self, plan: Plan, info: LoaderInfo, loader: Any = None) -> LoaderHandle:
-        from feedprof.frameworks import in_flight
-
-        info.in_flight = info.in_flight or in_flight(plan.framework, info.config)
+    def created(self, plan: Plan, info: LoaderInfo, loader: object = None) -> LoaderHandle:
+        info.in_flight = info.in_flight or knobs.in_flight(plan.framework, info.config)
         self.emit("loader", framework=plan.framework, site=plan.chain[-1] if plan.chain else "",
                   call_chain=list(plan.chain), is_target=plan.is_target)
         try:
@@ -247,7 +248,7 @@ class Controller:
                   mode=online.switch_at if online is not None else SwitchAt.NONE, why_not=why_not or "")
         return online
 
-    def after_batch(self, it: Any, batch: Any) -> None:
+    def after_batch(self, it: Recorded, batch: object) -> None:
         rec: StepRecorder = it.recorder
         if rec.digests_wanted:
             rec.fingerprint(batch)
@@ -257,14 +258,14 @@ class Controller:
             self.emit("first_batch", loader_id=rec.loader_id)
         if self.spec.full or self.done or rec.binding.is_target is False:
             return
-        end = self._window_full(rec)
-        if end is None or not self._settled(rec):
+        end = window_full(rec, self.spec)
+        if end is None or not self.settle.settled(rec):
             return
         with self._lock:
             if self.done:
                 return
             self.done = True
-            self.window = self._window_of(rec, end)
+            self.window = window_of(rec, end, self.spec.origin_s)
             self.write_result(TrialState.OK)
             self.emit("window_done", loader_id=rec.loader_id)
         if self.hosted:
@@ -274,45 +275,6 @@ class Controller:
         # Off the main thread (a tf.data generator): raising here would come back as a
         # TensorFlow error. The main thread stops at its next safe point (check_stop).
         self.stop_requested = True
-
-    def _window_full(self, rec: StepRecorder) -> Optional[WindowEnd]:
-        """Has the window enough batches, or enough seconds? Seconds are counted
-        on the wall clock from the window's start, epoch start-ups included:
-        with short epochs those are a real share of the time (what
-        persistent_workers saves) and must be inside the window. A window is
-        at least QUEUE_MULTIPLE times the batches the loader holds in flight,
-        so that a queue filled at start-up is a small part of it."""
-        spec, steady = self.spec, rec.window_batches()
-        start = rec.window_start_s()
-        window_s = 0.0 if start is None else rec.t_last - start
-        if steady >= spec.window_batches:
-            return WindowEnd.BATCHES
-        least = max(spec.min_window_batches, QUEUE_MULTIPLE * rec.info.in_flight)
-        if window_s >= spec.window_seconds and steady >= least:
-            return WindowEnd.SECONDS
-        return None
-
-    def _settled(self, rec: StepRecorder) -> bool:
-        """Is the window's rate steady? A first chunk much faster than the rest
-        is a queue filled during start-up draining (deep prefetch queues of many
-        workers); one much slower is start-up still going on (many workers
-        starting on few CPUs, the loop waiting for a CPU while they do). Either
-        way the window then starts after that chunk, and goes on."""
-        if rec.window_from_batches >= rec.steady_batches or self._settle_moves >= MAX_SETTLE_MOVES:
-            return True
-        origin = self.spec.origin_s
-        start = rec.window_start_s()
-        log = rec.step_log()
-        chunks = stats.chunks(log, stats.DEFAULT_CHUNKS, None if start is None else start - origin)
-        rest = stats.median([rate for _, rate in chunks[1:]])
-        if len(chunks) < 3 or not rest or abs(chunks[0][1] / rest - 1) <= SETTLE_TOLERANCE:
-            return True
-        first_end = log.t_end_s[chunks[0][0]] + origin
-        rec.window_from_batches = rec.steady_batches - sum(
-            n for t, n in zip(log.t_end_s, log.n_steps) if t + origin > first_end)
-        rec.window_from_s = first_end
-        self._settle_moves += 1
-        return False
 
     def epoch_begins(self, handle: LoaderHandle) -> None:
         """An epoch of a loader whose steps are timed from the training loop."""
@@ -334,12 +296,6 @@ class Controller:
 
     # -- results ------------------------------------------------------------
 
-    def _window_of(self, rec: StepRecorder, end: WindowEnd) -> Window:
-        o = self.spec.origin_s
-        start = rec.window_start_s()
-        return Window(loader_id=rec.loader_id, t_start_s=None if start is None else start - o,
-                      t_end_s=None if rec.t_last is None else rec.t_last - o, end=end)
-
     def training_recorder(self) -> Optional[StepRecorder]:
         candidates = [r for r in self.recorders if r.binding.is_target is not False]
         return max(candidates or self.recorders, key=lambda r: r.batches, default=None)
@@ -351,7 +307,8 @@ class Controller:
         if self.window is None:
             rec = self.training_recorder()
             if rec is not None:
-                self.window = self._window_of(rec, WindowEnd.FULL_RUN if self.spec.full else WindowEnd.SCRIPT_ENDED)
+                self.window = window_of(rec, WindowEnd.FULL_RUN if self.spec.full else WindowEnd.SCRIPT_ENDED,
+                                        self.spec.origin_s)
                 if not self.spec.full and state in (TrialState.OK, TrialState.FAILED):  # kept when it failed later
                     self.notes.append(WindowNotReached(steady_batches=rec.steady_batches,
                                                        window_batches=self.spec.window_batches))

@@ -20,6 +20,7 @@ from feedprof.record.others import OtherLoad
 from feedprof.record.sampler import Sampler
 from feedprof.store import HostInfo, Run
 from feedprof.trial.options import TrialOptions
+from feedprof.trial.protocol import DECISION_FILE
 from feedprof.trial.watch import Watch
 
 RANK = "{rank}"  # a job's per-rank files: each rank fills in its own number (hosted.py)
@@ -61,6 +62,11 @@ class TrialPaths:
         for path in stale:
             os.remove(path)
         return paths
+
+    @property
+    def decision(self) -> str:
+        """Online mode: the parent's decisions, beside the spec (trial/protocol.py)."""
+        return os.path.join(os.path.dirname(self.spec), DECISION_FILE)
 
 
 @dataclass(frozen=True)

@@ -27,27 +27,20 @@ import os
 import signal
 import sys
 import threading
-import time
-from typing import Any, List, Optional, Tuple
+from typing import List, Mapping, Optional, Type
 
-from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
+from types import FrameType, TracebackType
+
 from feedprof.record.host import usable_cpu_count
-from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env, sight, step_tasks
+from feedprof.record.ranks import cpu_share, is_launcher, rank_from_env, sight
+from feedprof.record.userframes import failure_hint, script_traceback
 from feedprof.store import RankInfo, TrialState
-from feedprof.frameworks.install import install_adapters
+from feedprof.store.reasons import Interrupted, ScriptExited, ScriptFailed
+from feedprof.trial import ray_train
 from feedprof.trial.controller import Controller
 from feedprof.trial.protocol import TrialSpec
-from feedprof.trial.rank_meter import RankMeter, samples_path
-from feedprof.record.userframes import failure_hint, script_traceback
-
-JOB_SPEC_ENV = "FEEDPROF_JOB_SPEC"
-
-
-def rank_paths(spec: TrialSpec, rank: int) -> TrialSpec:
-    """The job's spec for one rank: its own result and events files."""
-    return dataclasses.replace(spec, result_path=spec.result_path.format(rank=rank),
-                               events_path=spec.events_path.format(rank=rank))
-
+from feedprof.trial.rank_host import JOB_SPEC_ENV, host_rank
+from feedprof.trial.rank_meter import RankMeter
 
 def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool:
     if not argv or argv[0] in ("-c", "") or "--multiprocessing-fork" in argv:
@@ -59,17 +52,15 @@ def _is_rank(argv: List[str], info: Optional[RankInfo], job_script: str) -> bool
     return bool(job_script) and os.path.abspath(argv[0]) == job_script  # `python train.py`, the only rank
 
 
-def maybe_host(env: Any = None) -> Optional[Controller]:
+def maybe_host(env: Optional[Mapping[str, str]] = None) -> Optional[Controller]:
     """If this process is a rank of the job, instrument it (called at interpreter start)."""
     env = os.environ if env is None else env
     info = rank_from_env(env)
     with open(env[JOB_SPEC_ENV], encoding="utf-8") as fh:
         spec = TrialSpec.from_json(fh.read())
     if spec.launcher == "ray":  # Ray's training workers become ranks once Ray Train says which
-        from feedprof.trial.ray_train import in_driver
-
         if os.path.abspath(sys.argv[0]) == spec.script:
-            in_driver(env[JOB_SPEC_ENV])
+            ray_train.in_driver(env[JOB_SPEC_ENV])
         return None
     if not _is_rank(sys.argv, info, spec.script):
         return None
@@ -83,36 +74,6 @@ def maybe_host(env: Any = None) -> Optional[Controller]:
     return ctl
 
 
-def host_rank(spec: TrialSpec, info: RankInfo, script: str, argv: List[str],
-              env: Any = None) -> Tuple[Controller, Optional[RankMeter]]:
-    """This process as rank ``info`` of the job: its controller and adapters, and, where feedprof
-    cannot see it (``info.self_sampled``), the meter of its own process tree."""
-    env = os.environ if env is None else env
-    out_of_sight = info.self_sampled
-    spec = dataclasses.replace(rank_paths(spec, info.rank), script=script, argv=argv,
-                               origin_s=origin_here(spec) if out_of_sight else spec.origin_s)
-    ctl = Controller(spec, rank=info)
-    meter = RankMeter(samples_path(os.path.dirname(spec.result_path), info.rank), info, spec.interval_s, spec.gpu,
-                      spec.origin_s).start() if out_of_sight else None
-    if meter is not None:
-        ctl.emit = meter.emitting(ctl.emit)  # type: ignore[method-assign]
-    ctl.emit("started", pid=os.getpid(), rank=info.rank, local_rank=info.local_rank,
-             world_size=info.world_size, local_world_size=info.local_world_size, node=info.node, job=info.job,
-             cpus=info.cpus, launcher=info.launcher, self_sampled=out_of_sight, step_tasks=step_tasks(env))
-    install_adapters(ctl)
-    return ctl, meter
-
-
-def origin_here(spec: TrialSpec, now_s: Optional[float] = None, wall_s: Optional[float] = None) -> float:
-    """The trial's time zero on this process's monotonic clock, where the launching feedprof's is
-    another (another node's): through the wall clock, which a cluster's nodes keep in step."""
-    if spec.origin_wall_s is None:
-        return spec.origin_s
-    now_s = time.monotonic() if now_s is None else now_s
-    wall_s = time.time() if wall_s is None else wall_s
-    return now_s - (wall_s - spec.origin_wall_s)
-
-
 def _node() -> str:
     import socket
 
@@ -121,14 +82,14 @@ def _node() -> str:
 
 def _on_the_way_out(ctl: Controller, meter: Optional[RankMeter] = None) -> None:
     """The rank's own end, written unless its window already was (and its own samples' last)."""
-    exit_code: List[Any] = []
+    exit_code: List[object] = []
     original_exit, original_hook = sys.exit, sys.excepthook
 
-    def exit(code: Any = None) -> None:
+    def exit(code: object = None) -> None:
         exit_code.append(code)
         original_exit(code)
 
-    def excepthook(kind: Any, exc: BaseException, tb: Any) -> None:
+    def excepthook(kind: Type[BaseException], exc: BaseException, tb: Optional[TracebackType]) -> None:
         if not ctl.result_written and not isinstance(exc, KeyboardInterrupt):
             ctl.emit("failed")  # when: the first rank to fail is the cause, the others' errors follow from it
             text = script_traceback(exc)
@@ -164,7 +125,7 @@ def _written_on_sigterm(ctl: Controller, meter: Optional[RankMeter]) -> None:
         return
     owner = os.getpid()
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(signum: int, frame: Optional[FrameType]) -> None:
         if os.getpid() == owner:
             if not ctl.result_written:
                 ctl.write_result(TrialState.INTERRUPTED, Interrupted(), exit_code=128 + signum)

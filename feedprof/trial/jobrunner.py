@@ -105,7 +105,7 @@ def _write_job_spec(paths: TrialPaths, launch: Launch, opts: TrialOptions, what:
         min_window_batches=opts.min_window_batches, warmup_batches=opts.warmup_batches, mode=what.mode,
         inject=dict(what.config), framework=what.framework,
         target_chain=list(what.chain) if what.chain is not None else None, target_site=what.site, full=opts.full,
-        decision_path=os.path.join(os.path.dirname(paths.spec), "decision.json") if what.mode == Mode.ONLINE else "",
+        decision_path=paths.decision if what.mode == Mode.ONLINE else "",
         allow_rng_change=what.allow_rng_change,
         allow_resharding=what.allow_resharding, sight=sight(), origin_wall_s=time.time(),
         interval_s=opts.interval_s, gpu=opts.gpu, launcher=launch.launcher)

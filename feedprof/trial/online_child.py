@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.evidence import config_key
+from feedprof.frameworks.contract import OnlineLoader, Pool
 
 POLL_S = 0.05  # how often the decision file is looked at
 HANG_MIN_S = 20.0  # an explored pool that delivers nothing this long is hung ...
@@ -62,7 +63,7 @@ class _LoaderState:
     window: Optional[_Window] = None
     slowest_s: float = 0.0
     pids: List[int] = field(default_factory=list)
-    pool: Any = None  # the pool whose workers' CPU the window reads
+    pool: Optional[Pool] = None  # the pool whose workers' CPU the window reads
     epoch_batches: int = 0  # delivered this epoch (a loader of unknown length learns it from its epochs)
 
 
@@ -91,7 +92,7 @@ def _cpu_s(pids: List[int]) -> Optional[float]:
     return total
 
 
-def _batch_len(batch: Any) -> int:
+def _batch_len(batch: object) -> int:
     from feedprof.record.steps import infer_batch_size
 
     try:
@@ -117,14 +118,14 @@ class OnlineTuning:
         self._t_polled = float("-inf")
         self._seen: tuple = ()
         self._banned_until_seq: Dict[tuple, int] = {}  # a failed config's key -> the decision that may bring it back
-        self.target: Any = None
+        self.target: Optional[OnlineLoader] = None
         self._state: Dict[int, _LoaderState] = {}
         self._others: Dict[int, List[float]] = {}  # another loader's epoch: [first request, wait, batches]
         self._followers: set = set()  # other loaders that take the settled config (they waited too)
-        self.loaders: List[Any] = []  # weak references to the run's online loaders
+        self.loaders: List["weakref.ref[OnlineLoader]"] = []  # weak references to the run's online loaders
         self._counts: Dict[int, List[int]] = {}
 
-    def register(self, ol: Any) -> None:
+    def register(self, ol: OnlineLoader) -> None:
         """A loader in online mode; one the script built again where it built ``ol`` (every epoch,
         as some scripts do) will not start another epoch: a pool kept for one ends now."""
         live = [ref for ref in self.loaders if ref() is not None]
@@ -148,7 +149,7 @@ class OnlineTuning:
 
     # -- which loader, which config ---------------------------------------
 
-    def consider(self, ol: Any) -> None:
+    def consider(self, ol: OnlineLoader) -> None:
         """A loader starts an epoch: the one with the most batches per epoch is tuned (a loader
         of unknown length counts as the longest), and a loader the script builds again where
         the tuned one was built takes its place."""
@@ -167,7 +168,7 @@ class OnlineTuning:
                   per_epoch=not ol.own_persistent, script_config=ol.script_config, framework=ol.framework,
                   switch_at=ol.switch_at)
 
-    def _rebuilt(self, old: Any, ol: Any) -> None:
+    def _rebuilt(self, old: OnlineLoader, ol: OnlineLoader) -> None:
         """The script built the tuned loader again (every epoch, as some scripts do): its window
         goes on, and its first pool with the config in force is that config's epoch start (a
         cost inside the window, as a loader without persistent workers pays every epoch), not a
@@ -215,7 +216,7 @@ class OnlineTuning:
         if decision.get("seq", 0) > self.seq:
             self.seq, self.config, self.final = decision["seq"], decision.get("config"), bool(decision.get("final"))
 
-    def config_for(self, ol: Any) -> Dict[str, Any]:
+    def config_for(self, ol: OnlineLoader) -> Dict[str, Any]:
         if ol.hold_why:
             return ol.kept()
         if not ol.ready_to_switch():  # (torch: the script's random streams are watched under its own settings first)
@@ -234,7 +235,7 @@ class OnlineTuning:
             return ol.script_config  # loading written for workers never moves into the script's process
         return config
 
-    def hang_limit_s(self, ol: Any, config: Dict[str, Any]) -> Optional[float]:
+    def hang_limit_s(self, ol: OnlineLoader, config: Dict[str, Any]) -> Optional[float]:
         """Only an explored config is given up on when it hangs; the script's own,
         and the settled pick, wait as the unmodified run would."""
         if ol is not self.target or self.final or config == ol.script_config:
@@ -242,13 +243,13 @@ class OnlineTuning:
         st = self._state.get(ol.loader_id)
         return max(HANG_MIN_S, HANG_BATCHES * (st.slowest_s if st else 0.0))
 
-    def safe_config(self, ol: Any, failed: Dict[str, Any]) -> Dict[str, Any]:
+    def safe_config(self, ol: OnlineLoader, failed: Dict[str, Any]) -> Dict[str, Any]:
         """After a kill or a hang: the script's own settings (the parent decides what next)."""
         return ol.script_config
 
     # -- what happened ------------------------------------------------------
 
-    def switched(self, ol: Any, config: Dict[str, Any], restart: bool = False) -> None:
+    def switched(self, ol: OnlineLoader, config: Dict[str, Any], restart: bool = False) -> None:
         """A new pool serves ``config``: a switch, or (``restart``) the config's own start of an
         epoch, which is its cost and stays inside its window."""
         st = self._state.setdefault(ol.loader_id, _LoaderState())
@@ -263,7 +264,7 @@ class OnlineTuning:
         if ol is self.target and not restart:
             self._say("online_switch", loader_id=ol.loader_id, config=config, seq=self.seq)
 
-    def failed(self, ol: Any, config: Dict[str, Any], kind: str, exc: BaseException,
+    def failed(self, ol: OnlineLoader, config: Dict[str, Any], kind: str, exc: BaseException,
                signals: Optional[List[int]] = None, replayed: Optional[int] = None) -> None:
         """A pool of the tuned loader broke (another loader's pool breaking is only recovered).
         ``replayed``: the batches of the epoch the loop will have again (an IterableDataset's)."""
@@ -273,9 +274,9 @@ class OnlineTuning:
         self._banned_until_seq[config_key(config)] = self.seq
         self._say("online_failure", loader_id=ol.loader_id, config=config, kind=kind,
                   error=f"{type(exc).__name__}: {exc}"[:500], signals=list(signals or ()), seq=self.seq,
-                  replayed_batches=replayed, epoch=ol.counts[0])
+                  replayed_batches=replayed, epoch=ol.epoch_number)
 
-    def epoch_ended(self, ol: Any, left: bool = False) -> None:
+    def epoch_ended(self, ol: OnlineLoader, left: bool = False) -> None:
         """An epoch ended: exhausted, or ``left`` by the loop (a break). Either way the time until
         the next epoch's batches (its workers' start, counted as start-up) is in no window."""
         if ol is not self.target:
@@ -290,28 +291,28 @@ class OnlineTuning:
             self._say("online_epoch_end", loader_id=ol.loader_id, epoch=ol.epochs, left=left,
                       batches=batches)
 
-    def order_checked(self, ol: Any, check: Dict[str, Any]) -> None:
+    def order_checked(self, ol: OnlineLoader, check: Dict[str, Any]) -> None:
         """One epoch's order check (frameworks/torch_ledger.py), every loader's."""
         self._say("online_order", loader_id=ol.loader_id, rng_moved=ol.rng_moved, own_iterators=ol.own_iterators,
                   **check)
 
-    def randomness(self, ol: Any, where: str, streams: tuple, moved: bool) -> None:
+    def randomness(self, ol: OnlineLoader, where: str, streams: tuple, moved: bool) -> None:
         """Draws from the script's random streams that a switch moves (frameworks/torch_rng.py)."""
         self._say("online_randomness", loader_id=ol.loader_id, where=where, streams=list(streams), moved=moved,
                   allowed=self.allow_rng_change, epoch=ol.epochs, target=ol is self.target)
 
-    def carried(self, ol: Any, carried: bool, why: str, epoch: int) -> None:
+    def carried(self, ol: OnlineLoader, carried: bool, why: str, epoch: int) -> None:
         """A pool served the loader's next epoch without the restart its script makes, or (not
         ``carried``) its pools restart every epoch from now on, as written (frameworks/torch_carry.py)."""
         self._say("online_carry", loader_id=ol.loader_id, carried=carried, why=why, epoch=epoch,
                   target=ol is self.target)
 
-    def held(self, ol: Any, why: str, detail: str) -> None:
+    def held(self, ol: OnlineLoader, why: str, detail: str) -> None:
         """The loader is no longer switched; the tuned one's search settles on what it keeps."""
         self._say("online_hold", loader_id=ol.loader_id, why=why, detail=detail[:300], config=ol.kept(),
                   target=ol is self.target, epoch=ol.epochs)
 
-    def delivered(self, ol: Any, t_req_s: float, t_got_s: float, batch: Any, cpu_s: float = 0.0) -> None:
+    def delivered(self, ol: OnlineLoader, t_req_s: float, t_got_s: float, batch: object, cpu_s: float = 0.0) -> None:
         if ol is not self.target:
             self._other_batch(ol, t_req_s, t_got_s)
             return
@@ -336,7 +337,7 @@ class OnlineTuning:
         if w.span_s >= self.window_s and w.batches >= self.min_window_batches:
             self._close(ol, st)
 
-    def _other_batch(self, ol: Any, t_req_s: float, t_got_s: float) -> None:
+    def _other_batch(self, ol: OnlineLoader, t_req_s: float, t_got_s: float) -> None:
         """Another loader's batch (a validation pass): once a few of its batches show it waits
         most of the time with its own settings, it follows the config in force (switched at
         its next batch, in order like the tuned loader: what it delivers is unchanged)."""
@@ -352,7 +353,7 @@ class OnlineTuning:
             self._followers.add(ol.loader_id)
             self._say("online_follow", loader_id=ol.loader_id, config=self.config, wait_fraction=seen[1] / span_s)
 
-    def _warming(self, ol: Any, st: _LoaderState, t_req_s: float, t_got_s: float) -> None:
+    def _warming(self, ol: OnlineLoader, st: _LoaderState, t_req_s: float, t_got_s: float) -> None:
         """A new pool's first batches: once it is full, what starting it cost (workers forked,
         the first fetch), which the run pays again every epoch where the loader restarts its workers."""
         if st.warm_t0_s is None:
@@ -364,7 +365,7 @@ class OnlineTuning:
                       warm_s=t_got_s - st.warm_t0_s, restart=st.restart, per_epoch=not ol.own_persistent,
                       batches_per_epoch=ol.epoch_batches or ol.length)
 
-    def _close(self, ol: Any, st: _LoaderState) -> None:
+    def _close(self, ol: OnlineLoader, st: _LoaderState) -> None:
         w, st.window = st.window, None
         cpu1 = _workers_cpu_s(st)
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s

@@ -15,6 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from feedprof.store import Code
 
+DECISION_FILE = "decision.json"  # online mode: the parent's decisions, beside the trial's spec
+
 
 class Mode(Code):
     OBSERVE = "observe"  # no injection: the script's own settings (profile, baseline)

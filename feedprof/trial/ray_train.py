@@ -13,7 +13,7 @@ NOTE [ A Ray Train job's ranks ]
         TorchTrainer(train_loop_per_worker=fn) ─► HostedLoop(fn, the job's spec) in fn's place
       ray.init ─► GCS, raylet ─► Ray's worker processes (the driver's descendants, each its own group)
         a training worker calls HostedLoop ─► its rank from ray.train.get_context() (world rank,
-            local rank, node rank) and its CPUs from what Ray reserved for it ─► hosted.host_rank:
+            local rank, node rank) and its CPUs from what Ray reserved for it ─► rank_host.host_rank:
             a Controller, the adapters, events and result per rank, as a torchrun rank has
           (a worker not below the driver is a running cluster's, joined without ray.init seeing
             it: said in ray-driver.json, not measured)
@@ -32,11 +32,14 @@ import inspect
 import json
 import os
 import socket
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from feedprof.store import RankInfo, TrialState
 from feedprof.store.reasons import Interrupted, RayClusterJoined, ScriptFailed
 from feedprof.trial.protocol import TrialSpec
+from feedprof.trial.rank_host import host_rank
+from feedprof.trial.controller import Controller
+from types import ModuleType
 
 RAY_LAUNCHER = "ray"
 DRIVER_FILE = "ray-driver.json"  # in the trial directory: what the driver found (a cluster it joined)
@@ -89,7 +92,7 @@ def in_driver(spec_path: str) -> None:
 _joined: List[str] = []  # the address of a running cluster the driver joined (its workers are not ours)
 
 
-def _watch_init(ray: Any, trial_dir: str) -> None:
+def _watch_init(ray: ModuleType, trial_dir: str) -> None:
     original = getattr(ray, "init", None)
     if original is None or getattr(original, "_feedprof_wrapped", False):
         return
@@ -133,7 +136,7 @@ def driver_notes(trial_dir: str) -> tuple:
     return (RayClusterJoined(address=str(said.get("joined", ""))),) if said.get("joined") else ()
 
 
-def _wrap_trainer(module: Any, spec_path: str) -> None:
+def _wrap_trainer(module: ModuleType, spec_path: str) -> None:
     """Every Ray trainer built on the class that takes ``train_loop_per_worker`` (TorchTrainer's
     base) gets the training function wrapped: the wrapper is what Ray pickles to its workers."""
     base = _takes_the_loop(getattr(module, "TorchTrainer", None))
@@ -157,7 +160,7 @@ def _wrap_trainer(module: Any, spec_path: str) -> None:
     base._feedprof_patched = True
 
 
-def _takes_the_loop(cls: Any) -> Any:
+def _takes_the_loop(cls: type) -> type:
     """The most basic class of ``cls`` whose own ``__init__`` takes ``train_loop_per_worker``."""
     found = None
     for klass in getattr(cls, "__mro__", ()):
@@ -177,7 +180,7 @@ class HostedLoop:
     """The script's training function, run as a rank of the job in the Ray worker that calls it.
     Its signature is the function's (``__wrapped__``): Ray passes the config as it would."""
 
-    def __init__(self, loop: Any, spec_path: str, driver_pid: int = 0):
+    def __init__(self, loop: Callable[..., Any], spec_path: str, driver_pid: int = 0):
         functools.update_wrapper(self, loop)
         self.loop, self.spec_path, self.driver_pid = loop, spec_path, driver_pid
 
@@ -195,10 +198,10 @@ class HostedLoop:
         return out
 
 
-_hosted: List[Any] = []  # this process's controller, once it is a rank (Ray may call the loop again)
+_hosted: List[Controller] = []  # this process's controller, once it is a rank (Ray may call the loop again)
 
 
-def host_worker(spec_path: str, driver_pid: int = 0) -> Any:
+def host_worker(spec_path: str, driver_pid: int = 0) -> Optional[Controller]:
     """This Ray worker as the rank Ray Train says it is (None: not a job feedprof runs here)."""
     if _hosted:
         return _hosted[0]
@@ -207,8 +210,6 @@ def host_worker(spec_path: str, driver_pid: int = 0) -> Any:
     if driver_pid and not _below(driver_pid):  # a running cluster's worker (Ray joined on its own, e.g. at fit())
         _say_joined(os.path.dirname(os.path.abspath(spec_path)), "auto")
         return None
-    from feedprof.trial.hosted import host_rank
-
     with open(spec_path, encoding="utf-8") as fh:
         spec = TrialSpec.from_json(fh.read())
     ctl, _ = host_rank(spec, ray_rank(), spec.script, script_argv(spec))  # (a Ray worker: feedprof's node)
@@ -252,7 +253,7 @@ def script_argv(spec: TrialSpec) -> List[str]:
     return words[at + 1:] if at is not None else []
 
 
-def _failed(ctl: Any, exc: BaseException) -> None:
+def _failed(ctl: Controller, exc: BaseException) -> None:
     """The training function raised: its traceback is the rank's, unless its window was
     written already (the job's end, from another rank's window, breaks its collectives)."""
     from feedprof.record.userframes import failure_hint, script_traceback
@@ -264,7 +265,7 @@ def _failed(ctl: Any, exc: BaseException) -> None:
                                                      hint=failure_hint(exc)), tb=script_traceback(exc), exit_code=1)
 
 
-def _interrupted(ctl: Any) -> None:
+def _interrupted(ctl: Controller) -> None:
     if not ctl.result_written:
         ctl.write_result(TrialState.INTERRUPTED, Interrupted(), exit_code=143)
 

@@ -11,11 +11,17 @@ NOTE [ Tuning in the user's process ]
 from __future__ import annotations
 
 import sys
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from feedprof.record.clock import Clock
 from feedprof.trial.online_child import OnlineTuning
 from feedprof.tune.online import Decider, OnlineOptions, limits_for
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
+    from feedprof.frameworks.torch_switch import TorchOnlineLoader
+from feedprof.store import Run, TuneResult
 
 
 class InProcessTuner:
@@ -28,7 +34,7 @@ class InProcessTuner:
                                origin_s=origin_s, publish=self._publish)
         self.tuning = OnlineTuning("", self._emit, clock.now_s, origin_s, opts.window_seconds,
                                    opts.min_window_batches, allow_rng_change=opts.allow_rng_change)
-        self.loaders: List[Any] = []
+        self.loaders: List["TorchOnlineLoader"] = []
 
     def _emit(self, event: str, **fields: Any) -> None:
         self.decider.tell({"event": event, "t_s": self.clock.now_s() - self.origin_s, **fields})
@@ -36,7 +42,7 @@ class InProcessTuner:
     def _publish(self, decision: Dict[str, Any]) -> None:
         self.tuning.apply(decision)
 
-    def wrap(self, loader: Any, loader_id: int) -> Optional["_Epochs"]:
+    def wrap(self, loader: "DataLoader", loader_id: int) -> Optional["_Epochs"]:
         """The loader's epochs served online, or None if it cannot switch mid-epoch (said in the result).
         A loop that calls prof.watch(loader) every epoch keeps one OnlineLoader for that loader."""
         from feedprof.frameworks.torch import KNOBS, legalize
@@ -59,7 +65,7 @@ class InProcessTuner:
     def close(self) -> None:
         self.tuning.finish()
 
-    def result(self, run: Any) -> Any:
+    def result(self, run: Run) -> TuneResult:
         from feedprof.tune.online_result import online_result
 
         script = sys.argv[0] if sys.argv and sys.argv[0] else ""
@@ -70,10 +76,10 @@ class InProcessTuner:
 class _Epochs:
     """What prof.watch hands back for a tuned loader: each iteration is an online epoch."""
 
-    def __init__(self, ol: Any):
+    def __init__(self, ol: "TorchOnlineLoader"):
         self.ol = ol
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Any]:
         if self.ol.busy():  # a second live iterator: the loader's own, as torch gives it
             self.ol.own_iterator()
             return iter(self.ol.loader)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from feedprof import defaults
-from feedprof.analyse.measured import PICK_TOLERANCE
 from feedprof.store.reasons import Reason
 from feedprof.store import TuneResult
 from feedprof.trial.launch import Launch
@@ -25,7 +24,7 @@ class TuneOptions:
     gpu: bool = True
     loader_timeout_s: float = defaults.LOADER_TIMEOUT_S
     trial_timeout_s: Optional[float] = None  # default: 4 × the baseline trial, at least 30 s
-    tolerance: float = PICK_TOLERANCE
+    tolerance: float = defaults.TOLERANCE
     fork_trials: bool = True  # fork trials from a process that imported the framework once (zygote.py)
     max_memory_bytes: Optional[int] = None  # RAM the job may use (default: 80 % of what is free, or its container's)
     allow_reorder: bool = False  # --allow-reorder: settings that change the order of samples may be recommended

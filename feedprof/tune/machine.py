@@ -3,9 +3,10 @@ to the Tuner (which never reads the machine itself, so tests pass their own)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple
 
-from feedprof.store import HostInfo
+from feedprof.analyse.stragglers import ranks_per_node
+from feedprof.store import HostInfo, Run
 from feedprof.tune.budget import MemoryBudget
 
 
@@ -30,3 +31,16 @@ def read_machine(gpu: bool = True) -> MachineFacts:
     memory = MemoryBudget.of_this_machine()
     return MachineFacts(host=machine_info(gpu=gpu), cpus_usable=usable_cpu_count(),
                         local_world_size=local_world_size(), ram_bytes=memory.ram_bytes, shm_bytes=memory.shm_bytes)
+
+
+def job_cpu_cap(run: Run, cpus_usable: int, cpu_cap: int) -> Tuple[int, int]:
+    """A job's knobs are per rank: (the CPUs each rank's loader may use, the ranks on this node).
+    Each rank's CPU budget is what its launcher gave it (Slurm's say), else the machine's CPUs
+    over the ranks on it; less the rank's own process where several share the node."""
+    local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [ranks_per_node(run), 1])
+    shares = [r.rank.cpus for r in run.ranks if r.rank and r.rank.cpus]
+    if shares:
+        return max(1, min(shares) - (1 if local > 1 else 0)), local
+    if local > 1:
+        return max(1, cpus_usable // local - 1), local
+    return cpu_cap, local

@@ -28,13 +28,16 @@ from feedprof.store.online import (OnlineCarry, OnlineFailure, OnlineHold, Onlin
 from feedprof.trial.protocol import read_events
 from feedprof.analyse.evidence import config_key
 from feedprof.store.codes import Framework, SwitchAt
-from feedprof.tune.online_strategy import RunHistory, Limits, Step, decide, retreat, workers
-from feedprof.tune.space import Space, make_space
+from feedprof.analyse.diagnose import workers_of
+from feedprof.trial.protocol import DECISION_FILE
+from feedprof.tune.online_memory import JobMemory
+from feedprof.tune.online_strategy import Limits, RunEvidence, RunHistory, decide
+from feedprof.tune.evidence import Next
+from feedprof.tune.search import retreat
+from feedprof.tune.space import Space
+from feedprof.tune.spaces import make_space
 
-DECISION_FILE = "decision.json"
 _RANK = re.compile(r"events-(\d+)\.jsonl$")
-JOB_MEMORY_EVERY_S = 2.0  # the job's own memory (PSS of every process: ~5 ms each) is read at most this often
-JOB_MEMORY_IDLE_EVERY_S = 30.0  # ... and this often while the machine has lost less than the budget
 
 
 @dataclass(frozen=True)
@@ -71,13 +74,9 @@ class Decider:
     first_window_s: Optional[float] = None
     last_why: str = "baseline"
     publish: Optional[Callable[[Dict[str, Any]], None]] = None  # decisions in-process, instead of a file
-    on_decision: Optional[Callable[[Step, float, str], None]] = None  # told each decision, its time, the framework
-    memory_budget_bytes: Optional[int] = None  # what the job's processes may hold (80 % of what was free at the start)
-    _available0_bytes: int = 0
+    on_decision: Optional[Callable[[Next, float, str], None]] = None  # told each decision, its time, the framework
+    memory: JobMemory = field(default_factory=JobMemory)  # the job's memory against its budget (online_memory.py)
     _broke_current: bool = False
-    _taken_bytes: int = 0  # what the job's processes held at the last reading (record/tree_memory.py)
-    _job_read_s: Optional[float] = None
-    _job_read: str = ""  # the config in force at that reading (a reading is that config's alone)
     local_pids: Dict[int, int] = field(default_factory=dict)  # rank -> its process, where it runs on this node
     _offsets: Dict[str, int] = field(default_factory=dict)
     rank_cpus: Dict[int, int] = field(default_factory=dict)  # rank -> CPUs it may use, as it reported
@@ -100,31 +99,17 @@ class Decider:
             self._leave_for_memory()
         elif self._broke_current and self.final:  # the settled config broke: the best with fewer workers
             self._broke_current = False
-            self._write(Step(retreat(self.history, self.current or {}, self.space), final=True, why="retreat_failed"))
+            self._write(Next(self._retreat(self.current or {}), "retreat_failed", final=True))
         elif not self.final and (changed or self.explore_left_s() <= 0):  # (a silent config cannot hold it)
             self._decide()
 
     def _memory_over_budget(self) -> bool:
-        """Has the job taken more memory than the budget? Only a config with workers is left for it.
-        Each poll reads what the machine has free (cheap); once it has lost more than the budget
-        since the start, the job's own processes are read (record/tree_memory.py, at most every
-        JOB_MEMORY_EVERY_S): memory another program took is no failure of the config in force.
-        The job is also read once per config in force and then every JOB_MEMORY_IDLE_EVERY_S, as
-        the machine's free memory cannot show a job that grew while another program freed some."""
-        if self.memory_budget_bytes is None or self.current is None or not workers(self.current) \
-                or self.history.failed(self.current) or not self._in_force(self.current):
-            return False  # (failed: left once already, the child is on its way)
-        import psutil
-
-        dropped = self._available0_bytes - psutil.virtual_memory().available > self.memory_budget_bytes
-        now_s, key = self.clock.now_s(), config_key(self.current)
-        every_s = JOB_MEMORY_EVERY_S if dropped else JOB_MEMORY_IDLE_EVERY_S
-        if self._job_read != key or self._job_read_s is None or now_s - self._job_read_s >= every_s:
-            from feedprof.record.tree_memory import tree_bytes
-
-            roots = list(self.local_pids.values()) or [p.pid for p in psutil.Process().children()]
-            self._job_read, self._job_read_s, self._taken_bytes = key, now_s, tree_bytes(roots)
-        return self._taken_bytes > self.memory_budget_bytes
+        """Has the job taken more memory than the budget (JobMemory)? Only a config with workers is
+        left for it, once every rank here serves it (and once: a config left is on its way out)."""
+        if self.current is None or not workers_of(self.current) or self.history.failed(self.current) \
+                or not self._in_force(self.current):
+            return False
+        return self.memory.over_budget(config_key(self.current), self.clock.now_s(), self.local_pids.values())
 
     def _in_force(self, config: Dict[str, Any]) -> bool:
         """Has every rank on this node said it serves ``config`` (its last switch)? Until then the
@@ -141,9 +126,9 @@ class Decider:
         failed = self.current or {}
         self.history.failures.append(OnlineFailure(rank=0, config=failed, kind="memory", error="memory over the budget",
                                                    t_s=self.clock.now_s() - self.origin_s,
-                                                   taken_bytes=self._taken_bytes,
-                                                   budget_bytes=self.memory_budget_bytes))
-        self._write(Step(retreat(self.history, failed, self.space), final=self.final, why="retreat_memory"))
+                                                   taken_bytes=self.memory.taken_bytes,
+                                                   budget_bytes=self.memory.budget_bytes))
+        self._write(Next(self._retreat(failed), "retreat_memory", final=self.final))
 
     def _read_events(self) -> bool:
         changed = False
@@ -254,7 +239,7 @@ class Decider:
         if hold.target and not self.final and self.history.baseline is not None:
             self.held_why = hold.why  # the search cannot go on: it settles on what the loader keeps
             self.final, self.settled_at_s = True, hold.t_s
-            self._write(Step(hold.config, final=True, why="held"))
+            self._write(Next(hold.config, "held", final=True))
         return True
 
     def _new_target(self, ev: Dict[str, Any]) -> None:
@@ -290,34 +275,31 @@ class Decider:
             budget = max(5.0, self.opts.explore_share * now_s)
         return budget - spent
 
-    def watch_memory(self, max_bytes: Optional[int]) -> None:
-        """From now on, leave a config whose job takes more than ``max_bytes`` (default: the offline
-        tune's budget, 80 % of what is free now, or of the container's limit)."""
-        import psutil
-
-        from feedprof.tune.budget import MemoryBudget
-
-        self._available0_bytes = psutil.virtual_memory().available
-        self.memory_budget_bytes = MemoryBudget.of_this_machine(max_bytes).ram_bytes
-
     def ranks(self) -> int:
         return max(1, len(self._offsets))
+
+    def rank_limits(self) -> Limits:
+        """Each local rank has its own loader and workers: the CPUs are shared among them (as each
+        rank reported its share; else this machine's CPUs over every rank). The search decides with
+        this cap, and the recommendation advises by it."""
+        cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
+        return Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
+
+    def _retreat(self, failed: Dict[str, Any]) -> Dict[str, Any]:
+        return retreat(RunEvidence(self.history, self.rank_limits(), self.space), failed)
 
     def _decide(self) -> None:
         if self.switch_at == SwitchAt.EPOCH and not self.history.batches_per_epoch and self.explore_left_s() > 0:
             return  # a new config starts with an epoch: chosen once the first epoch has said how long one is
-        # each local rank has its own loader and workers: the CPUs are shared among them (as each rank
-        # reported its share; else this machine's CPUs over every rank)
-        cap = min(self.rank_cpus.values()) if self.rank_cpus else self.limits.cpu_cap // self.ranks()
-        limits = Limits(cpu_cap=max(1, cap), max_workers=self.limits.max_workers)
-        step = decide(self.history, limits, self.current or self.history.baseline, self.explore_left_s(), self.space)
+        step = decide(self.history, self.rank_limits(), self.current or self.history.baseline, self.explore_left_s(),
+                      self.space)
         if step.final:
             self.final = True
             self.settled_at_s = self.clock.now_s() - self.origin_s
         if config_key(step.config) != config_key(self.current or {}) or step.final:
             self._write(step)
 
-    def _write(self, step: Step) -> None:
+    def _write(self, step: Next) -> None:
         self.seq += 1
         self.current, self.last_why = step.config, step.why
         payload = {"seq": self.seq, "config": step.config, "final": step.final, "why": step.why}
@@ -341,9 +323,7 @@ class Decider:
 
 
 def limits_for(opts: OnlineOptions, cpu_cap: int) -> Limits:
-    from feedprof.tune.tuner import default_max_workers
-
-    return Limits(cpu_cap=cpu_cap, max_workers=opts.max_workers or default_max_workers(cpu_cap))
+    return Limits(cpu_cap=cpu_cap, max_workers=opts.max_workers or defaults.max_workers(cpu_cap))
 
 
 def trial_paths(out_dir: str) -> Tuple[str, str]:
@@ -353,7 +333,7 @@ def trial_paths(out_dir: str) -> Tuple[str, str]:
 
 
 def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, launch: Any = None,
-               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Step, float, str], None]] = None
+               clock: Clock = MONOTONIC, on_decision: Optional[Callable[[Next, float, str], None]] = None
                ) -> Tuple[Any, bool]:
     """Run the job once, tuning as it trains: (results, interrupted). Writes results.json."""
     from feedprof.record.clock import now_iso
@@ -370,7 +350,7 @@ def run_online(script: str, argv: List[str], out_dir: str, opts: OnlineOptions, 
         os.remove(decision)
     decider = Decider(run_dir, limits_for(opts, usable_cpu_count()), opts, clock, on_decision=on_decision,
                       launcher=launch.launcher if launch is not None else "")
-    decider.watch_memory(opts.max_memory_bytes)
+    decider.memory = JobMemory.of_this_machine(opts.max_memory_bytes)
     topts = TrialOptions(window_batches=10 ** 9, window_seconds=opts.window_seconds,
                          min_window_batches=opts.min_window_batches, warmup_batches=0, full=True, timeout_s=None,
                          loader_timeout_s=None, interval_s=opts.interval_s, gpu=opts.gpu, capture_output=False)

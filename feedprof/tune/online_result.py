@@ -6,22 +6,34 @@ through RunMeasurements), its paste line by the space's paste."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules
-from feedprof.analyse.evidence import config_key
 from feedprof.analyse.batch_time import windows_batch_time, windows_step_alone
+from feedprof.analyse.diagnose import workers_of
+from feedprof.analyse.evidence import config_key
 from feedprof.analyse.loading import training_loading
 from feedprof.analyse.measurements import Baseline, CpuUse
 from feedprof.analyse.recommend import recommend_from
+from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
+from feedprof.frameworks.paste import with_launch
+from feedprof.record.host import usable_cpu_count
+from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoaderRecord, LoadingProfile, Outcome,
+                            Recommendation, Run, RunKind, SwitchAt, TrialState, TuneResult)
+from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
                                     ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
-                                    WorkersCapped)
-from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoadingProfile, Outcome, Run, RunKind,
-                            SwitchAt, TrialState, TuneResult)
-from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord
-from feedprof.tune.online_strategy import RunHistory, Limits, pick_tolerance, predicted_workers, workers
+                                    Verdict, WorkersCapped)
+from feedprof.trial.launch import Launch
+from feedprof.tune.online_strategy import RunEvidence, RunHistory
+from feedprof.tune.ray_advice import ray_advice
+from feedprof.tune.search import pick_tolerance, predicted_count
+from feedprof.tune.space import Space
+from feedprof.tune.spaces import make_space
+
+if TYPE_CHECKING:
+    from feedprof.tune.online import Decider  # (it makes this result: imported for its type only)
 
 
 def _failure_cause(f: OnlineFailure) -> Reason:
@@ -32,9 +44,9 @@ def _failure_cause(f: OnlineFailure) -> Reason:
     if f.kind == "memory":
         return OverMemoryBudget(need_bytes=f.taken_bytes or 0, free_bytes=f.budget_bytes or 0)
     if signal.SIGBUS in f.signals or "Bus error" in f.error:
-        return SharedMemoryExhausted(signal="SIGBUS", workers=workers(f.config))
+        return SharedMemoryExhausted(signal="SIGBUS", workers=workers_of(f.config) or 0)
     if signal.SIGKILL in f.signals or "Killed" in f.error:
-        return OutOfMemoryKilled(signal="SIGKILL", workers=workers(f.config))
+        return OutOfMemoryKilled(signal="SIGKILL", workers=workers_of(f.config) or 0)
     names = [signal.Signals(n).name for n in f.signals if n in signal.Signals._value2member_map_]
     return KilledBySignal(signal=", ".join(names) or "unknown")
 
@@ -54,7 +66,7 @@ def _configs_in_order(h: RunHistory, switch_configs: Sequence[Dict[str, Any]]) -
     for c in [h.baseline or {}, *switch_configs, *(w.config for w in h.windows), *(f.config for f in h.failures)]:
         if c:
             seen.setdefault(config_key(c), c)
-    return [c for c in seen.values() if h.of(c) or h.failed(c)]
+    return [c for c in seen.values() if h.windows_of(c) or h.failed(c)]
 
 
 class RunMeasurements:
@@ -63,7 +75,7 @@ class RunMeasurements:
     config the run kept (measured over the rest of the run) is judged against the script's own
     settings alone; before that, every config measured, by the online pick's own rule."""
 
-    def __init__(self, decider: Any, space: Any, run: Optional[Run] = None):
+    def __init__(self, decider: "Decider", space: Space, run: Optional[Run] = None):
         h = self.history = decider.history
         self.space, self.run = space, run
         self.every_config = configs = _configs_in_order(h, [s.config for s in decider.switches])
@@ -81,20 +93,18 @@ class RunMeasurements:
         self.ceiling = h.ceiling()  # the step time when data is ready: no batch is replayed in a real run
 
     def _cap(self) -> Optional[WorkersCapped]:
-        """The failures that cap the worker count (rules.caps_workers, as the search capped it)."""
-        ran, caps = self.history.most_workers_ran(), []
-        for f in self.history.failures:
-            n = workers(f.config)
-            if n >= 1 and rules.caps_workers(f.kind, n, ran):
-                outcome = _outcome(f)
-                caps.append(WorkersCapped(max_workers=n - 1, config=dict(f.config), state=outcome.state.value,
-                                          because=outcome.cause))
-        return min(caps, key=lambda c: c.max_workers, default=None)
+        """The failure that caps the worker count, as the search capped it (RunHistory.capping_failure)."""
+        f = self.history.capping_failure()
+        if f is None:
+            return None
+        outcome = _outcome(f)
+        return WorkersCapped(max_workers=(workers_of(f.config) or 0) - 1, config=dict(f.config),
+                             state=outcome.state.value, because=outcome.cause)
 
     def configs(self) -> List[ConfigEvidence]:
         found = [self.history.about(c) for c in self.all_configs if not self.history.failed(c)]
         return [e for e in found if e is not None
-                and (self.cap is None or workers(e.config) <= self.cap.max_workers)]
+                and (self.cap is None or (workers_of(e.config) or 0) <= self.cap.max_workers)]
 
     def evidence(self) -> Tuple[ConfigEvidence, ...]:
         """Every config the run measured or saw fail, for results.json: one that failed before its
@@ -106,7 +116,7 @@ class RunMeasurements:
     def tried_a_setting(self) -> bool:
         return any(config_key(c) != config_key(self.history.baseline or {}) for c in self.all_configs)
 
-    def cheaper_within_noise(self, chosen: ConfigEvidence, cost: Any) -> None:
+    def cheaper_within_noise(self, chosen: ConfigEvidence, cost: Callable[[Dict[str, Any]], tuple]) -> None:
         return None  # (the online pick's tolerance is already this run's noise: rules.pick_tolerance)
 
     def finalize(self, chosen: ConfigEvidence, tol: float) -> Tuple[Dict[str, Any], List[Reason]]:
@@ -126,35 +136,33 @@ class RunMeasurements:
     def memory_saved_bytes(self, chosen: ConfigEvidence) -> None:
         return None  # (the run's memory is one curve: the report shows it)
 
-    def trainer_advice(self, verdict: Any) -> None:
+    def trainer_advice(self, verdict: Verdict) -> None:
         return None
 
     def hazards(self, chosen: ConfigEvidence, config: Dict[str, Any], ram_budget_bytes: Optional[int]) -> List[Reason]:
         return []  # (what broke in the run capped the search: its failures are the cap's)
 
-    def _windows(self, config: Dict[str, Any]) -> List[Any]:
-        return [w for w in self.history.windows if config_key(w.config) == config_key(config)]
-
     def batch_times(self, chosen: ConfigEvidence) -> Tuple[BatchTime, ...]:
         """From the run's windows; the step alone from its windows with no workers (no batch is
         replayed in a real run)."""
         base = self.history.baseline or {}
-        alone = windows_step_alone(self._windows(base)) if base and not workers(base) else None
-        times = [windows_batch_time(self._windows(base), base, "script", alone) if base else None]
+        alone = windows_step_alone(self.history.windows_of(base)) if base and not workers_of(base) else None
+        times = [windows_batch_time(self.history.windows_of(base), base, "script", alone) if base else None]
         if config_key(chosen.config) != config_key(base):
-            times.append(windows_batch_time(self._windows(chosen.config), chosen.config, "pick", alone))
+            times.append(windows_batch_time(self.history.windows_of(chosen.config), chosen.config, "pick", alone))
         return tuple(t for t in times if t is not None)
 
     def loading(self, chosen: ConfigEvidence) -> Optional[LoadingProfile]:
         return training_loading(self.run)  # (the whole run's: every config it ran)
 
 
-def _caveats(decider: Any, limits: Limits, space: Any) -> List[Reason]:
+def _caveats(decider: "Decider", run_evidence: RunEvidence) -> List[Reason]:
     """Why the advice is not simply the search's: the tuned loader's switch moves draws from the
     script's random streams in its own process (not switched: the advice is what the windows of its
     own settings predict; or switched with --allow-rng-change), its workers' augmentation moved
     with the worker count, or its switching stopped (a failed check, persistent workers past their
     first epoch) before the search settled."""
+    predicted = predicted_count(run_evidence, rules.ONLINE)
     out: List[Reason] = []
     seen = sorted((r for r in decider.randomness.values() if r.target), key=lambda r: r.t_s)
     main = [r for r in seen if r.where != "rng_workers"]
@@ -162,21 +170,21 @@ def _caveats(decider: Any, limits: Limits, space: Any) -> List[Reason]:
         held = not main[0].allowed
         out.append(RandomDrawsMove(where=main[0].where, streams=main[0].streams, held=held,
                                    moved=any(r.moved_at_s is not None for r in main),
-                                   predicted_workers=predicted_workers(decider.history, limits, space) if held else None))
+                                   predicted_workers=predicted if held else None))
     out += [RandomDrawsMove(where=r.where, streams=r.streams, held=False, moved=True)
             for r in seen if r.where == "rng_workers"][:1]
     held = next((h for h in decider.holds if h.target and h.why == decider.held_why), None)
     if held is not None and not main:  # (a hold after the search settled changed nothing it chose)
         out.append(SwitchingStopped(why=held.why, detail=held.detail,
-                                    predicted_workers=predicted_workers(decider.history, limits, space)))
+                                    predicted_workers=predicted))
     return out
 
 
-def _persistent(rec: Any, h: RunHistory, space: Any) -> Any:
+def _persistent(rec: Recommendation, h: RunHistory, space: Space) -> Recommendation:
     """The run's own pools outlived its epochs (frameworks/torch_carry.py: the dataset unchanged
     between them), so its figures are persistent workers': the advice says so, with what they save."""
     config = rec.config
-    if "persistent_workers" not in config or config["persistent_workers"] or not workers(config):
+    if "persistent_workers" not in config or config["persistent_workers"] or not workers_of(config):
         return rec
     steady, startup_s = h.steady_rate(config), h.epoch_cost_s(config)
     if not steady or startup_s is None or not h.batches_per_epoch:
@@ -194,7 +202,7 @@ def _with_caveats(reasons: Tuple[Reason, ...], caveats: List[Reason]) -> Tuple[R
     return tuple(rest[:at] + caveats + rest[at:])
 
 
-def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
+def _untuned(run: Optional[Run], decider: "Decider") -> Tuple[OnlineLoaderMode, ...]:
     """The run's busiest loader, when online tuning could not reach it and no event said why
     (a loader pulled inside a framework's runtime, as fit pulls a tf.data pipeline)."""
     if run is None or decider.history.baseline is not None:
@@ -206,15 +214,15 @@ def _untuned(run: Optional[Run], decider: Any) -> Tuple[OnlineLoaderMode, ...]:
     return (OnlineLoaderMode(loader_id=busiest.loader_id, mode="none", why_not=f"framework:{busiest.framework}"),)
 
 
-def _sharding(decider: Any, loader: Any) -> Tuple[Reason, ...]:
+def _sharding(decider: "Decider", loader: Optional[LoaderRecord]) -> Tuple[Reason, ...]:
     """An IterableDataset switched between epochs: its samples followed the worker count, as the advice's will."""
     if decider.switch_at != SwitchAt.EPOCH:
         return ()
-    changed = any(workers(s.config) != workers(decider.history.baseline or {}) for s in decider.switches)
+    changed = any(workers_of(s.config) != workers_of(decider.history.baseline or {}) for s in decider.switches)
     return (SamplesFollowWorkers(dataset=loader.dataset if loader is not None else "", switched=changed),)
 
 
-def _target_loader(run: Optional[Run]) -> Any:
+def _target_loader(run: Optional[Run]) -> Optional[LoaderRecord]:
     if run is None:
         return None
     runs = run.ranks or (run,)
@@ -222,32 +230,27 @@ def _target_loader(run: Optional[Run]) -> Any:
     return max(loaders, key=lambda r: r.batches_per_epoch or 0, default=None)
 
 
-def _spread(windows: Sequence[Any], run: Optional[Run]) -> tuple:
+def _spread(windows: Sequence[OnlineWindow], run: Optional[Run]) -> Tuple[Reason, ...]:
     """Window by window, which rank holds the job back (analyse/stragglers.py), for a job of ranks."""
-    from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
-
     nodes = {r.rank.rank: r.rank.node for r in (run.ranks if run is not None else ()) if r.rank is not None}
     found = (rank_spread(waits_of_online(windows, nodes)), nodes_differ(run) if run is not None else None)
     return tuple(n for n in found if n is not None)
 
 
 def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: str, duration_s: float,
-                  run: Optional[Run], decider: Any, launch: Any, complete: bool) -> TuneResult:
-    from feedprof.record.host import usable_cpu_count
-    from feedprof.frameworks.paste import with_launch
-    from feedprof.tune.ray_advice import ray_advice
-    from feedprof.tune.space import make_space
-
+                  run: Optional[Run], decider: "Decider", launch: Optional[Launch], complete: bool) -> TuneResult:
     h = decider.history
-    cpu_cap = max(1, min(decider.rank_cpus.values()) if decider.rank_cpus else usable_cpu_count() // decider.ranks())
+    limits = decider.rank_limits()  # (the CPUs each rank may use: what the search decided by)
+    cpu_cap = limits.cpu_cap
     rec, evidence, loader = None, (), _target_loader(run)
     if h.baseline is not None:
-        space = make_space(decider.framework, dict(h.baseline), cpu_cap, decider.limits.max_workers,
+        space = make_space(decider.framework, dict(h.baseline), cpu_cap, limits.max_workers,
                            run.cuda_used if run is not None else None)
         measurements = RunMeasurements(decider, space, run)
         evidence = measurements.evidence()
-        caveats = _caveats(decider, Limits(cpu_cap=cpu_cap, max_workers=decider.limits.max_workers), space)
-        rec = recommend_from(measurements, space, tol=pick_tolerance(h), cpu_cap=cpu_cap,
+        run_evidence = RunEvidence(h, limits, space)
+        caveats = _caveats(decider, run_evidence)
+        rec = recommend_from(measurements, space, tol=pick_tolerance(run_evidence, rules.ONLINE), cpu_cap=cpu_cap,
                              nothing_tried=NothingTried() if decider.held_why else None)  # (replaced by the caveats)
         if rec is not None and h.pools_carried:
             rec = _persistent(rec, h, space)

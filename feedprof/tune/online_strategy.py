@@ -1,14 +1,16 @@
-"""Online search: the next config for the real run, as a function of the
-windows measured so far (Optuna's habit, as in strategy.py: no private cursor).
+"""The online search's evidence: the real run's windows, warm-ups and failures (RunHistory),
+read as the search reads them (RunEvidence, tune/search.py ``Evidence``); ``decide`` asks the
+search (tune/search.py, in the online Mode) for the next step after every window, as the parent's
+Decider does (tune/online.py).
 
-NOTE [ The online search ]
+NOTE [ The online search ]  (step by step: tune/search.py, its NOTE One search)
 
     the script's own config ─► NEED windows ─► not input-bound (wait < 5 %)? settle on it
     climb: jump to the worker count predicted to reach the ceiling (rate × ceiling / rate,
            at least double), capped by the CPU rule and by any kill; stop when a rung is
-           within 10 % of the ceiling, gains < GAIN, or the cap is reached
-    refine: bisect below the best for the cheapest count within noise of it, from the
-            highest count it clearly beats (rules.ONLINE.refine_floor_lead: a narrower lead may be noise)
+           within 10 % of the ceiling, gains < MIN_GAIN, or the cap is reached
+    refine: bisect below the cheapest count within noise of the fastest, from the highest
+            count it clearly beats (rules.ONLINE.refine_floor_lead: a narrower lead may be noise)
             or the fewest workers that could supply its rate, whichever is more
     confirm: the pick and the fastest measured once more each, interleaved (A B A B),
              so drift hits both; then settle on the cheapest within noise
@@ -22,29 +24,28 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from feedprof.analyse import evidence, noise, rules
+from feedprof.analyse import noise, rules
 from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.evidence import config_key
-from feedprof.store import ConfigEvidence
+from feedprof.store import ConfigEvidence, Phase, Role
 from feedprof.store.online import OnlineFailure, OnlineWarmup, OnlineWindow
-from feedprof.tune.space import Space
+from feedprof.store.reasons import Reason
+from feedprof.tune.evidence import Next, Reading
+from feedprof.tune.search import next_step
+from feedprof.tune.space import Space, TorchSpace
 
-NEED = rules.ONLINE.min_windows  # windows per config before it is judged
-CONFIRM = 3  # windows of the pick and its rival before settling
-GAIN = rules.MIN_GAIN  # a climb that gains less is flat
-MAX_NOISE = 0.15
+NEED = 2  # windows per config before it is judged (each 0.5 s, on every rank)
 CLEARLY_WAITING = 0.5  # a first window of the script's own settings waiting this much: climb at once
-NEAR_CEILING = rules.ONLINE.near_ceiling  # a rung this close to the ceiling ends the climb
-NOT_INPUT_BOUND = rules.MIN_WAIT_FRACTION  # data-wait fraction under which loader settings cannot help
 EPOCH_SHARE = 4  # workers started anew each epoch: at most a batch for every EPOCH_SHARE of the epoch
 
 
 @dataclass
 class RunHistory:
-    """Everything measured so far in the real run: its windows, warm-ups and failures (the offline
-    search's is tune/history.py TrialHistory, of trials; each gives store/evidence.py's record)."""
+    """Everything measured so far in the real run: its windows, warm-ups and failures, and each
+    config's evidence from them (store/evidence.py's record, as tune/history.py TrialHistory
+    gives it of trials). The search reads it through RunEvidence."""
 
     baseline: Optional[Dict[str, Any]] = None
     windows: List[OnlineWindow] = field(default_factory=list)
@@ -55,14 +56,14 @@ class RunHistory:
     pools_carried: Optional[bool] = None  # ... but feedprof's pools served the next epochs (True), or no longer may (False)
     ranks_expected: int = 0  # ranks whose windows a config waits for (every rank of the job reporting here)
 
-    def of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
+    def windows_of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
         k = config_key(config)
         return [w for w in self.windows if config_key(w.config) == k]
 
     def steady_rate(self, config: Dict[str, Any]) -> Optional[float]:
         """The job's steady rate at this config: the slowest rank's median window."""
         by_rank: Dict[int, List[float]] = {}
-        for w in self.of(config):
+        for w in self.windows_of(config):
             by_rank.setdefault(w.rank, []).append(w.batches_per_s)
         return min((statistics.median(r) for r in by_rank.values()), default=None)
 
@@ -89,12 +90,12 @@ class RunHistory:
     def n_windows(self, config: Dict[str, Any]) -> int:
         """Windows of ``config`` every rank has measured (none while a rank has yet to report one)."""
         ranks: Dict[int, int] = {}
-        for w in self.of(config):
+        for w in self.windows_of(config):
             ranks[w.rank] = ranks.get(w.rank, 0) + 1
         return min(ranks.values(), default=0) if len(ranks) >= self.ranks_expected else 0
 
     def wait_fraction(self, config: Dict[str, Any]) -> Optional[float]:
-        ws = self.of(config)
+        ws = self.windows_of(config)
         return statistics.median(w.wait_fraction for w in ws) if ws else None
 
     def ceiling(self) -> Optional[float]:
@@ -104,7 +105,7 @@ class RunHistory:
     def about(self, config: Dict[str, Any]) -> Optional[ConfigEvidence]:
         """What the run's windows say of ``config`` (None: no window of it), as the offline search
         has it of its trials (store/evidence.py)."""
-        ws = self.of(config)
+        ws = self.windows_of(config)
         if not ws:
             return None
         cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
@@ -119,19 +120,10 @@ class RunHistory:
 
     def evidence(self) -> List[ConfigEvidence]:
         """Each config measured well enough to be judged (``enough``), in the order first measured."""
-        return [e for e in (self.about(c) for c in self.measured()) if e is not None]
+        return [e for e in (self.about(c) for c in self.judged_configs()) if e is not None]
 
-    def margin(self) -> Optional[float]:
-        """How far apart two configs' rates must be to be told apart, from their windows
-        (analyse/noise.margin; None: no config measured twice)."""
-        return noise.margin([e.rates for e in self.evidence()], rules.ONLINE.noise_z)
-
-    def noise(self) -> float:
-        """The margin (rules.noise_floor) never under GAIN nor over MAX_NOISE (a spread that wide
-        is a measurement to repeat)."""
-        return rules.noise_floor(self.margin(), least=GAIN, most=MAX_NOISE)
-
-    def measured(self) -> List[Dict[str, Any]]:
+    def judged_configs(self) -> List[Dict[str, Any]]:
+        """Each config measured well enough to be judged (``enough``), in the order first measured."""
         seen: Dict[str, Dict[str, Any]] = {}
         for w in self.windows:
             seen.setdefault(config_key(w.config), w.config)
@@ -142,13 +134,21 @@ class RunHistory:
         when the loop waited most of it (every second more there is the run's slowest)."""
         n = self.n_windows(config)
         if n and self.baseline is not None and config_key(config) == config_key(self.baseline):
-            first = self.of(config)[0]
+            first = self.windows_of(config)[0]
             return n >= NEED or first.wait_fraction >= CLEARLY_WAITING
         return n >= NEED
 
     def most_workers_ran(self) -> int:
         """The most workers of a config the run measured without a failure (-1: none)."""
-        return max((workers(w.config) for w in self.windows if not self.failed(w.config)), default=-1)
+        return max((workers_of(w.config) or 0 for w in self.windows if not self.failed(w.config)), default=-1)
+
+    def capping_failure(self) -> Optional[OnlineFailure]:
+        """The failure that caps the worker count lowest (rules.caps_workers, as offline:
+        analyse/limits.py): no config with as many workers after it."""
+        ran = self.most_workers_ran()
+        capping = [f for f in self.failures if (workers_of(f.config) or 0) >= 1
+                   and rules.caps_workers(f.kind, workers_of(f.config) or 0, ran)]
+        return min(capping, key=lambda f: workers_of(f.config) or 0, default=None)
 
     def failed(self, config: Dict[str, Any]) -> bool:
         return any(config_key(f.config) == config_key(config) for f in self.failures)
@@ -160,204 +160,95 @@ class Limits:
     max_workers: int
 
 
-@dataclass(frozen=True)
-class Step:
-    config: Dict[str, Any]
-    final: bool = False
-    why: str = ""  # a code: baseline, climb, refine, confirm, settled, not_input_bound, budget
+class RunEvidence:
+    """The run's windows as the search reads them (tune/search.py Evidence): ``limits`` the
+    rank's CPUs and the most workers; ``space`` the tuned loader's (a torch DataLoader's where a
+    caller names none), which makes each config the search proposes."""
 
+    def __init__(self, history: RunHistory, limits: Limits, space: Optional[Space] = None):
+        self.history, self.limits = history, limits
+        self.baseline = history.baseline
+        self.space = space if space is not None else TorchSpace(history.baseline or {}, cpu_cap=limits.cpu_cap,
+                                                                max_primary=limits.max_workers, cuda_used=None)
+        self.cpu_cap, self.max_workers = limits.cpu_cap, limits.max_workers
 
-def workers(config: Dict[str, Any]) -> int:
-    """The worker count of a config, whatever its framework calls it (num_workers, workers)."""
-    return workers_of(config) or 0
+    def judged(self, *stages: Phase) -> List[ConfigEvidence]:
+        return self.history.evidence()
 
+    def ceiling(self) -> Optional[float]:
+        return self.history.ceiling()
 
-def with_workers(base: Dict[str, Any], n: int, space: Optional[Space] = None) -> Dict[str, Any]:
-    """``base`` with ``n`` workers, made legal by the loader's framework (its Space): the search
-    walks the primary knob and keeps the script's other settings."""
-    if space is None:  # a torch DataLoader: what a caller that names no space tunes
-        from feedprof.tune.space import TorchSpace
+    def worker_cap(self) -> Optional[int]:
+        """Each epoch's pool filling stays a small part of it (workers started anew each epoch), and
+        a failure that caps the workers (RunHistory.capping_failure) rules out its count and more."""
+        h, caps = self.history, []
+        if h.restarts_per_epoch and not h.pools_carried and h.batches_per_epoch:
+            caps.append(max(2, h.batches_per_epoch // EPOCH_SHARE))
+        failure = h.capping_failure()
+        if failure is not None:
+            caps.append(self.space.primary_of(failure.config) - 1)
+        return min(caps, default=None)
 
-        space = TorchSpace(base, cpu_cap=1, max_primary=1, cuda_used=None)
-    return space.with_primary(base, n)
+    def failures(self) -> List[Tuple[Dict[str, Any], str]]:
+        return [(f.config, f.kind) for f in self.history.failures]
 
+    def most_workers_ran(self) -> int:
+        return self.history.most_workers_ran()
 
-def worker_cap(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> int:
-    """The CPU rule (analyse/rules.py: past the CPUs only while the workers leave CPU idle) and
-    the failures that cap the worker count (rules.caps_workers)."""
-    verdicts: Dict[int, Optional[bool]] = {}
-    for config in h.measured():
-        verdicts.setdefault(workers(config), _cpu_bound(h, config, limits, space))
-    cap = limits.max_workers if rules.may_pass_cpus(verdicts, rules.ONLINE) else max(limits.cpu_cap, 1)
-    if h.restarts_per_epoch and not h.pools_carried and h.batches_per_epoch:  # each epoch's pool filling stays a small part of it
-        cap = min(cap, max(2, h.batches_per_epoch // EPOCH_SHARE))
-    ran = h.most_workers_ran()
-    for f in h.failures:
-        if rules.caps_workers(f.kind, workers(f.config), ran):  # (an error in a worker: that config alone)
-            cap = min(cap, workers(f.config) - 1)
-    return max(cap, 0)
+    def pending(self, current: Optional[Dict[str, Any]], notes: List[Reason]) -> Optional[Next]:
+        """The script's own settings until judged; then any config switched to, until NEED windows."""
+        h, base = self.history, self.history.baseline or {}
+        if not h.enough(base):
+            return Next(base, "baseline", Phase.BASELINE, Role.BASELINE)
+        if current is not None and config_key(current) != config_key(base) and not h.failed(current) \
+                and h.n_windows(current) < NEED:
+            return Next(current, "measuring")
+        return None
 
+    def believed(self, config: Dict[str, Any], *stages: Phase) -> Optional[Reading]:
+        h = self.history
+        ws = h.windows_of(config)
+        if not ws:
+            return None
+        rate = h.rate(config)
+        return Reading(config=config, count=self.space.primary_of(config), ended="failed" if h.failed(config) else "ok",
+                       rate=rate, steady_rate=h.steady_rate(config), rate_high=rate,
+                       wait_fraction=h.wait_fraction(config), cpu_bound=self._cpu_bound(config))
 
-def _cpu_bound(h: RunHistory, config: Dict[str, Any], limits: Limits, space: Optional[Space]) -> Optional[bool]:
-    """The offline rule on a config's windows: its workers' CPU, or, where it loads in the loop
-    itself, the CPU the loop spent while it waited for the batch."""
-    n, ws = workers(config), h.of(config)
-    if _loads_in_loop(config, space):
-        fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
-        return rules.loading_cpu_bound(statistics.median(fractions) if fractions else None)
-    cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
-    return rules.cpu_bound(n, statistics.median(cores) if cores else None, None, limits.cpu_cap)
+    def rungs(self, base: Dict[str, Any], *stages: Phase) -> List[Reading]:
+        """Every judged config (each is the script's own with its workers changed)."""
+        found = (self.believed(c) for c in self.history.judged_configs())
+        return [r for r in found if r is not None]
 
+    def tried(self, config: Dict[str, Any], *stages: Phase) -> bool:
+        return self.history.n_windows(config) >= NEED or self.history.failed(config)
 
-def _loads_in_loop(config: Dict[str, Any], space: Optional[Space]) -> bool:
-    """Does the loop load each batch itself at this config (torch's 0 workers, Keras's 1)? Without
-    a space: a torch DataLoader's rule."""
-    return space.loads_in_loop(config) if space is not None else workers(config) == 0
+    def _cpu_bound(self, config: Dict[str, Any]) -> Optional[bool]:
+        """The offline rule on a config's windows: its workers' CPU, or, where it loads in the loop
+        itself, the CPU the loop spent while it waited for the batch."""
+        ws = self.history.windows_of(config)
+        if self.space.loads_in_loop(config):
+            fractions = [w.load_cpu_fraction for w in ws if w.load_cpu_fraction is not None]
+            return rules.loading_cpu_bound(statistics.median(fractions) if fractions else None)
+        cores = [w.workers_cpu_cores for w in ws if w.workers_cpu_cores is not None]
+        return rules.cpu_bound(self.space.primary_of(config), statistics.median(cores) if cores else None, None,
+                               self.limits.cpu_cap)
 
-
-def pick(h: RunHistory) -> Optional[Dict[str, Any]]:
-    """The cheapest measured config within the online tolerance of the fastest (rules.pick): the
-    rest of the real run pays any slowdown, so it gives away no more than the run's own noise,
-    between rules.ONLINE.pick_tolerance and GAIN, for fewer workers."""
-    chosen = evidence.pick(h.evidence(), workers, pick_tolerance(h))
-    return chosen.config if chosen is not None else None
-
-
-def pick_tolerance(h: RunHistory) -> float:
-    """How close to the fastest a cheaper config may be and still be picked, in this run: its own
-    noise, between rules.ONLINE.pick_tolerance and GAIN (the recommendation uses it too)."""
-    return rules.noise_floor(h.margin(), least=rules.ONLINE.pick_tolerance, most=GAIN)
-
-
-def fastest(h: RunHistory) -> Optional[Dict[str, Any]]:
-    best = evidence.fastest(h.evidence())
-    return best.config if best is not None else None
+    def supply_per_worker(self, count: int, *stages: Phase) -> float:
+        """From the windows of the script's own settings with ``count`` workers (a loop that kept
+        waiting): what one worker supplied at most."""
+        slower = self.space.with_primary(self.history.baseline or {}, count)
+        ws = self.history.windows_of(slower)
+        wall_s = sum(w.wall_s for w in ws)
+        wait_fraction = sum(w.wait_s for w in ws) / wall_s if wall_s else None
+        if not self.space.loads_in_loop(slower):
+            return rules.supply_per_worker(self.history.rate(slower) or 0.0, count, False, wait_fraction)
+        rate = sum(w.batches for w in ws) / wall_s if wall_s else 0.0
+        return rules.supply_per_worker(rate, count, True, wait_fraction)
 
 
 def decide(h: RunHistory, limits: Limits, current: Dict[str, Any], explore_left_s: float,
-           space: Optional[Space] = None) -> Step:
-    """The next step; ``space`` (the tuned loader's framework's) makes each config it proposes."""
-    base = h.baseline
-    if base is None:
-        return Step(current, why="baseline")
-    settled = pick(h) or base
-    if explore_left_s <= 0:  # (first: a config that never fills a window cannot hold the search)
-        return Step(settled, final=True, why="budget")
-    if not h.enough(base):
-        return Step(base, why="baseline")
-    if config_key(current) != config_key(base) and not h.failed(current) and h.n_windows(current) < NEED:
-        return Step(current, why="measuring")
-    if (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
-        return Step(base, final=True, why="not_input_bound")
-    step = _climb(h, limits, base, space) or _refine(h, base, space) or _confirm(h)
-    return step or Step(settled, final=True, why="settled")
-
-
-def _tried(h: RunHistory, n: int, base: Dict[str, Any], space: Optional[Space]) -> bool:
-    c = with_workers(base, n, space)
-    return h.n_windows(c) >= NEED or h.failed(c)
-
-
-def _climb(h: RunHistory, limits: Limits, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
-    best = fastest(h)
-    ceiling = h.ceiling()
-    if best is None or not ceiling:
-        return None
-    rate, n_best = h.steady_rate(best) or 0.0, workers(best)  # (the ceiling is a steady rate too)
-    if rate >= NEAR_CEILING * ceiling or (h.wait_fraction(best) or 0.0) < 2 * NOT_INPUT_BOUND:
-        return None
-    higher = sorted(workers(c) for c in h.measured() if workers(c) > n_best and not h.failed(c))
-    if higher or _flat(h, best):  # a larger count was not faster, or gained too little: flattened
-        return None
-    want = rules.jump_target(n_best, rate, ceiling, rules.ONLINE)
-    n = min(want, worker_cap(h, limits, space))
-    ran = h.most_workers_ran()
-    capping = [workers(f.config) for f in h.failures
-               if workers(f.config) > n_best and rules.caps_workers(f.kind, workers(f.config), ran)]
-    if capping:  # between the best that ran and the least that failed: bisect, never step down one by one
-        n = min(n, (n_best + min(capping)) // 2)
-    if n <= n_best or _tried(h, n, base, space):
-        return None
-    return Step(with_workers(base, n, space), why="climb")
-
-
-def _flat(h: RunHistory, best: Dict[str, Any]) -> bool:
-    """The fastest rung gained less than GAIN over the fastest count below it that has workers
-    (the NOTE's "gains < GAIN"): more workers buy nothing this run can tell from noise. Unlike
-    the offline ladder (strategy.py), no flat rung is forgiven: a rung here is real training
-    time at a config that may be worse, and the refinement below the best still runs."""
-    n_best = workers(best)
-    below = [h.rate(c) or 0.0 for c in h.measured() if 0 < workers(c) < n_best and not h.failed(c)]
-    return bool(below) and (h.rate(best) or 0.0) < (1 + GAIN) * max(below)
-
-
-def predicted_workers(h: RunHistory, limits: Limits, space: Optional[Space] = None) -> Optional[int]:
-    """Where the script's own settings were all that ran: the count the climb would have tried
-    first (the one their wait predicts reaches the ceiling), or None where they do not wait."""
-    base, ceiling = h.baseline, h.ceiling()
-    rate = h.steady_rate(base) if base is not None else None
-    if base is None or not rate or not ceiling or (h.wait_fraction(base) or 0.0) < NOT_INPUT_BOUND:
-        return None
-    return max(workers(base) + 1, min(rules.jump_target(workers(base), rate, ceiling, rules.ONLINE),
-                                      worker_cap(h, limits, space)))
-
-
-def _refine(h: RunHistory, base: Dict[str, Any], space: Optional[Space]) -> Optional[Step]:
-    best = fastest(h)
-    if best is None:
-        return None
-    n_best, top = workers(best), h.rate(best) or 0.0
-    tol = h.noise()
-    sound = [c for c in h.measured() if not h.failed(c) and workers(c) < n_best]
-    # the bisection's floor is a count clearly slower than the best (rules.Mode.refine_floor_lead)
-    floor = (1 - max(tol, rules.ONLINE.refine_floor_lead)) * top
-    slower = [workers(c) for c in sound if (h.rate(c) or 0.0) < floor]
-    within = [workers(c) for c in sound if (h.rate(c) or 0.0) >= (1 - tol) * top]
-    lo = max(slower, default=0)
-    hi = min(within, default=n_best)
-    # every refinement runs the real job on fewer workers for a while: never below the fewest
-    # that could supply what the best delivers (what one worker supplies, from the slower count),
-    # and only where it saves a part of them worth the windows (past the CPUs each worker also
-    # costs the step CPU: fewer can be faster, not only cheaper)
-    supply = _supply_per_worker(h, with_workers(base, lo, space), space)
-    if supply <= 0:  # (the slower count delivered nothing: no figure to bisect from)
-        return None
-    least = rules.fewest_workers_to_supply((1 - tol) * top, supply) or lo + 1
-    mid = (max(lo, least - 1) + hi) // 2
-    if not (lo < mid < hi and mid >= least and hi - mid >= max(2, int(hi * rules.ONLINE.refine_min_saving))) \
-            or _tried(h, mid, base, space):
-        return None
-    return Step(with_workers(base, mid, space), why="refine")
-
-
-def _supply_per_worker(h: RunHistory, slower: Dict[str, Any], space: Optional[Space] = None) -> float:
-    """What one worker can supply at most (rules.supply_per_worker), from the windows of a config
-    that kept the loop waiting."""
-    ws = h.of(slower)
-    wall_s = sum(w.wall_s for w in ws)
-    wait_fraction = sum(w.wait_s for w in ws) / wall_s if wall_s else None
-    if not _loads_in_loop(slower, space):
-        return rules.supply_per_worker(h.rate(slower) or 0.0, workers(slower), False, wait_fraction)
-    rate = sum(w.batches for w in ws) / wall_s if wall_s else 0.0
-    return rules.supply_per_worker(rate, workers(slower), True, wait_fraction)
-
-
-def _confirm(h: RunHistory) -> Optional[Step]:
-    chosen, best = pick(h), fastest(h)
-    if chosen is None or best is None or config_key(chosen) == config_key(best):
-        return None
-    for c in sorted((chosen, best), key=lambda c: h.n_windows(c)):
-        if h.n_windows(c) < CONFIRM:
-            return Step(c, why="confirm")
-    return None
-
-
-def retreat(h: RunHistory, failed: Dict[str, Any], space: Optional[Space] = None) -> Dict[str, Any]:
-    """The best measured config with fewer workers than ``failed``; without one, half its workers
-    (the script's own settings where they have fewer)."""
-    n = workers(failed)
-    fewer = [c for c in h.measured() if workers(c) < n and not h.failed(c)]
-    if fewer:
-        return max(fewer, key=lambda c: h.rate(c) or 0.0)
-    base = h.baseline or {}
-    return base if workers(base) < n else with_workers(base, n // 2, space)
+           space: Optional[Space] = None) -> Next:
+    """The next step (tune/search.py, the online Mode); ``space`` (the tuned loader's framework's)
+    makes each config it proposes."""
+    return next_step(RunEvidence(h, limits, space), rules.ONLINE, current, explore_left_s)

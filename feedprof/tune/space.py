@@ -6,17 +6,30 @@ A space knows nothing of how trials run or in what order they are asked for
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
-from feedprof.store import Framework, Trial
 from feedprof.analyse import rules
+from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measured import cpu_use
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space_order import in_order_gain, in_order_variant
+from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.torch import paste_for
+from feedprof.store import Framework, LoaderRecord, Trial, knobs
+from feedprof.store.knobs.dataloader import effective
+from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
+from feedprof.tune.space_order import in_order_gain, in_order_variant, order_findings
 
 Config = Dict[str, Any]
+
+
+class Variant(NamedTuple):
+    """A config worth a trial beside the best (a secondary knob changed), and the least batches
+    its window needs (one that spans an epoch boundary, where the change shows only there)."""
+
+    config: Config
+    min_window_batches: Optional[int] = None
 
 
 def job_cores(use: CpuUse) -> Optional[float]:
@@ -75,8 +88,8 @@ class Space:
         """Orders configs cheapest first (fewest workers, least memory)."""
         raise NotImplementedError
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
-        """Variants of the best config worth a trial: (config, trial option overrides)."""
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
+        """Variants of the best config worth a trial."""
         return []
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
@@ -115,26 +128,23 @@ class Space:
 
     def in_flight(self, config: Config) -> int:
         """Batches the config can hold between loader and loop."""
-        from feedprof.frameworks import in_flight
+        return knobs.in_flight(self.framework, self.legalize(dict(config)))
 
-        return in_flight(self.framework, self.legalize(dict(config)))
-
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         """A paste-ready line that sets ``config``."""
         return self.describe(config)
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """What to paste (and run) to set ``config``, and where each setting
         lives (frameworks/paste.Paste: the line and its findings)."""
-        from feedprof.frameworks.paste import Paste
-
         return Paste(self.paste_line(config, loader, script))
 
     # -- shared -----------------------------------------------------------
 
     def key(self, config: Config) -> tuple:
+        """The config's identity in this space: the key (analyse/evidence.py) of its knobs, made legal."""
         cfg = self.legalize(dict(config))
-        return tuple((k, cfg.get(k)) for k in self.knobs)
+        return config_key({k: cfg.get(k) for k in self.knobs})
 
     def with_primary(self, config: Config, n: int) -> Config:
         return self.legalize({**config, self.primary: n})
@@ -146,10 +156,9 @@ class Space:
         return ladder_rungs(limit, extra=(self.cpu_cap,))
 
     def describe(self, config: Config) -> str:
-        """The config as keywords, leaving out the framework's defaults."""
-        from feedprof.frameworks import describe_config
-
-        return describe_config(self.framework, self.legalize(dict(config)))
+        """The config made legal, as its framework's keywords (store/knobs: render's config_words
+        too), leaving out the framework's defaults."""
+        return knobs.describe(self.framework, self.legalize(dict(config)))
 
 
 class TorchSpace(Space):
@@ -158,8 +167,6 @@ class TorchSpace(Space):
     knobs = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.torch import effective
-
         out = effective(config)
         if not out["num_workers"] or out.get("in_order", True):  # in_order: only ever False, with workers
             out.pop("in_order", None)
@@ -167,7 +174,7 @@ class TorchSpace(Space):
 
     def key(self, config: Config) -> tuple:
         cfg = self.legalize(dict(config))
-        return super().key(cfg) + ((("in_order", False),) if "in_order" in cfg else ())
+        return config_key({**{k: cfg.get(k) for k in self.knobs}, **({"in_order": False} if "in_order" in cfg else {})})
 
     def probe_only(self, config: Config) -> bool:
         return self.legalize(dict(config)).get("in_order", True) is False and not self.allow_reorder
@@ -188,12 +195,12 @@ class TorchSpace(Space):
         return (n, bool(cfg["persistent_workers"]), n * (cfg["prefetch_factor"] or 0), bool(cfg["pin_memory"]),
                 "in_order" in cfg)
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
         n = cfg["num_workers"]
-        out: List[Tuple[Config, dict]] = []
+        out: List[Variant] = []
         if self.cuda_used and not cfg["pin_memory"]:  # batches go to CUDA: page-locked memory speeds the copy
-            out.append(({**cfg, "pin_memory": True}, {}))
+            out.append(Variant({**cfg, "pin_memory": True}))
         if n == 0:
             return out
         wait = best.data_wait_fraction
@@ -201,14 +208,13 @@ class TorchSpace(Space):
         # blocking while its batches are handed over (measured here: 8 CPU-bound
         # workers, 113 -> 136 batches/s with prefetch_factor 2 -> 4).
         if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < DEEP_PREFETCH:
-            out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
-        out += in_order_variant(cfg, best)
+            out.append(Variant({**cfg, "prefetch_factor": DEEP_PREFETCH}))
+        out += [Variant(c) for c in in_order_variant(cfg, best)]
         if not cfg["persistent_workers"]:
             pw = persistent_estimate(best)
             if pw is not None and pw.gain >= tol and pw.epoch_s <= MEASURE_EPOCH_S:
                 # trialled across an epoch boundary, where the restart cost shows
-                out.append(({**cfg, "persistent_workers": True},
-                            {"min_window_batches": pw.batches_per_epoch + EPOCH_SPAN_EXTRA_BATCHES}))
+                out.append(Variant({**cfg, "persistent_workers": True}, pw.batches_per_epoch + EPOCH_SPAN_EXTRA_BATCHES))
         return out
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
@@ -224,16 +230,11 @@ class TorchSpace(Space):
                         judged + [PersistentWorkersComputed(startup_s=pw.startup_s, gain=pw.gain, epoch_s=pw.epoch_s)])
         return cfg, judged
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The paste, and what the settings change beyond speed (the order of samples: space_order.py)."""
-        import dataclasses
-
-        from feedprof.frameworks.torch import paste_for
-        from feedprof.tune.space_order import order_findings
-
         cfg = self.legalize(config)
         found = paste_for(cfg, loader, script, argv)
         return dataclasses.replace(found, findings=tuple(found.findings) + tuple(order_findings(cfg, loader)))
@@ -273,18 +274,3 @@ def persistent_estimate(trial: Trial) -> Optional[PersistentEstimate]:
     epoch_s = startup + (bpe - 1) / trial.batches_per_s
     return PersistentEstimate(gain=max(0.0, startup - kept) / epoch_s, startup_s=startup, epoch_s=epoch_s,
                               batches_per_epoch=bpe)
-
-
-def make_space(framework: Framework, baseline: Config, cpu_cap: int, max_primary: int,
-               cuda_used: Optional[bool]) -> Space:
-    from feedprof.tune.space_tf import KerasSpace, TfDataSpace, TfKerasSpace  # they build on this module
-    from feedprof.tune.space_ray_data import RayDataSpace
-    from feedprof.tune.space_torchdata import NodesSpace
-
-    spaces = {Framework.TORCH: TorchSpace, Framework.KERAS: KerasSpace, Framework.TF_KERAS: TfKerasSpace,
-              Framework.TF_DATA: TfDataSpace, Framework.TORCHDATA_NODES: NodesSpace, Framework.RAY_DATA: RayDataSpace}
-    try:
-        cls = spaces[framework]
-    except KeyError:
-        raise ValueError(f"feedprof cannot tune {framework!r} loaders yet") from None
-    return cls(baseline, cpu_cap, max_primary, cuda_used)

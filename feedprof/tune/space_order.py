@@ -27,9 +27,9 @@ Each becomes an OrderChanges finding on the recommendation that turns it on (Tor
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
-from feedprof.store import Trial
+from feedprof.store import LoaderRecord, Trial
 from feedprof.store.reasons import InOrderGain, OrderChanges, Reason
 
 HOL_TOP_SHARE = 0.10  # the longest waits, as a share of the window's batches ...
@@ -46,7 +46,7 @@ def supports_in_order() -> bool:
     return "in_order" in inspect.signature(DataLoader.__init__).parameters
 
 
-def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
+def order_findings(config: Dict[str, Any], loader: Optional[LoaderRecord]) -> List[Reason]:
     """OrderChanges for the settings ``config`` turns on that change what a seeded script sees."""
     script = getattr(loader, "script_config", None) or {}
     site = getattr(loader, "site", "") or ""
@@ -74,11 +74,11 @@ def order_findings(config: Dict[str, Any], loader: Any) -> List[Reason]:
     return out
 
 
-def in_order_variant(cfg: Dict[str, Any], best: Trial) -> List[Tuple[Dict[str, Any], dict]]:
+def in_order_variant(cfg: Dict[str, Any], best: Trial) -> List[Dict[str, Any]]:
     """in_order=False at the best config, where its wait shows head-of-line blocking (and torch has it)."""
     if not cfg.get("num_workers") or "in_order" in cfg or not head_of_line(best):
         return []
-    return [({**cfg, "in_order": False}, {})] if supports_in_order() else []
+    return [{**cfg, "in_order": False}] if supports_in_order() else []
 
 
 def head_of_line(trial: Trial) -> Optional[bool]:

@@ -4,10 +4,13 @@
 it is reported, never changed."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from feedprof.analyse.measurements import CpuUse
-from feedprof.store import Framework
+from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.ray_data import paste_for
+from feedprof.store import Framework, LoaderRecord
+from feedprof.store.knobs.raydata import legalize
 from feedprof.tune.space import Config, Space, job_fills_cpus, ladder_rungs
 
 MAX_PREFETCH = 16  # past this, a deeper queue only holds memory: the stream's own tasks set the pace
@@ -26,8 +29,6 @@ class RayDataSpace(Space):
         super().__init__(baseline, cpu_cap, max_primary, cuda_used)
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.ray_data import legalize
-
         return legalize({"batch_size": self.batch_size, **config})
 
     def ceiling_config(self) -> Config:
@@ -45,10 +46,8 @@ class RayDataSpace(Space):
     def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
         return job_fills_cpus(use, self.cpu_cap)  # the prefetching thread runs in the training process
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
-        from feedprof.frameworks.ray_data import paste_for
-
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         return paste_for(self.legalize(config), loader, script, argv)
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line

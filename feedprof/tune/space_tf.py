@@ -3,12 +3,19 @@ legacy tf.keras ``fit(workers=...)`` and ``tf.data`` pipelines (see space.py
 for what a space answers)."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
-from feedprof.store import Framework, Trial
+from feedprof.analyse.evidence import config_key
+from feedprof.analyse.measured import measured_configs
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus, ladder_rungs
+from feedprof.frameworks import keras as keras_adapter
+from feedprof.frameworks import tf_keras as tf_keras_adapter
+from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.tfdata_paste import paste
+from feedprof.store import Framework, LoaderRecord, Trial
+from feedprof.store.knobs import pydataset, tfdata
+from feedprof.store.reasons import EpochEndStall, Reason, VersusAutotune
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus, ladder_rungs
 
 GIL_CORE_PCT = 90.0  # a process whose threads hold the GIL tops out near one core
 DEEPEST_QUEUE = 20  # Keras max_queue_size is doubled (from 10) while below this
@@ -23,9 +30,7 @@ class KerasSpace(Space):
     knobs = ("workers", "use_multiprocessing", "max_queue_size")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.keras import legalize
-
-        return legalize(config)
+        return pydataset.legalize(config)
 
     def rungs(self, limit: int) -> List[int]:
         return sorted({max(1, r) for r in ladder_rungs(limit, extra=(self.cpu_cap,))})
@@ -53,25 +58,23 @@ class KerasSpace(Space):
         # (Loading that holds the GIL then shows up as no gain, and the ladder stops.)
         return job_fills_cpus(use, self.cpu_cap)
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
-        out: List[Tuple[Config, dict]] = []
+        out: List[Variant] = []
         if not cfg["use_multiprocessing"] and best.main_cpu_pct is not None and best.main_cpu_pct >= GIL_CORE_PCT:
             # Loading that holds the GIL gains nothing from threads; processes run it in parallel.
             workers = max(2, cfg["workers"], min(self.cpu_cap, self.max_primary))
-            out.append(({**cfg, "workers": workers, "use_multiprocessing": True}, {}))
+            out.append(Variant({**cfg, "workers": workers, "use_multiprocessing": True}))
         if cfg["workers"] <= 1:
             return out
         wait = best.data_wait_fraction
         if (wait is None or wait >= PREFETCH_MIN_WAIT) and cfg["max_queue_size"] < DEEPEST_QUEUE:
             # a deeper queue lets the workers run ahead of the training step
-            out.append(({**cfg, "max_queue_size": 2 * cfg["max_queue_size"]}, {}))
+            out.append(Variant({**cfg, "max_queue_size": 2 * cfg["max_queue_size"]}))
         return out
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.keras import paste_line
-
-        return paste_line(self.legalize(config), loader, script)
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
+        return keras_adapter.paste_line(self.legalize(config), loader, script)
 
 
 class TfKerasSpace(KerasSpace):
@@ -79,10 +82,8 @@ class TfKerasSpace(KerasSpace):
 
     framework = Framework.TF_KERAS
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
-        from feedprof.frameworks.tf_keras import paste_line
-
-        return paste_line(self.legalize(config), loader, script)
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
+        return tf_keras_adapter.paste_line(self.legalize(config), loader, script)
 
     def notes(self) -> List[Reason]:
         return [EpochEndStall()]
@@ -98,9 +99,7 @@ class TfDataSpace(Space):
     knobs = ("num_parallel_calls", "prefetch", "deterministic", "private_threadpool_size")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.tfdata import legalize
-
-        return legalize(config)
+        return tfdata.legalize(config)
 
     def loads_in_loop(self, config: Config) -> bool:
         """A sequential map (num_parallel_calls unset or 1) with no prefetch: each batch is made
@@ -137,25 +136,22 @@ class TfDataSpace(Space):
     def cpu_verdict(self, config: Config, use: CpuUse) -> Optional[bool]:
         return job_fills_cpus(use, self.cpu_cap)  # the map's threads run in the training process
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
         # AUTOTUNE, measured like the rest: does a static setting beat it?
-        out: List[Tuple[Config, dict]] = [({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE",
-                                             "deterministic": None, "private_threadpool_size": None}, {})]
+        out = [Variant({"num_parallel_calls": "AUTOTUNE", "prefetch": "AUTOTUNE", "deterministic": None,
+                        "private_threadpool_size": None})]
         if cfg["prefetch"] is None:  # a prefetch buffer overlaps loading with the step
-            out.append(({**cfg, "prefetch": "AUTOTUNE"}, {}))
+            out.append(Variant({**cfg, "prefetch": "AUTOTUNE"}))
         calls = cfg["num_parallel_calls"]
         if cfg["deterministic"] is None and (calls == "AUTOTUNE" or (calls or 1) > 1):  # (AUTOTUNE is parallel)
             # out-of-order elements let a slow one not hold up the rest
-            out.append(({**cfg, "deterministic": False}, {}))
+            out.append(Variant({**cfg, "deterministic": False}))
         return out
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """Never below AUTOTUNE: a cheaper static setting within tolerance but
         slower than AUTOTUNE as measured loses to it."""
-        from feedprof.analyse.evidence import config_key
-        from feedprof.analyse.measured import measured_configs
-
         configs = measured_configs(trials)
         auto = next((m for m in configs if m.config.get("num_parallel_calls") == "AUTOTUNE"), None)
         mine = next((m for m in configs if config_key(m.config) == config_key(pick.config)), None)
@@ -167,11 +163,9 @@ class TfDataSpace(Space):
                                 autotune_rss_bytes=auto.latest.peak_rss_bytes, switched=switched)
         return self.legalize(dict((auto if switched else pick).config)), [versus]
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The statements that build the pipeline, and the lines each setting is made on."""
-        from feedprof.frameworks.tfdata_paste import paste
-
         return paste(self.legalize(config), loader, script)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence, Tuple
 
-from feedprof.store.reasons import Reason, ThreadsVersusProcesses
-from feedprof.store import Framework, Trial
+from feedprof.analyse.measured import measured_configs
 from feedprof.analyse.measurements import CpuUse
-from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, job_fills_cpus
+from feedprof.frameworks.paste import Paste
+from feedprof.frameworks.torchdata_nodes import paste_for
+from feedprof.store import Framework, LoaderRecord, Trial
+from feedprof.store.knobs.nodes import legalize
+from feedprof.store.reasons import Reason, ThreadsVersusProcesses
+from feedprof.tune.space import PREFETCH_MIN_WAIT, Config, Space, Variant, job_fills_cpus
 
 DEEP_PREFETCH = 4  # tried while the loop still waits, where the pipeline has a Prefetcher
 
@@ -22,8 +26,6 @@ class NodesSpace(Space):
     knobs = ("num_workers", "method", "prefetch_factor")
 
     def legalize(self, config: Config) -> Config:
-        from feedprof.frameworks.torchdata_nodes import legalize
-
         return legalize(config)
 
     def ceiling_config(self) -> Config:
@@ -46,22 +48,20 @@ class NodesSpace(Space):
             return super().cpu_verdict(config, use)
         return job_fills_cpus(use, self.cpu_cap)  # threads run in the training process
 
-    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Tuple[Config, dict]]:
+    def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
-        out: List[Tuple[Config, dict]] = []
+        out: List[Variant] = []
         if cfg["num_workers"] >= 2:  # threads or processes: measured, not assumed
             other = "thread" if cfg["method"] == "process" else "process"
-            out.append(({**cfg, "method": other}, {}))
+            out.append(Variant({**cfg, "method": other}))
         wait = best.data_wait_fraction
         pf = cfg["prefetch_factor"]
         if pf is not None and pf < DEEP_PREFETCH and wait is not None and wait >= PREFETCH_MIN_WAIT:
-            out.append(({**cfg, "prefetch_factor": DEEP_PREFETCH}, {}))
+            out.append(Variant({**cfg, "prefetch_factor": DEEP_PREFETCH}))
         return out
 
     def finalize(self, pick: Trial, tol: float, trials: Sequence[Trial] = ()) -> Tuple[Config, List[Reason]]:
         """The pick, and threads against processes at its worker count where both were measured."""
-        from feedprof.analyse.measured import measured_configs
-
         cfg = self.legalize(pick.config)
         measured = [(self.legalize(m.config), m) for m in measured_configs(trials)]
         both = [self._at_workers(cfg, method, measured) for method in ("thread", "process")]
@@ -83,11 +83,9 @@ class NodesSpace(Space):
         exact = [m for c, m in same if c["prefetch_factor"] == cfg["prefetch_factor"]]
         return exact[0] if exact else max((m for _, m in same), key=lambda m: m.score, default=None)
 
-    def paste_line(self, config: Config, loader: Any, script: str) -> str:
+    def paste_line(self, config: Config, loader: Optional[LoaderRecord], script: str) -> str:
         return self.paste(config, loader, script).line
 
-    def paste(self, config: Config, loader: Any, script: str, argv: Sequence[str] = ()) -> Any:
-        from feedprof.frameworks.torchdata_nodes import paste_for
-
+    def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         return paste_for(self.legalize(config), loader, script, argv)
 

@@ -19,46 +19,40 @@ is telling the strategy the saved trials, then asking.
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from feedprof.analyse import noise, stats
-from feedprof.analyse.diagnose import training_loader
+from feedprof import defaults
+from feedprof.analyse import noise
+from feedprof.analyse.diagnose import training_loader, workers_of
 from feedprof.analyse.limits import survivable
-from feedprof.analyse.measured import epoch_gap_s, evidence_of_trials, trial_from_run
+from feedprof.analyse.measured import charged_epoch_gaps, evidence_of_trials, trial_from_run
 from feedprof.analyse.from_trials import tried_a_setting
 from feedprof.analyse.recommend import keeps_own_settings, recommend
-from feedprof.analyse.stragglers import ranks_per_node
 from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
                                     RayClusterJoined,
                                     Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
-from feedprof.store import HostInfo, LoaderRecord, Phase, Role, Run, Trial, TrialState, TuneResult, TuneStart, save
+from feedprof.store import HostInfo, LoaderRecord, Phase, Recommendation, Role, Run, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.frameworks.paste import Paste, with_launch
 from feedprof.tune.budget import MemoryBudget
 from feedprof.tune.job import TuneError, TuneInterrupted, TuneJob, TuneOptions
-from feedprof.tune.machine import MachineFacts
+from feedprof.tune.machine import MachineFacts, job_cpu_cap
 from feedprof.tune.observer import SilentObserver, TuneObserver
-from feedprof.trial.launch import script_launch
+from feedprof.trial.launch import Launch, script_launch
 from feedprof.trial.protocol import Mode, site_matches
 from feedprof.trial.runner import Injection, TrialInterrupted, TrialOptions, run_trial
 from feedprof.trial.signals import deferred_signals
 from feedprof.tune.ray_advice import picked_ranks, ray_advice
-from feedprof.tune.space import Space, make_space
+from feedprof.tune.space import Space
+from feedprof.tune.spaces import make_space
 from feedprof.tune.history import Proposal, Strategy
+from feedprof.tune.time_budget import FIRST_RUNGS, TimeBudget, trial_options, window_of
 from feedprof.tune.strategy import LadderStrategy
 from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError
 
-BUDGET_MARGIN = 1.0  # start a trial only if this share of what it should take is left
-FINISH_RESERVE_S = 5.0  # of the budget, kept for starting up and for writing the results and the report
-BASELINE_TIMEOUT_MIN_S = 60.0  # the baseline may take the whole budget, and at least this long
-TRIAL_TIMEOUT_FACTOR = 4.0  # a later trial may take this many times the baseline's wall time,
-TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
-TIMEOUT_OVER_BUDGET_S = 3.0  # a trial's limit may pass the budget by this much (the budget is the user's promise)
-EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures this many windows
-FIRST_RUNGS = 2  # a tune that tried nothing: the budget to suggest has room for this many of the ladder's rungs
 
 
 def _no_loader(run: Optional[Run]) -> Reason:
@@ -67,8 +61,28 @@ def _no_loader(run: Optional[Run]) -> Reason:
                 NoLoaderIterated())
 
 
-def default_max_workers(cpu_cap: int) -> int:
-    return max(32, 2 * cpu_cap)
+def rank_reasons(trials: Sequence[Trial], rec: Recommendation, ray: Optional[Reason], local_ranks: int,
+                 cpus_usable: int, cpu_cap: int) -> Tuple[Reason, ...]:
+    """A job's: every rank's share of the machine (a Ray Train job's: what Ray reserves per worker),
+    and, with the pick, which rank held the job back and where its nodes differ."""
+    base = trials[0].run if trials and trials[0].run is not None else None
+    if base is None or not base.ranks:
+        return ()
+    info = [r.rank for r in base.ranks if r.rank is not None]
+    every = AppliesToEveryRank(local_ranks=local_ranks, world_size=max([i.world_size for i in info] + [1]),
+                               workers_per_rank=workers_of(rec.config), cpus=cpus_usable, cpu_cap=cpu_cap)
+    picked = next((t.run for t in trials if t.index == rec.trial_index and t.run is not None), None)
+    notes = picked.summary.notes if picked is not None and picked.summary else ()
+    spread = [n for n in notes if n.code == "rank_spread"][:1] + [n for n in notes if n.code == "nodes_differ"][:1]
+    return (ray or every, *spread)
+
+
+def _job_trial(launch: Launch, script: str, argv: Sequence[str], trial_dir: str, host: HostInfo, opts: TrialOptions,
+               what: Injection, on_poll: Optional[Callable[[], None]], clock: Clock) -> Run:
+    """A trial of a launched job (trial/jobrunner.py), called as a trial of a script is."""
+    from feedprof.trial.jobrunner import run_job  # (a script's tune never loads the job runner)
+
+    return run_job(launch, trial_dir, host, opts, what, on_poll, clock)
 
 
 StrategyFactory = Callable[[Space, "TuneOptions", HostInfo], Strategy]
@@ -81,7 +95,7 @@ def ladder(space: Space, opts: TuneOptions, host: HostInfo) -> Strategy:
 class Tuner:
     def __init__(self, job: TuneJob, options: TuneOptions, machine: MachineFacts,
                  observer: Optional[TuneObserver] = None, strategy: StrategyFactory = ladder,
-                 clock: Clock = MONOTONIC, trial_runner: Optional[Callable[..., Any]] = None):
+                 clock: Clock = MONOTONIC, trial_runner: Optional[Callable[..., Run]] = None):
         self.script = os.path.abspath(job.script) if job.script else ""
         self.argv = list(job.argv)
         self.rank_argv: List[str] = []  # a launched job's: the script's arguments inside the launch command
@@ -94,11 +108,10 @@ class Tuner:
         self.results_path = os.path.join(job.out_dir, "results.json")
         os.makedirs(job.out_dir, exist_ok=True)
         self.clock = clock
-        self.run_trial = trial_runner or (run_trial if self.launch is None else self._run_job)
+        self.run_trial = trial_runner or (run_trial if self.launch is None else functools.partial(_job_trial, self.launch))
         self.make_strategy = strategy
         self.trials: List[Trial] = []
         self.notes: List[Reason] = []
-        self.started_s = clock.now_s()
         self.started_at = now_iso()
         self.space: Optional[Space] = None
         self.strategy: Optional[Strategy] = None
@@ -107,7 +120,7 @@ class Tuner:
         previous = job.previous
         self._saved: List[Trial] = [t for t in previous.trials if t.state != TrialState.INTERRUPTED] \
             if previous else []
-        self._elapsed_before = previous.duration_s if previous else 0.0
+        self.time = TimeBudget(clock, options, clock.now_s(), previous.duration_s if previous else 0.0)
         if previous is not None:  # the strategy's notes and the busy machine's are derived again from the trials
             self.notes.extend(n for n in previous.notes if isinstance(n, (ForkServerFailed, CeilingFailed)))
         ram = options.max_memory_bytes if options.max_memory_bytes is not None else machine.ram_bytes
@@ -116,22 +129,8 @@ class Tuner:
 
     # -- time ---------------------------------------------------------------
 
-    def _run_job(self, script: str, argv: Sequence[str], trial_dir: str, host: HostInfo, opts: TrialOptions,
-                 what: Injection, on_poll: Any, clock: Clock) -> Any:
-        from feedprof.trial.jobrunner import run_job
-
-        return run_job(self.launch, trial_dir, host, opts, what, on_poll, clock)
-
-    def elapsed(self) -> float:
-        return self.clock.now_s() - self.started_s + self._elapsed_before
-
-    def remaining(self) -> float:
-        """What is left of the budget for trials: the process started before the
-        tuner did, and writing the results and the report comes after."""
-        return self.opts.budget_s - FINISH_RESERVE_S - self.elapsed()
-
     def _tick(self) -> None:
-        self.observer.tick(self.elapsed(), self.opts.budget_s)
+        self.observer.tick(self.time.elapsed(), self.opts.budget_s)
 
     # -- results ------------------------------------------------------------
 
@@ -153,15 +152,21 @@ class Tuner:
                                           paste_line="\n".join(t for t in (line, reserve) if t),
                                           loader_site=self.loader.site if self.loader else "",
                                           reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())
-                                          + self._per_rank_reason(rec, ray))
+                                          + self._every_rank(rec, ray))
         return TuneResult(
             script=self.script, argv=tuple(self.argv), framework=self.space.framework if self.space else "",
             loader_site=self.loader.site if self.loader else "", started_at=self.started_at,
-            duration_s=self.elapsed(), budget_s=self.opts.budget_s, complete=complete, stop_reason=stop_reason,
+            duration_s=self.time.elapsed(), budget_s=self.opts.budget_s, complete=complete, stop_reason=stop_reason,
             host=self.host, recommendation=rec, trials=tuple(self.trials),
             evidence=tuple(evidence_of_trials(self.trials)),
             launch=tuple(self.launch.command) if self.launch else (),
-            notes=tuple(self.notes + (self.strategy.notes if self.strategy else []) + self._busy()))
+            notes=tuple(self.notes + (self.strategy.notes if self.strategy else [])
+                        + [b for b in (noise.busy_machine(self.trials, self.machine.cpus_usable),) if b is not None]))
+
+    def _every_rank(self, rec: Recommendation, ray: Optional[Reason]) -> Tuple[Reason, ...]:
+        if self.launch is None:
+            return ()
+        return rank_reasons(self.trials, rec, ray, self.memory.ranks, self.machine.cpus_usable, self.cpu_cap)
 
     def _nothing_tried(self, complete: bool, stop_reason: Optional[Reason]) -> Optional[NothingTried]:
         """A tune that stopped (or has not yet gone on) before any loader setting
@@ -170,36 +175,11 @@ class Tuner:
         search decides it: a trial starts only if its typical time is left)."""
         if complete or tried_a_setting(self.trials):
             return None
-        spent = self.elapsed()
-        trial_s = self._typical_trial_s() or None
-        needed = None
-        if trial_s is not None:
-            needed = spent + FIRST_RUNGS * BUDGET_MARGIN * trial_s + FINISH_RESERVE_S
-            needed = 10.0 * math.ceil(needed / 10.0)  # a round figure, up
-        return NothingTried(budget_s=self.opts.budget_s, spent_s=spent,
+        return NothingTried(budget_s=self.opts.budget_s, spent_s=self.time.elapsed(),
                             ceiling=any(t.role == Role.CEILING and t.state == TrialState.OK for t in self.trials),
-                            trial_s=trial_s, rungs=FIRST_RUNGS, needed_s=needed,
+                            trial_s=self.time.typical_trial_s(self.trials) or None, rungs=FIRST_RUNGS,
+                            needed_s=self.time.needed_s(self.trials),
                             budget_ran_out=isinstance(stop_reason, BudgetCutShort))
-
-    def _per_rank_reason(self, rec: Any, ray: Optional[Reason] = None) -> tuple:
-        """Every rank's share of the machine (a Ray Train job's: what Ray reserves per worker)."""
-        base = self.trials[0].run if self.trials and self.trials[0].run is not None else None
-        if self.launch is None or base is None or not base.ranks:
-            return ()
-        info = [r.rank for r in base.ranks if r.rank is not None]
-        from feedprof.analyse.diagnose import workers_of
-
-        every = AppliesToEveryRank(local_ranks=self.memory.ranks, world_size=max([i.world_size for i in info] + [1]),
-                                   workers_per_rank=workers_of(rec.config), cpus=self.machine.cpus_usable,
-                                   cpu_cap=self.cpu_cap)
-        picked = next((t.run for t in self.trials if t.index == rec.trial_index and t.run is not None), None)
-        notes = picked.summary.notes if picked is not None and picked.summary else ()
-        spread = [n for n in notes if n.code == "rank_spread"][:1] + [n for n in notes if n.code == "nodes_differ"][:1]
-        return (ray or every, *spread)
-
-    def _busy(self) -> List[Reason]:
-        busy = noise.busy_machine(self.trials, self.machine.cpus_usable)
-        return [busy] if busy is not None else []
 
     def save(self, complete: bool = False, stop_reason: Optional[Reason] = None) -> TuneResult:
         res = self.result(complete, stop_reason)
@@ -208,25 +188,17 @@ class Tuner:
 
     # -- trials ---------------------------------------------------------------
 
-    def _trial_options(self, overrides: Dict[str, Any], timeout_s: Optional[float]) -> TrialOptions:
-        o = self.opts
-        opts = TrialOptions(window_batches=o.window_batches, window_seconds=o.window_seconds,
-                            min_window_batches=o.min_window_batches, warmup_batches=o.warmup_batches,
-                            interval_s=o.interval_s, gpu=o.gpu, timeout_s=timeout_s,
-                            loader_timeout_s=o.loader_timeout_s, capture_output=True, zygote=self.zygote,
-                            queue_timeout_s=max(1.0, self.remaining()))  # a Slurm step's wait: the budget's
-        return dataclasses.replace(opts, **overrides)
-
-    def _measure(self, proposal: Proposal, what: Injection, overrides: Dict[str, Any],
+    def _measure(self, proposal: Proposal, what: Injection, window: Dict[str, Any],
                  timeout_s: Optional[float]) -> Trial:
         index = len(self.trials)
         text = self.describe_trial(proposal.role, proposal.config)
-        self.observer.trial_started(index, self._planned(), proposal.role, text, self.elapsed(), self.opts.budget_s)
+        self.observer.trial_started(index, self.time.planned(self.trials), proposal.role, text, self.time.elapsed(),
+                                    self.opts.budget_s)
         trial_dir = os.path.join(self.out_dir, "trials", f"{index:02d}-{proposal.role}")
         fields = dict(phase=proposal.phase, config_text=text)
         try:
-            run = self.run_trial(self.script, self.argv, trial_dir, self.host,
-                                 self._trial_options(overrides, timeout_s), what=what, on_poll=self._tick,
+            options = trial_options(self.opts, window, timeout_s, self.time.remaining(), self.zygote)
+            run = self.run_trial(self.script, self.argv, trial_dir, self.host, options, what=what, on_poll=self._tick,
                                  clock=self.clock)
         except TrialInterrupted as stop:
             if stop.run is not None:
@@ -250,28 +222,6 @@ class Tuner:
         sp = self.space
         return sp is not None and any(sp.key(t.config) == sp.key(config) for t in self.trials
                                       if t.state == TrialState.OK and t.role != Role.CEILING)
-
-    def _typical_trial_s(self, proposal: Optional[Proposal] = None) -> float:
-        """What a trial costs, from the median of the successful ones so far (a
-        timed-out trial says nothing about the next one), and what a longer
-        window asked for adds."""
-        typical = stats.median([t.duration_s for t in self.trials if t.state == TrialState.OK and t.duration_s]) or 0.0
-        factor = proposal.overrides.get("window_factor", 1.0) if proposal is not None else 1.0
-        typical += (factor - 1) * self.opts.window_seconds
-        extra = proposal.overrides.get("min_window_batches") if proposal is not None else None
-        if extra and self.loader is not None:
-            best = max((t for t in self.trials if t.state == TrialState.OK and t.batches_per_s), default=None,
-                       key=lambda t: t.batches_per_s)
-            if best is not None:  # a longer window: the extra batches at the best rate so far
-                typical += extra / best.batches_per_s
-        return typical
-
-    def _planned(self) -> Optional[int]:
-        """A rough 'of n' for the progress line: trials the budget still allows."""
-        per = self._typical_trial_s()
-        if not per:
-            return None
-        return len(self.trials) + 1 + max(0, math.floor((self.remaining() - per) / per))
 
     def _record(self, trial: Trial) -> None:
         """A trial that did not run (rejected before it started)."""
@@ -324,7 +274,7 @@ class Tuner:
             proposal = self.strategy.ask()
             if proposal is None:
                 break
-            if self.remaining() < BUDGET_MARGIN * self._typical_trial_s(proposal):
+            if not self.time.allows(self.trials, proposal, self.loader is not None):
                 if proposal.optional:  # the search is done; what it would add does not fit
                     break
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
@@ -347,17 +297,10 @@ class Tuner:
         return self.save(stop_reason is None, stop_reason)
 
     def _charge_epoch_gap(self) -> bool:
-        """What the loop does between epochs outside the loader (validation,
-        checkpoints) costs the same whatever the loader's config, and a trial
-        inside one epoch never sees it: measured by any trial that crossed a
-        boundary, it is charged per epoch to every trial that did not, so
-        configs are compared and reported with it. True: the charge changed."""
-        gaps = [g for g in (epoch_gap_s(t) for t in self.trials) if g is not None]
-        gap = stats.median(gaps) if gaps else None
-        charged = [dataclasses.replace(t, epoch_gap_s=gap if t.run is not None and epoch_gap_s(t) is None else None)
-                   for t in self.trials]
-        changed = charged != self.trials
-        self.trials = charged
+        """What the loop does between epochs, measured by any trial, charged to those that did not
+        see it (analyse/measured.py charged_epoch_gaps). True: the charge changed."""
+        charged = charged_epoch_gaps(self.trials)
+        changed, self.trials = charged != self.trials, charged
         return changed
 
     def _tell_strategy(self) -> None:
@@ -377,21 +320,10 @@ class Tuner:
                           config_text=self.describe_trial(proposal.role, proposal.config))
             self._record(trial)
             return trial
-        o = self.opts
-        overrides = dict(proposal.overrides)
-        factor = overrides.pop("window_factor", 1.0)  # a longer window: measured again, or confirming the pick
-        if factor != 1.0:
-            overrides.update(window_seconds=factor * o.window_seconds, window_batches=int(factor * o.window_batches))
-        if "min_window_batches" in overrides:  # e.g. persistent_workers: span epoch boundaries
-            overrides["window_batches"] = max(overrides.get("window_batches", o.window_batches),
-                                              overrides["min_window_batches"])
-            overrides["window_seconds"] = max(EPOCH_SPAN_WINDOW_FACTOR, factor) * o.window_seconds
-        limit = o.trial_timeout_s or max(TRIAL_TIMEOUT_MIN_S, TRIAL_TIMEOUT_FACTOR * baseline.duration_s)
         mode = Mode.CEILING if proposal.role == Role.CEILING else Mode.INJECT
         what = Injection(mode=mode, config=dict(proposal.config), framework=self.loader.framework,
                          chain=tuple(self.loader.call_chain))
-        trial = self._measure(proposal, what, overrides,
-                              timeout_s=min(limit, max(TIMEOUT_OVER_BUDGET_S, self.remaining() + TIMEOUT_OVER_BUDGET_S)))
+        trial = self._measure(proposal, what, window_of(self.opts, proposal), self.time.trial_timeout_s(baseline))
         if trial.state == TrialState.OK and proposal.role != Role.CEILING:
             self.memory.learn(trial, workers, in_flight)
         if trial.state in (TrialState.KILLED, TrialState.FAILED):  # with what the config needed, where known
@@ -414,13 +346,12 @@ class Tuner:
         else:
             proposal = Proposal({}, Role.BASELINE, Phase.BASELINE)
             what = Injection(site=o.loader_site)
-            baseline = self._measure(proposal, what, {}, timeout_s=o.trial_timeout_s or max(BASELINE_TIMEOUT_MIN_S,
-                                                                                              o.budget_s))
+            baseline = self._measure(proposal, what, {}, timeout_s=self.time.baseline_timeout_s())
         rec = self._training_loader(baseline)
         self.loader = rec
         if self.launch is not None:
             self._per_rank(baseline.run)
-        max_w = o.max_workers or default_max_workers(self.cpu_cap)
+        max_w = o.max_workers or defaults.max_workers(self.cpu_cap)
         self.space = make_space(rec.framework, rec.config, self.cpu_cap, max_w, baseline.run.cuda_used)
         self.space.allow_reorder = o.allow_reorder  # (tune/space_order.py)
         cause = baseline.cause
@@ -434,18 +365,12 @@ class Tuner:
                 self.memory.learn(t, self.space.workers(t.config), self.space.in_flight(t.config))
         return baseline
 
-    def _per_rank(self, run: Any) -> None:
+    def _per_rank(self, run: Run) -> None:
         """A job's knobs are per rank: each rank's CPU budget is the machine's CPUs
         over the ranks on it, less the rank's own process; memory counts every rank."""
         self.script = run.script or self.script
         self.rank_argv = list(next((r.argv for r in run.ranks if r.argv), ()))  # the script's own, in the launch
-        local = max([r.rank.local_world_size for r in run.ranks if r.rank] + [ranks_per_node(run), 1])
-        shares = [r.rank.cpus for r in run.ranks if r.rank and r.rank.cpus]  # what each rank may use (Slurm's say)
-        if shares:
-            self.cpu_cap = max(1, min(shares) - (1 if local > 1 else 0))
-        elif local > 1:
-            self.cpu_cap = max(1, self.machine.cpus_usable // local - 1)
-        self.memory.ranks = local
+        self.cpu_cap, self.memory.ranks = job_cpu_cap(run, self.machine.cpus_usable, self.cpu_cap)
 
     def _training_loader(self, baseline: Trial) -> LoaderRecord:
         run = baseline.run

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Optional
 
+from feedprof.analyse.diagnose import AT_CEILING
 from feedprof.store import reasons as r
 from feedprof.render import online_checks
 from feedprof.render.words import advice, beyond, hazards, origin
-from feedprof.store import GpuStatus, InputBound, VerdictKind
+from feedprof.store import GpuStatus, InputBound, Role, Trial, VerdictKind, knobs
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
 LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Sequence or generator, "
@@ -23,7 +24,6 @@ LOOKED_FOR = ("a torch.utils.data.DataLoader, keras.utils.PyDataset, tf_keras Se
 FIT_MOVED_HINT = ("Keras 3 moved workers, use_multiprocessing and max_queue_size from fit() to the "
                   "PyDataset: pass them to its constructor and have it call super().__init__(**kwargs)")
 HINTS = {"fit_workers_moved": FIT_MOVED_HINT}
-NEAR_CEILING = 0.95  # a config this close to the compute ceiling: the loader is not the limit
 SLOWED_BY_WORKERS = 1.05  # fewer workers this much faster: the workers slowed the job (not just added nothing)
 
 _GPU = {
@@ -48,11 +48,21 @@ def gpu_status(status: Any, detail: str = "") -> str:
     return f"{words}: {detail}" if detail and status not in (GpuStatus.OK, GpuStatus.OFF) else words
 
 
-def config_words(config: Dict[str, Any], framework: str = "") -> str:
-    """A loader config as its framework's keywords ("num_workers=8, persistent_workers=True")."""
-    from feedprof.frameworks import describe_config
+CEILING_TEXT = "one cached batch replayed"
+OWN_SETTINGS_TEXT = "the script's own settings"
 
-    return describe_config(framework, config) if config else "the script's own settings"
+
+def config_words(config: Dict[str, Any], framework: str = "") -> str:
+    """A loader config as its framework's keywords ("num_workers=8, persistent_workers=True", as a
+    space describes it: store/knobs), or the script's own settings where it is empty."""
+    return knobs.describe(framework, config) if config else OWN_SETTINGS_TEXT
+
+
+def config_cell(t: Trial) -> str:
+    """A trial's config as the tables show it."""
+    if t.role == Role.CEILING:
+        return CEILING_TEXT
+    return t.config_text or config_words(t.config)
 
 
 def _describer(framework: str) -> Callable[[Dict[str, Any]], str]:
@@ -87,7 +97,7 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
         if v.speedup is not None and v.speedup >= SLOWED_BY_WORKERS:  # they cost the job more than they gave
             return (f"Too many workers: the {v.workers_before} workers slow the job down; {describe(v.config)} "
                     f"is {fast} and frees {processes}")
-        near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= NEAR_CEILING
+        near = v.fraction_of_ceiling is not None and v.fraction_of_ceiling >= AT_CEILING
         lead = "Not the loader" if near or v.input_bound == InputBound.NOT else f"{cls}, but not for want of workers"
         return (f"{lead}: the {v.workers_before} workers add nothing; {describe(v.config)} is {fast} "
                 f"and frees {processes}")
@@ -446,8 +456,9 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
         ": no clear gain, and it costs no less, so the script's own settings are kept."),
     r.CheaperWithinNoise: lambda x, d: (
         f"{d(x.config)} is recommended over {d(x.rival)}: the latter measured {fmt_pct(x.rival_lead)} faster, "
-        f"but repeats of the same config differ by ±{fmt_pct(x.noise)} on this machine ({x.repeats} measurements "
-        "each), so the two cannot be told apart, and fewer workers cost less memory and CPU."),
+        f"but on this machine a lead must pass {fmt_pct(x.noise)} to be told from noise (repeats of the same config "
+        f"spread; {x.repeats} measurements each), so the two cannot be told apart, and fewer workers cost less memory "
+        "and CPU."),
     r.PersistentWorkersComputed: lambda x, d: (
         f"persistent_workers=True: every epoch spends about {x.startup_s:.1f} s starting workers, "
         f"{fmt_pct(x.gain)} of a {fmt_seconds(x.epoch_s)} epoch "

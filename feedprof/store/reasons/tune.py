@@ -290,8 +290,9 @@ class LeadNotConfirmed(Reason):
 
 @dataclass(frozen=True)
 class CheaperWithinNoise(Reason):
-    """``rival`` measured ``rival_lead`` faster, but inside this run's noise
-    (measured from repeats): the cheaper ``config`` is recommended."""
+    """``rival`` measured ``rival_lead`` faster, but inside this run's noise: a lead must pass
+    ``noise`` (noise.margin, from repeats of one config) to be told apart, and this one does not:
+    the cheaper ``config`` is recommended."""
 
     code: ClassVar[str] = "cheaper_within_noise"
     config: Config = field(default_factory=dict)
