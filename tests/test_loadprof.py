@@ -81,14 +81,53 @@ def test_nothing_is_sampled_while_nothing_loads(profiler):
     assert not profiler._active
 
 
-def test_threads_that_load_are_each_sampled(profiler):
+def test_a_thread_beside_the_main_one_is_timed_and_never_sampled(profiler):
+    """Its frames are never read from another thread (Python 3.11 crashed doing it): its calls are
+    added up exactly, and no line is sampled."""
     threads = [threading.Thread(target=run_loader, args=(1.0, read_record)) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     (p,) = merge_profiles([profiler.snapshot()])
-    assert p.sampled_s > 1.5  # three threads loading for 1 s each: more than one thread's worth
+    assert p.calls > 100 and p.wall_s > 2.5  # three threads loading for 1 s each
+    assert p.sampled_s == 0 and not p.lines
+
+
+def test_the_main_thread_is_sampled_beside_loading_threads(profiler):
+    t = threading.Thread(target=run_loader, args=(1.0, read_record))
+    t.start()
+    run_loader(1.0, decode_record)
+    t.join()
+    (p,) = merge_profiles([profiler.snapshot()])
+    assert 0.5 < p.sampled_s < 1.5  # the main thread's second, not the other thread's
+    assert {f.function.split(":")[-1] for f in p.functions} == {"decode_record", "spin"}  # never read_record
+
+
+def test_a_signal_handler_of_the_script_s_own_is_left_alone(tmp_path):
+    """Where SIGPROF is handled already (another profiler), lines are not sampled and that handler
+    keeps every signal it gets; the calls are still timed."""
+    script = tmp_path / "own_handler.py"
+    script.write_text(f"""
+import os, signal, sys, time
+sys.path.insert(0, {repr(os.path.dirname(HERE))})
+from feedprof.record import loadprof
+got = []
+signal.signal(signal.SIGPROF, lambda *a: got.append(1))
+loadprof.PROFILER.configure({repr(str(tmp_path))}, {repr(str(tmp_path))}, os.getpid())
+t0 = time.perf_counter()
+while time.perf_counter() - t0 < 0.5:
+    with loadprof.loading("Staged"):
+        time.sleep(0.005)
+snap = loadprof.PROFILER.snapshot()["datasets"]["Staged"]
+print(len(got), snap["calls"], snap["sampled_s"])
+""")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got, calls, sampled_s = out.stdout.split()
+    assert got == "0" and int(calls) > 20 and float(sampled_s) == 0
 
 
 def test_every_process_flushes_its_counts_and_the_parent_merges_them(profiler, tmp_path):
@@ -100,6 +139,18 @@ def test_every_process_flushes_its_counts_and_the_parent_merges_them(profiler, t
     (p,) = merge_profiles(read_profiles(str(tmp_path)))
     mine = profiler.snapshot()["datasets"]["Staged"]
     assert p.processes == 2 and p.calls == 2 * mine["calls"] and p.in_main
+
+
+def test_a_process_that_never_stops_loading_still_flushes(profiler, tmp_path):
+    """A worker whose loading calls follow each other with no gap (here: one call that lasts) is
+    flushed every FLUSH_S all the same; it is killed with its trial, and keeps what it flushed."""
+    flushed = tmp_path / f"loading-{os.getpid()}.json"
+    with loading("Staged"):
+        t0 = time.perf_counter()
+        while not flushed.exists() and time.perf_counter() - t0 < 20 * loadprof.FLUSH_S:
+            read_record()
+    assert flushed.exists()
+    assert json.loads(flushed.read_text())["datasets"]["Staged"]["sampled_s"] > 0
 
 
 def test_switch_interval_is_restored_once_the_last_loading_call_ends(profiler):

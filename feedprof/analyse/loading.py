@@ -37,9 +37,12 @@ def training_loading(run: Optional[Run]) -> Optional[LoadingProfile]:
         return None
     rec = training_loader(run)
     named = [p for p in run.loading if rec is not None and p.dataset == rec.dataset]
-    if named or len(run.loading) == 1:
-        return named[0] if named else run.loading[0]
-    return pipeline_profile(rec.autotune[-1].ops if rec is not None and rec.autotune else ())
+    chosen = named[0] if named else (run.loading[0] if len(run.loading) == 1 else None)
+    if chosen is not None and chosen.sampled_s > 0:
+        return chosen
+    # (Python loading in threads beside the main one is timed, not sampled: tf.data's ops say more)
+    ops = pipeline_profile(rec.autotune[-1].ops if rec is not None and rec.autotune else ())
+    return ops if ops is not None else chosen
 
 
 def pipeline_profile(ops: Sequence[OpTime]) -> Optional[LoadingProfile]:

@@ -1,5 +1,5 @@
 """Where the loading code spends its time: a sampling profile of the user's loading code, in every
-process and thread that loads, with no root, no ptrace and no signal.
+process that loads, with no root and no ptrace.
 
 NOTE [ Where the loading code spends its time ]
 
@@ -10,15 +10,23 @@ NOTE [ Where the loading code spends its time ]
     a sampler thread per process, started by its first loading call (a forked worker starts its
     own: os.register_at_fork), asleep while nothing loads (a training step beside it is never
     woken into: a wake-up every 10 ms took a core from torch's intra-op threads, which then spin
-    at their barrier), and every interval_s while something does:
-      for each thread marked loading: its current frame (sys._current_frames), then its CPU clock
-      read twice PROBE_S apart, the GIL let go between (a computing thread runs on, a waiting one
-      does not) ─► the share it computes there
+    at their barrier), and every interval_s while the process's main thread loads:
+      its CPU clock read twice PROBE_S apart, the GIL let go between (a computing thread runs on,
+      a waiting one does not) ─► the share it computes
+      ─► SIGNAL (SIGPROF) to the main thread, whose handler (at its next bytecode: at once in a
+         sleep or a read, which Python retries; after a call in C, on the line that made it)
+         reads its own stack:
         ─► the frame: the innermost frame of the user's code
            (record/userframes.py) inside the call; library frames are folded into the user's line
            that called them (Image.open at dataset.py:42 is dataset.py:42); no user frame: the
            library function the call entered
         ─► the tick's elapsed time on that line, split into CPU and waiting by that share
+    Why a signal: reading another thread's frames (sys._current_frames) while it runs on crashed
+    DataLoader workers under Python 3.11 (SIGSEGV, or a freed object handed back). A thread's own
+    stack, read by that thread, is safe. So only a process's main thread is sampled by line (a
+    DataLoader worker's, or the training process's at 0 workers); a loading thread beside it
+    (Keras thread workers, tf.data's py_function) is timed call by call, not sampled. The handler
+    is installed only where SIGPROF has none (another profiler's is left alone), with SA_RESTART.
     During a loading call the GIL's switch interval is SWITCH_S (restored after): a thread
     computing in Python lets the sampler in within it, so a sample lands where it was due. At
     Python's 5 ms a stretch of Python shorter than that was never seen, only the sleep or read
@@ -37,10 +45,12 @@ import glob
 import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from collections import deque
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from feedprof.record.userframes import display_path, is_user_file
 from feedprof.store.loading import LoadingLine, LoadingProfile
@@ -49,6 +59,9 @@ INTERVAL_S = float(os.environ.get("FEEDPROF_LOADPROF_INTERVAL_S", "0.02"))  # 50
 PROBE_S = 0.0002  # how long the sampler watches a thread's CPU clock after it saw its frame
 SWITCH_S = 0.0001  # the GIL's switch interval while a loading call runs (Python's default: 0.005)
 FLUSH_S = 1.0
+SIGNAL = getattr(signal, "SIGPROF", None)  # asks a loading main thread where it is (None: not on this OS)
+MAX_PENDING = 250  # ticks kept for a main thread that has not answered yet (a long call in C)
+ANSWER_POLLS, ANSWER_POLL_S = 20, 0.0001  # how long the sampler waits for the answer before it probes
 FILE_GLOB = "loading-*.json"
 MAX_LINES = 200  # lines kept per dataset (the costliest)
 
@@ -106,6 +119,13 @@ class LoadingProfiler:
         self._user: Dict[str, str] = {}  # file -> how it is shown ("": not the user's)
         self._sampler_cpu_s = 0.0
         self._switch_s = sys.getswitchinterval()  # the process's own, while no loading call runs
+        # a tick: asked of the main thread (tick, call), answered by it (tick -> dataset, line,
+        # functions) and probed by the sampler (tick -> elapsed_s, cpu share, runq share)
+        self._tick = 0
+        self._asked: Deque[Tuple[int, _Call]] = deque()
+        self._lines: Dict[int, Tuple[str, Tuple[str, str], Tuple[str, ...]]] = {}
+        self._shares: Dict[int, Tuple[float, float, float]] = {}
+        self._answered: Dict[int, Tuple[float, float]] = {}  # tick -> (perf_counter, thread CPU s) at the answer
 
     def configure(self, directory: str, script_dir: str, main_pid: int) -> None:
         self.directory, self.script_dir, self.main_pid = directory, script_dir, main_pid
@@ -121,6 +141,8 @@ class LoadingProfiler:
             return None
         if self._thread is None:
             self._start()
+        if _handler is None and threading.current_thread() is threading.main_thread():
+            _install_handler()
         call = _Call(label, entry, time.perf_counter(), time.thread_time())
         with self._lock:  # (the first of several loading threads saves the switch interval, the last restores it)
             if not self._active:
@@ -156,19 +178,20 @@ class LoadingProfiler:
         last_flush = time.perf_counter()
         jitter = random.Random()  # its own: never a draw from the script's random streams
         while True:
-            if self._active:
-                self._ticks(jitter)
+            if self._active:  # (until nothing loads, or a flush is due: a worker that always loads flushes too)
+                self._ticks(jitter, until=last_flush + FLUSH_S)
             else:  # asleep until a loading call starts (or it is time to flush)
                 self._loading.clear()
                 if not self._active:
                     self._loading.wait(FLUSH_S)
             now = time.perf_counter()
-            if now - last_flush >= FLUSH_S and self._dirty:
-                self._sampler_cpu_s = time.thread_time() - c_start
-                self.flush()
+            if now - last_flush >= FLUSH_S:
+                if self._dirty:
+                    self._sampler_cpu_s = time.thread_time() - c_start
+                    self.flush()
                 last_flush = now
 
-    def _ticks(self, jitter: random.Random) -> None:
+    def _ticks(self, jitter: random.Random, until: float) -> None:
         """Sample while something loads, on a fixed schedule (each tick's time is set by the
         schedule, never by how long the last one took: waits for the GIL must not move the phase),
         each tick at a random point of its interval, so that neither calls shorter than it nor a
@@ -176,7 +199,7 @@ class LoadingProfiler:
         interval = self.interval_s
         start = time.perf_counter()
         k = 0
-        while self._active:
+        while self._active and time.perf_counter() < until:
             due = start + (k + jitter.random()) * interval
             k += 1
             time.sleep(max(0.0, due - time.perf_counter()))
@@ -184,28 +207,79 @@ class LoadingProfiler:
             k = max(k, int((time.perf_counter() - start) / interval))  # fell behind: skip, never bunch
 
     def _sample(self, elapsed_s: float) -> None:
-        """One tick: where each loading thread is, and whether it computes there (its CPU clock over
-        the PROBE_S after its frame is taken, the GIL let go meanwhile)."""
-        frames = sys._current_frames()  # first: a sample lands where it was due
-        active = list(self._active.items())
-        before = {tid: (_cpu_clock(tid), _run_delay(call.native_id)) for tid, call in active}
+        """One tick: where the main thread is, then whether it computes there. Where: it is asked
+        (SIGNAL) and answers itself, at its next bytecode; whether it computes: its CPU clock over
+        PROBE_S, the GIL let go meanwhile, read once it has answered (its answer is not its work)
+        or, in a call in C that has not let it answer yet, at once. Another thread's frames are
+        never read from here: in Python 3.11, reading them (sys._current_frames) while that thread
+        ran on crashed a DataLoader worker with SIGSEGV or handed back a freed object, in 3 of 3
+        forty-second runs at 1 kHz."""
+        self._place_answers()
+        main = threading.main_thread().ident
+        call = self._active.get(main)  # (another thread's calls are timed, not sampled by line)
+        if call is None or not _handler_is_ours():
+            return
+        self._tick += 1
+        tick = self._tick
+        self._asked.append((tick, call))
+        signal.pthread_kill(main, SIGNAL)
+        for _ in range(ANSWER_POLLS):
+            if tick in self._lines:
+                break
+            time.sleep(ANSWER_POLL_S)  # (lets the main thread run its handler)
+        answered = self._answered.get(tick)  # (its CPU clock as its handler ended: the probe starts there)
+        before = (_cpu_clock(call.native_id), _run_delay(call.native_id))
         t0 = time.perf_counter()
-        time.sleep(PROBE_S)
+        if answered is not None:
+            before, t0 = (answered[1], before[1]), answered[0]
+        time.sleep(max(0.0, t0 + PROBE_S - time.perf_counter()))
         spent = time.perf_counter() - t0
-        for tid, call in active:
-            frame = frames.get(tid)
-            if frame is None or frame.f_code.co_filename == __file__:
-                continue  # (a thread in this module's own bookkeeping, entering or leaving its call)
-            cpu, runq = _shares(before[tid], _cpu_clock(tid), _run_delay(call.native_id), spent)
-            line, functions = self._where(frame, call.entry)
+        cpu, runq = _shares(before, _cpu_clock(call.native_id), _run_delay(call.native_id), spent)
+        self._shares[tick] = (elapsed_s, cpu, runq)
+
+    def answer(self, frame: Any) -> None:
+        """In the main thread, at SIGNAL: the ticks asked of the call it is in are placed on the line
+        it is at (a tick asked during a call in C is answered as it returns, on the line that made
+        it). Only atomic appends and stores here: the thread may have been stopped anywhere."""
+        if frame is None or frame.f_code.co_filename == __file__:
+            return  # in this module's own bookkeeping: the ticks wait for the next answer
+        call = self._active.get(threading.get_ident())
+        ticks = []
+        while self._asked:
+            tick, asked_of = self._asked.popleft()
+            if asked_of is call:  # (a tick asked of a call that has ended since is dropped)
+                ticks.append(tick)
+        if call is None or not ticks:
+            return
+        line, functions = self._where(frame, call.entry)
+        stamp = (time.perf_counter(), time.thread_time())  # last: the handler's own work is not the thread's
+        for tick in ticks:
+            self._answered[tick] = stamp
+            self._lines[tick] = (call.label, line, functions)
+
+    def _place_answers(self) -> None:
+        """Each tick with its line and its shares into the counts (in the sampler thread, under the
+        lock); a tick never answered within MAX_PENDING ticks is dropped."""
+        for tick in sorted(self._shares):
+            where = self._lines.pop(tick, None)
+            if where is None:
+                if tick < self._tick - MAX_PENDING:
+                    del self._shares[tick]
+                continue
+            self._answered.pop(tick, None)
+            (elapsed_s, cpu, runq), (label, line, functions) = self._shares.pop(tick), where
             with self._lock:
-                st = self._stats.setdefault(call.label, _Stats())
+                st = self._stats.setdefault(label, _Stats())
                 st.sampled_s += elapsed_s
                 for cell in [st.lines.setdefault(line, [0.0, 0.0, 0.0])] + [
                         st.functions.setdefault(fn, [0.0, 0.0, 0.0]) for fn in functions]:
                     cell[0] += elapsed_s
                     cell[1] += elapsed_s * cpu
                     cell[2] += elapsed_s * runq
+                self._dirty = True
+        for tick in [t for t in self._lines if t < self._tick - MAX_PENDING]:
+            self._lines.pop(tick, None)
+            self._answered.pop(tick, None)
 
     def _where(self, frame: Any, entry: Any) -> Tuple[Tuple[str, str], Tuple[str, ...]]:
         """((site, function) of the innermost user frame inside the call, every user function on
@@ -241,6 +315,7 @@ class LoadingProfiler:
     # -- output ----------------------------------------------------------------------------
 
     def snapshot(self) -> Dict[str, Any]:
+        self._place_answers()
         with self._lock:
             datasets = {label: st.as_json() for label, st in self._stats.items()}
         return {"pid": os.getpid(), "main": os.getpid() == self.main_pid, "interval_s": self.interval_s,
@@ -260,11 +335,16 @@ class LoadingProfiler:
             pass
 
 
-def _cpu_clock(tid: int) -> Optional[float]:
-    """A thread's CPU time (None: it ended, or no per-thread clocks here)."""
+def _cpu_clock(native_id: int) -> Optional[float]:
+    """A thread's CPU time (None: it ended, or not Linux). The clock is named by the thread's kernel
+    id, as Linux encodes a thread's CPU clock (~tid << 3 | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED): an
+    ended thread's reads EINVAL, where pthread_getcpuclockid of an ended thread's handle reads freed
+    memory."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        return time.clock_gettime(time.pthread_getcpuclockid(tid))
-    except (OSError, AttributeError):
+        return time.clock_gettime((~native_id << 3) | 6)
+    except (OSError, OverflowError):
         return None
 
 
@@ -293,6 +373,34 @@ def _name(code: Any) -> str:
 
 
 PROFILER = LoadingProfiler()
+_handler: Optional[bool] = None  # None: not tried in this process (a forked child inherits it with the handler)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    try:
+        PROFILER.answer(frame)
+    except Exception:  # the user's loop is never broken by the profiler
+        pass
+
+
+def _install_handler() -> None:
+    """SIGNAL's handler, installed once from the main thread, and only where nothing else handles
+    SIGNAL (another profiler's). SA_RESTART: a system call it interrupts in C code resumes."""
+    global _handler
+    _handler = False
+    if SIGNAL is None or signal.getsignal(SIGNAL) not in (signal.SIG_DFL, None):
+        return
+    try:
+        signal.signal(SIGNAL, _on_signal)
+        signal.siginterrupt(SIGNAL, False)
+        _handler = True
+    except (ValueError, OSError, RuntimeError):
+        return
+
+
+def _handler_is_ours() -> bool:
+    """Still ours (the script may have set its own since): never signal a handler that is not."""
+    return bool(_handler) and signal.getsignal(SIGNAL) is _on_signal
 
 
 class loading:
