@@ -183,7 +183,8 @@ def run_online_tune(script: str, argv: List[str], out_dir: str, opts: "OnlineOpt
     from feedprof.tune.online import run_online
 
     def say(step: "Next", t_s: float, framework: str) -> None:
-        print(decision_line(step.config, step.why, step.final, t_s, framework), file=err, flush=True)
+        print(decision_line(step.config, step.why, step.final, t_s, framework, step.held, step.predicted_workers),
+              file=err, flush=True)
 
     with claimed(out_dir):
         if not quiet:

@@ -110,9 +110,14 @@ def test_a_loader_whose_switch_moves_random_draws_is_not_switched(tmp_path, no_l
     assert all(c["same"] and not c["rng_moved"] for c in _target_checks(results))
     assert "the tuned loader was not switched" in err and "--allow-rng-change switches it anyway" in err
     rec = results["recommendation"]
-    assert rec["verdict"]["kind"] == "nothing_tried"
     caveat = next(r for r in rec["reasons"] if r["code"] == "random_draws_move")
     assert caveat["held"] and caveat["predicted_workers"] >= 2, caveat
+    # the advice is the count its own settings' wait predicts, marked predicted, with its paste line
+    assert rec["verdict"]["kind"] == "predicted" and rec["predicted"] and rec["batches_per_s"] is None
+    assert rec["config"]["num_workers"] == caveat["predicted_workers"]
+    n = caveat["predicted_workers"]
+    assert f"num_workers={n}" in rec["paste_line"] or f"--workers {n}" in rec["paste_line"], rec["paste_line"]
+    assert "held at num_workers=0" in err and "--allow-rng-change lets the run try" in err  # said as it happened
 
 
 def test_allow_rng_change_switches_and_says_what_changed(tmp_path, no_leftovers):

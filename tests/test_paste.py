@@ -59,12 +59,12 @@ def line_of(text, fragment):
     return next(i for i, line in enumerate(text.splitlines(), 1) if fragment in line)
 
 
-def advise(tmp_path, *fragments, config=EIGHT, argv=(), text=SCRIPT, **record):
+def advise(tmp_path, *fragments, config=EIGHT, argv=(), text=SCRIPT, own=None, **record):
     path = tmp_path / "train.py"
     path.write_text(text)
     chain = tuple(f"train.py:{line_of(text, f)}" for f in fragments)
     loader = LoaderRecord(loader_id=0, framework="torch", call_chain=chain,
-                          config={"num_workers": 0, "pin_memory": False}, **record)
+                          config=own or {"num_workers": 0, "pin_memory": False}, **record)
     return paste_for(config, loader, str(path), list(argv))
 
 
@@ -198,7 +198,7 @@ def test_the_scripts_start_method_is_kept_and_dropped_without_workers(tmp_path, 
     assert "multiprocessing_context='spawn'" in line and "num_workers=8" in line
     # the DataLoader refuses a start method without workers (ValueError): it goes with them
     zero = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
-    assert advise(tmp_path, "d = DataLoader", text=text, config=zero).line == \
+    assert advise(tmp_path, "d = DataLoader", text=text, config=zero, own={"num_workers": 1}).line == \
         "d = DataLoader(range(10), num_workers=0)  # train.py:2"
 
 
@@ -372,3 +372,16 @@ def test_a_line_that_would_pass_a_keyword_twice_is_withheld_and_said(tmp_path, m
     withheld = next(f for f in found.findings if isinstance(f, PasteLineWithheld))
     assert (withheld.site, withheld.detail, withheld.settings) == (site, "num_workers", {"num_workers": 8})
     assert "would pass num_workers twice to DataLoader(...)" in say(withheld)
+
+
+def test_a_knob_the_script_s_own_expression_gives_already_is_never_written_over_it(tmp_path, monkeypatch):
+    """The advice keeps the script's own settings (a held loader's count equal to its own, say): the
+    paste would only replace `args.workers if ... else 0` with the 0 it gave, dropping the flag."""
+    monkeypatch.chdir(tmp_path)
+    text = ("import argparse\nfrom torch.utils.data import DataLoader\np = argparse.ArgumentParser()\n"
+            "p.add_argument('--workers', type=int)\nargs = p.parse_args()\n"
+            "loader = DataLoader(range(10), num_workers=args.workers if args.workers is not None else 0)\n")
+    own = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
+    assert advise(tmp_path, "loader = DataLoader", text=text, config=own, own=own).line == ""
+    changed = advise(tmp_path, "loader = DataLoader", text=text, config=dict(own, pin_memory=True), own=own).line
+    assert "pin_memory=True" in changed and "args.workers if args.workers is not None else 0" in changed

@@ -136,14 +136,17 @@ TRAINING_ARGUMENTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory"
 def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
     """The script's own call (DataLoader, or the TrainingArguments a Trainer
     builds it from) with the knobs set where each is set (frameworks/paste.py)."""
-    from feedprof.frameworks.paste import Call, Setting, paste  # (it reads source; the adapter need not)
+    from feedprof.frameworks.paste import Call, Paste, Setting, paste  # (it reads source; the adapter need not)
 
     cfg = effective(config)
     n = cfg["num_workers"]
-    # only what changes from the script's own settings (as the loader ran with them)
+    # only what changes from the script's own settings (as the loader ran with them): a value its
+    # own expression gave already is never written over that expression (it would drop a flag)
     own = effective(getattr(loader, "config", None) or {}) if loader is not None else {}
     knobs = [k for k in ["num_workers", "pin_memory"] + (["prefetch_factor", "persistent_workers"] if n else [])
-             if k == "num_workers" or own.get(k) != cfg[k]]
+             if k not in own or own.get(k) != cfg[k]]
+    if own and not knobs:
+        return Paste("")  # nothing to change
     drop = () if n else ("prefetch_factor", "persistent_workers")
     settings_call = getattr(loader, "settings_call", "") if loader is not None else ""
     if settings_call:

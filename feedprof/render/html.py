@@ -189,7 +189,8 @@ def tune_verdict(result: TuneResult, copy_button: bool = True) -> str:
         return (f"<div class=\"verdict highly\"><p class=\"headline\">No recommendation</p>"
                 f"<p>{esc(say(result.stop_reason, result.framework) or 'no trial succeeded')}</p></div>")
     fw = rec.framework
-    cards = [_card("recommended", rec.config_text or config_words(rec.config, fw)),
+    predicted = " (predicted, not measured)" if rec.predicted else ""
+    cards = [_card("recommended", (rec.config_text or config_words(rec.config, fw)) + predicted),
              _card("speedup over the script's settings", f"{rec.speedup:.2f}×" if rec.speedup else "n/a"),
              _card("throughput", fmt_rate(rec.batches_per_s) +
                    (f" · {fmt_rate(rec.samples_per_s, 'samples/s')}" if rec.samples_per_s else "")),

@@ -1,11 +1,11 @@
 """Words and the timeline for an online tune (``feedprof tune --online``)."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from feedprof.analyse.evidence import config_key
 from feedprof.render.words.autotune import autotune_lines
-from feedprof.render.online_checks import carry_lines, hold_lines, order_lines, randomness_lines
+from feedprof.render.online_checks import FLAG, carry_lines, hold_lines, order_lines, randomness_lines, what_moves
 from feedprof.render.words import config_words
 from feedprof.store import TuneResult
 from feedprof.store.online import TORCH_SWITCHED
@@ -148,10 +148,17 @@ STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, a
               "held": "no more switching (the summary says why): kept for the rest of the run"}
 
 
-def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float, framework: str = "torch") -> str:
+def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float, framework: str = "torch",
+                  held: str = "", predicted_workers: Optional[int] = None) -> str:
     """One progress line per decision, on stderr while the job's own output goes on."""
-    return (f"feedprof --online: {fmt_seconds(t_s)} into the run: {config_words(config, framework)} "
+    line = (f"feedprof --online: {fmt_seconds(t_s)} into the run: {config_words(config, framework)} "
             f"({STEP_WORDS.get(why, why)})")
+    if why != "held" or not held.startswith("rng_"):
+        return line
+    would = (f"; it would have tried num_workers={predicted_workers}, which the wait of these settings predicts "
+             "reaches the compute ceiling") if predicted_workers else ""
+    return (f"feedprof --online: {fmt_seconds(t_s)} into the run: held at {config_words(config, framework)}: "
+            f"{what_moves(held, ())}{would}. {FLAG} lets the run try other settings")
 
 
 def format_online(result: TuneResult) -> str:

@@ -122,6 +122,7 @@ class VerdictKind(Code):
     NOT_LOADER = "not_loader"  # near the compute ceiling already
     NO_BETTER = "no_better"  # input-bound, yet nothing tried beats the script's own settings
     NOTHING_TRIED = "nothing_tried"  # the tune stopped before any loader setting was tried (reasons.NothingTried)
+    PREDICTED = "predicted"  # a held loader: the count its own settings' wait predicts, not measured
     DUPLICATES = "duplicates"  # more workers repeat the data: at most one
     SURVIVES = "survives"  # the script's own settings were killed or failed: the best config that ran
 

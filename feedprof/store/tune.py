@@ -154,6 +154,9 @@ class Recommendation:
     # compute ceiling (analyse/batch_time.py), and where the pick's loading code spent its time
     batch_time: Tuple[BatchTime, ...] = ()
     loading: Optional[LoadingProfile] = None
+    # The config is predicted from the script's own settings' windows, not measured: an online
+    # loader held where a switch would move the script's random draws (its rates are left out)
+    predicted: bool = False
 
 
 @dataclass(frozen=True)

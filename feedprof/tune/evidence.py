@@ -25,6 +25,8 @@ class Next:
     window_factor: float = 1.0  # a longer window than the usual: measured again, or confirming
     min_window_batches: Optional[int] = None  # a window that crosses an epoch boundary
     optional: bool = False  # only if the budget allows it: the search is complete without it
+    held: str = ""  # online, why="held": what held the loader (its hold's code), said as it happens
+    predicted_workers: Optional[int] = None  # held: the count the script's own settings' wait predicts
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from feedprof import defaults
+from feedprof.analyse import rules
 from feedprof.store.codec import write_text_atomic
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.store.online import (OnlineCarry, OnlineFailure, OnlineHold, OnlineLoaderMode, OnlineOrderCheck, OnlineRandomness,
@@ -33,7 +34,7 @@ from feedprof.trial.protocol import DECISION_FILE
 from feedprof.tune.online_memory import JobMemory
 from feedprof.tune.online_strategy import Limits, RunEvidence, RunHistory, decide
 from feedprof.tune.evidence import Next
-from feedprof.tune.search import retreat
+from feedprof.tune.search import predicted_count, retreat
 from feedprof.tune.space import Space
 from feedprof.tune.spaces import make_space
 
@@ -239,7 +240,9 @@ class Decider:
         if hold.target and not self.final and self.history.baseline is not None:
             self.held_why = hold.why  # the search cannot go on: it settles on what the loader keeps
             self.final, self.settled_at_s = True, hold.t_s
-            self._write(Next(hold.config, "held", final=True))
+            predicted = predicted_count(RunEvidence(self.history, self.rank_limits(), self.space), rules.ONLINE) \
+                if hold.why.startswith("rng_") and self.space is not None else None
+            self._write(Next(hold.config, "held", final=True, held=hold.why, predicted_workers=predicted))
         return True
 
     def _new_target(self, ev: Dict[str, Any]) -> None:

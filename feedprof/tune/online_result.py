@@ -18,7 +18,7 @@ from feedprof.analyse.recommend import recommend_from
 from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_online
 from feedprof.frameworks.paste import with_launch
 from feedprof.record.host import usable_cpu_count
-from feedprof.store import (BatchTime, ConfigEvidence, Framework, HostInfo, LoaderRecord, LoadingProfile, Outcome,
+from feedprof.store import (BatchTime, ConfigEvidence, Framework, VerdictKind, HostInfo, LoaderRecord, LoadingProfile, Outcome,
                             Recommendation, Run, RunKind, SwitchAt, TrialState, TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
 from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
@@ -180,6 +180,21 @@ def _caveats(decider: "Decider", run_evidence: RunEvidence) -> List[Reason]:
     return out
 
 
+def _predicted(rec: Recommendation, caveats: List[Reason], space: Space) -> Recommendation:
+    """A loader held before any other setting was tried (a switch would move the script's random
+    draws) is advised the count its own settings' wait predicts, marked predicted: its rates are
+    not measured, so none are given; the caveat says why it was not tried and the flag that lets it."""
+    held = next((c for c in caveats if isinstance(c, RandomDrawsMove) and c.held and c.predicted_workers), None)
+    if held is None or getattr(rec.verdict, "kind", None) != VerdictKind.NOTHING_TRIED or not rec.baseline_config:
+        return rec
+    config = space.with_primary(dict(rec.baseline_config), held.predicted_workers or 0)
+    verdict = dataclasses.replace(rec.verdict, kind=VerdictKind.PREDICTED, config=dict(config), speedup=None,
+                                  fraction_of_ceiling=None)
+    return dataclasses.replace(rec, config=config, verdict=verdict, predicted=True, batches_per_s=None,
+                               samples_per_s=None, training_batches_per_s=None, speedup=None,
+                               fraction_of_ceiling=None, trial_index=None)
+
+
 def _persistent(rec: Recommendation, h: RunHistory, space: Space) -> Recommendation:
     """The run's own pools outlived its epochs (frameworks/torch_carry.py: the dataset unchanged
     between them), so its figures are persistent workers': the advice says so, with what they save."""
@@ -255,7 +270,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
         if rec is not None and h.pools_carried:
             rec = _persistent(rec, h, space)
         if rec is not None and caveats:
-            rec = dataclasses.replace(rec, reasons=_with_caveats(rec.reasons, caveats))
+            rec = _predicted(dataclasses.replace(rec, reasons=_with_caveats(rec.reasons, caveats)), caveats, space)
         if rec is not None:
             rank_argv = next((r.argv for r in (run.ranks if run is not None else ()) if r.argv), ())
             paste = space.paste(rec.config, loader, script, list(rank_argv or argv))

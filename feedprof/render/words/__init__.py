@@ -109,6 +109,9 @@ def headline(verdict: r.Reason, framework: str = "") -> str:
         return f"{cls}, but no loader setting tried does better than the script's own"
     if v.kind == VerdictKind.NOTHING_TRIED:
         return f"{cls}, but no loader setting was tried: nothing is known yet to do better than the script's own"
+    if v.kind == VerdictKind.PREDICTED:
+        return (f"{cls}: {describe(v.config)}, predicted by the wait of the script's own settings to reach the "
+                "compute ceiling (not measured: the run kept its own settings, as said below)")
     faster = f"{v.speedup:.1f}× faster" if v.speedup else "the fastest found"
     near = f" ({fmt_pct(v.fraction_of_ceiling)} of the compute ceiling)" if v.fraction_of_ceiling else ""
     return f"{cls}: {describe(v.config)} is {faster}{near}"
