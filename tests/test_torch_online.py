@@ -256,3 +256,42 @@ def test_draws_from_a_generator_the_dataset_holds_are_the_scripts_too(torch, Dat
     said = [e for e in events if e["event"] == "online_randomness"]
     assert said and said[0]["where"] == "rng_loading" and said[0]["streams"] == ["own"]
     assert ol.hold_why == "rng_loading"  # not switched without --allow-rng-change
+
+
+class _Storage:
+    """Each sample waits 5 ms on "storage"."""
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(0.005)
+        return i
+
+
+def test_a_probe_batch_is_left_out_of_the_tuned_loader_s_windows(torch, DataLoader):
+    """A probe (next(iter(loader)) inside the epoch: torch's own iterator, the script's settings)
+    costs the loop the same whatever config the tuned loader serves: its time is told apart in the
+    window it falls in and left out of the window's span, never booked as the config's."""
+    import time
+
+    from feedprof.frameworks.contract import OwnIterator
+
+    loader = DataLoader(_Storage(), batch_size=4)
+    ol, iterate, events = _online_loader(loader)
+    in_probes_s = 0.0
+    for _ in range(3):
+        for k, _batch in enumerate(iterate()):
+            if k % 2 == 0:  # a probe every other batch: as long as a batch of the tuned loader's
+                assert ol.busy()
+                t0 = time.monotonic()
+                next(OwnIterator(ol, ol.tuning, lambda: iter(loader), time.monotonic))
+                in_probes_s += time.monotonic() - t0
+    ol.close()
+    windows = [e for e in events if e["event"] == "online_window"]
+    assert windows
+    other_s, span_s = sum(w["other_s"] for w in windows), sum(w["span_s"] for w in windows)
+    assert 0.2 < other_s / (other_s + span_s) < 0.5  # a third of the loop's time was the probes'
+    assert other_s <= in_probes_s + 1e-6

@@ -189,6 +189,39 @@ class Tuning(Protocol):
 
     def held(self, ol: OnlineLoader, why: str, detail: str) -> None: ...
 
+    def other_iterator(self, ol: OnlineLoader, seconds: float) -> None:
+        """Time the loop spent in another live iterator of ``ol`` (a probe batch, zip(loader,
+        loader)): torch's own, with the script's settings, whatever ``ol`` serves."""
+
+
+class OwnIterator:
+    """A second live iterator of a switched loader, as torch gives it (the script's settings),
+    timed: its start (workers forked) and each batch are the loop's time, never the switched
+    loader's, so the tuning leaves them out of that loader's windows (Tuning.other_iterator)."""
+
+    def __init__(self, ol: OnlineLoader, tuning: "Tuning", make_iter: Callable[[], Iterator[Any]],
+                 now: Callable[[], float]):
+        self._ol, self._tuning, self._now = ol, tuning, now
+        t0 = now()
+        self._it = make_iter()
+        tuning.other_iterator(ol, now() - t0)
+
+    def __iter__(self) -> "OwnIterator":
+        return self
+
+    def __next__(self) -> Any:
+        t0 = self._now()
+        try:
+            return next(self._it)
+        finally:
+            self._tuning.other_iterator(self._ol, self._now() - t0)
+
+    def __len__(self) -> int:
+        return len(self._it)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:  # (the script may read torch's iterator's own attributes)
+        return getattr(self._it, name)
+
 
 class Switcher(Protocol):
     """A framework's capability to change its loaders' settings inside the real run."""

@@ -22,6 +22,9 @@ class OnlineWindow:
     load_cpu_s: float = 0.0  # the loop thread's CPU time inside next() (at 0 workers: the loading itself)
     epoch: int = 0
     span_s: Optional[float] = None  # its stretches' time, when it spans an epoch boundary (else the clock's)
+    # the loop's time in another live iterator of the loader (a probe batch, zip(loader, loader)):
+    # torch's own with the script's settings, whatever config the window measures, so left out of span_s
+    other_s: float = 0.0
 
     @property
     def wall_s(self) -> float:

@@ -13,7 +13,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from feedprof.store.codec import dumps, write_text_atomic
-from feedprof.frameworks.contract import LoaderHandle, OnlineLoader, Plan, SwitchAllowed
+from feedprof.frameworks.contract import LoaderHandle, OnlineLoader, OwnIterator, Plan, SwitchAllowed
 from feedprof.analyse.diagnose import workers_of
 from feedprof.store.reasons import Reason, WindowNotReached
 from feedprof.record.digest import digests_wanted
@@ -190,7 +190,9 @@ class Controller:
         at __getitem__, so its worker pool is left idle, not bypassed)."""
         if handle.online and handle.online.busy():  # a second live iterator: the script's own, as torch gives it
             handle.online.own_iterator()
-            return make_iter()
+            if self.online is None:
+                return make_iter()
+            return OwnIterator(handle.online, self.online, make_iter, self.now)
         if handle.rec is None:
             handle.rec = self._bind(handle)
         rec = handle.rec

@@ -52,6 +52,7 @@ class _Window:
     load_cpu_s: float = 0.0  # the loop's own CPU time inside next() (at 0 workers: the loading itself)
     t_end_s: float = 0.0
     workers_cpu0_s: Optional[float] = None
+    other_s: float = 0.0  # the loop's time in another iterator of the loader (a probe), left out of span_s
 
 
 @dataclass
@@ -65,6 +66,7 @@ class _LoaderState:
     pids: List[int] = field(default_factory=list)
     pool: Optional[Pool] = None  # the pool whose workers' CPU the window reads
     epoch_batches: int = 0  # delivered this epoch (a loader of unknown length learns it from its epochs)
+    other_s: float = 0.0  # time in another iterator of the loader since its last delivery
 
 
 def _workers_cpu_s(st: _LoaderState) -> Optional[float]:
@@ -327,7 +329,11 @@ class OnlineTuning:
             w = st.window = None
         if w is None:
             w = st.window = _Window(config=dict(ol.pool.config), t_start_s=t_req_s, workers_cpu0_s=_workers_cpu_s(st))
-        w.span_s += t_got_s - (t_req_s if w.t_last_s is None else w.t_last_s)
+        gap_s = t_got_s - (t_req_s if w.t_last_s is None else w.t_last_s)
+        other_s = min(st.other_s, max(0.0, gap_s - (t_got_s - t_req_s)))  # (it ran between deliveries)
+        st.other_s = 0.0
+        w.span_s += gap_s - other_s
+        w.other_s += other_s
         w.t_last_s = t_got_s
         w.batches += 1
         w.samples += _batch_len(batch)
@@ -336,6 +342,13 @@ class OnlineTuning:
         w.t_end_s = t_got_s
         if w.span_s >= self.window_s and w.batches >= self.min_window_batches:
             self._close(ol, st)
+
+    def other_iterator(self, ol: OnlineLoader, seconds: float) -> None:
+        """The loop's time in another live iterator of the tuned loader (a probe batch, the second
+        of zip(loader, loader)): torch's own, with the script's settings whatever the tuned loader
+        serves, so it is no config's cost: left out of the window it falls in."""
+        if ol is self.target:
+            self._state.setdefault(ol.loader_id, _LoaderState()).other_s += max(0.0, seconds)
 
     def _other_batch(self, ol: OnlineLoader, t_req_s: float, t_got_s: float) -> None:
         """Another loader's batch (a validation pass): once a few of its batches show it waits
@@ -370,5 +383,6 @@ class OnlineTuning:
         cpu1 = _workers_cpu_s(st)
         workers_cpu = None if cpu1 is None or w.workers_cpu0_s is None else cpu1 - w.workers_cpu0_s
         self._say("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
-                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, t_start_s=w.t_start_s - self.origin_s,
+                  wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, other_s=w.other_s,
+                  t_start_s=w.t_start_s - self.origin_s,
                   t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu, epoch=ol.epochs, seq=self.seq)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
+from feedprof.frameworks.contract import OwnIterator
 from feedprof.record.clock import Clock
 from feedprof.trial.online_child import OnlineTuning
 from feedprof.tune.online import Decider, OnlineOptions, limits_for
@@ -82,7 +83,7 @@ class _Epochs:
     def __iter__(self) -> Iterator[Any]:
         if self.ol.busy():  # a second live iterator: the loader's own, as torch gives it
             self.ol.own_iterator()
-            return iter(self.ol.loader)
+            return OwnIterator(self.ol, self.ol.tuning, lambda: iter(self.ol.loader), self.ol.tuning.now)
         self.ol.tuning.consider(self.ol)
         return self.ol.epoch()
 
