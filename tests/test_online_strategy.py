@@ -323,3 +323,17 @@ def test_a_keras_loop_that_loads_itself_and_waits_on_io_is_predicted_past_the_cp
     h = RunHistory(baseline=base)
     h.windows += [window(base, 20, 0.9, t=0, load_cpu_s=0.01), window(base, 20, 0.9, t=1, load_cpu_s=0.01)]
     assert predicted_workers(h, LIMITS, space) > LIMITS.cpu_cap
+
+
+def test_a_probe_epoch_before_each_epoch_does_not_cap_the_climb_at_two_workers():
+    """next(iter(loader)) ahead of each epoch's loop is an epoch of one batch to the loader: the
+    epochs' mean, not the last one, is what a start of the workers is spread over (the last alone
+    read 1 batch an epoch, capped the climb at 2 workers and sent a run 2x faster there back to 0)."""
+    h = io_bound_baseline()
+    h.restarts_per_epoch = True
+    for _ in range(3):
+        h.epoch_ended(64)
+        h.epoch_ended(1)  # the probe's epoch, the latest
+    assert h.batches_per_epoch == 32
+    assert worker_cap(h, LIMITS) >= 32 // 4
+    assert workers(decide(h, LIMITS, BASE, 60).config) >= 4

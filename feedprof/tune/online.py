@@ -231,7 +231,7 @@ class Decider:
             return False
         if kind == "online_epoch_end":
             if ev.get("batches"):  # what the loop had of it (less than its length where it breaks out)
-                self.history.batches_per_epoch = int(ev["batches"])
+                self.history.epoch_ended(int(ev["batches"]))
             return False
         hold = OnlineHold(rank=rank, loader_id=ev["loader_id"], why=ev["why"], config=ev.get("config") or {},
                           t_s=ev["t_s"], detail=ev.get("detail", ""), target=bool(ev.get("target")),
@@ -252,6 +252,7 @@ class Decider:
         self.framework = ev.get("framework") or Framework.TORCH
         self.switch_at = ev.get("switch_at") or SwitchAt.BATCH
         h.batches_per_epoch = ev.get("batches_per_epoch") or 0
+        h.epoch_batches = []
         h.restarts_per_epoch = bool(ev.get("per_epoch"))
         own = ev.get("script_config")
         if own is None or (h.baseline is not None and config_key(own) == config_key(h.baseline)):

@@ -51,10 +51,20 @@ class RunHistory:
     windows: List[OnlineWindow] = field(default_factory=list)
     failures: List[OnlineFailure] = field(default_factory=list)
     warmups: List[OnlineWarmup] = field(default_factory=list)
-    batches_per_epoch: int = 0  # of the tuned loader, as the loop had its last epoch (0: unknown)
+    batches_per_epoch: int = 0  # of the tuned loader, as the loop has its epochs (0: unknown): see epoch_ended
+    epoch_batches: List[int] = field(default_factory=list)  # each epoch the loop had, in batches
     restarts_per_epoch: bool = False  # its script's loader starts its workers anew every epoch (no persistent_workers) ...
     pools_carried: Optional[bool] = None  # ... but feedprof's pools served the next epochs (True), or no longer may (False)
     ranks_expected: int = 0  # ranks whose windows a config waits for (every rank of the job reporting here)
+
+    def epoch_ended(self, batches: int) -> None:
+        """One more epoch the loop had (fewer batches than the loader's length where it breaks out).
+        Per epoch is their mean: what each start of the workers is spread over. A probe epoch of one
+        batch before each (next(iter(loader)) ahead of the loop) halves it, as its own start of the
+        workers doubles the starts; the last epoch alone read 1, capped the climb at 2 workers and
+        charged a whole start-up to every batch."""
+        self.epoch_batches.append(batches)
+        self.batches_per_epoch = max(1, round(statistics.mean(self.epoch_batches)))
 
     def windows_of(self, config: Dict[str, Any]) -> List[OnlineWindow]:
         k = config_key(config)
