@@ -44,7 +44,7 @@ def test_each_stage_is_named_with_its_share_and_the_storage_wait_is_waiting(tmp_
     script = write_script(tmp_path, "staged.py", STAGED)
     out = tmp_path / "out"
     proc = run_feedprof(["profile", "--out", str(out), "--window-seconds", "4", script, "--workers", str(workers)],
-                        timeout=180)
+                        timeout=180, env={"FEEDPROF_LOADPROF_INTERVAL_S": "0.02"})  # (enough samples in 4 s)
     assert proc.returncode == 0, proc.stderr
     run = json.loads((out / "run.json").read_text())
     (profile,) = [p for p in run["loading"] if p["dataset"] == "Staged"]

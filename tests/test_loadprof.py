@@ -39,6 +39,7 @@ def dumps_library():
 def profiler(tmp_path, monkeypatch):
     p = LoadingProfiler()
     p.configure(str(tmp_path), HERE, os.getpid())
+    p.interval_s = 0.02  # 50 Hz: enough samples in the seconds a test loads (the default is 10 Hz)
     monkeypatch.setattr(loadprof, "PROFILER", p)
     return p
 

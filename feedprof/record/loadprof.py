@@ -35,6 +35,10 @@ NOTE [ Where the loading code spends its time ]
     every FLUSH_S: this process's counts to <trial dir>/loading-<pid>.json (a worker is killed
     with its trial, and keeps what it flushed); the trial's parent merges them (read_profiles)
 
+Cost (benchmarks/overhead.py --cli --busy 1): at 50 Hz the sampling cost a Hugging Face Trainer
+at 0 workers 10 % of its rate on a 2-core machine with a core busy (retained 0.88-0.93; off:
+0.99-1.03); at 10 Hz, the default, 0.98-1.05.
+
 Biases, measured in benchmarks/stages.py: a thread that holds the GIL in one long C call is seen
 only after it (its time lands on the line that made the call, or the next); a line shorter than
 the interval is seen in proportion to its time over many calls, not in each.
@@ -55,7 +59,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 from feedprof.record.userframes import display_path, is_user_file
 from feedprof.store.loading import LoadingLine, LoadingProfile
 
-INTERVAL_S = float(os.environ.get("FEEDPROF_LOADPROF_INTERVAL_S", "0.02"))  # 50 Hz; 0 turns it off
+INTERVAL_S = float(os.environ.get("FEEDPROF_LOADPROF_INTERVAL_S", "0.1"))  # 10 Hz; 0 turns it off (see NOTE: cost)
 PROBE_S = 0.0002  # how long the sampler watches a thread's CPU clock after it saw its frame
 SWITCH_S = 0.0001  # the GIL's switch interval while a loading call runs (Python's default: 0.005)
 FLUSH_S = 1.0
