@@ -287,7 +287,7 @@ def test_a_probe_batch_is_left_out_of_the_tuned_loader_s_windows(torch, DataLoad
             if k % 2 == 0:  # a probe every other batch: as long as a batch of the tuned loader's
                 assert ol.busy()
                 t0 = time.monotonic()
-                next(OwnIterator(ol, ol.tuning, lambda: iter(loader), time.monotonic))
+                next(OwnIterator(ol, ol.tuning, lambda: iter(loader)))
                 in_probes_s += time.monotonic() - t0
     ol.close()
     windows = [e for e in events if e["event"] == "online_window"]

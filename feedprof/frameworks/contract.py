@@ -199,12 +199,11 @@ class OwnIterator:
     timed: its start (workers forked) and each batch are the loop's time, never the switched
     loader's, so the tuning leaves them out of that loader's windows (Tuning.other_iterator)."""
 
-    def __init__(self, ol: OnlineLoader, tuning: "Tuning", make_iter: Callable[[], Iterator[Any]],
-                 now: Callable[[], float]):
-        self._ol, self._tuning, self._now = ol, tuning, now
-        t0 = now()
+    def __init__(self, ol: OnlineLoader, tuning: "Tuning", make_iter: Callable[[], Iterator[Any]]):
+        self._ol, self._tuning, self._now = ol, tuning, tuning.now
+        t0 = self._now()
         self._it = make_iter()
-        tuning.other_iterator(ol, now() - t0)
+        tuning.other_iterator(ol, self._now() - t0)
 
     def __iter__(self) -> "OwnIterator":
         return self

@@ -124,12 +124,12 @@ class LoadingProfiler:
         self._sampler_cpu_s = 0.0
         self._switch_s = sys.getswitchinterval()  # the process's own, while no loading call runs
         # a tick: asked of the main thread (tick, call), answered by it (tick -> dataset, line,
-        # functions) and probed by the sampler (tick -> elapsed_s, cpu share, runq share)
+        # functions, and (perf_counter, its CPU s) as its handler ended) and probed by the sampler
+        # (tick -> elapsed_s, cpu share, runq share)
         self._tick = 0
         self._asked: Deque[Tuple[int, _Call]] = deque()
-        self._lines: Dict[int, Tuple[str, Tuple[str, str], Tuple[str, ...]]] = {}
+        self._lines: Dict[int, Tuple[str, Tuple[str, str], Tuple[str, ...], Tuple[float, float]]] = {}
         self._shares: Dict[int, Tuple[float, float, float]] = {}
-        self._answered: Dict[int, Tuple[float, float]] = {}  # tick -> (perf_counter, thread CPU s) at the answer
 
     def configure(self, directory: str, script_dir: str, main_pid: int) -> None:
         self.directory, self.script_dir, self.main_pid = directory, script_dir, main_pid
@@ -231,11 +231,12 @@ class LoadingProfiler:
             if tick in self._lines:
                 break
             time.sleep(ANSWER_POLL_S)  # (lets the main thread run its handler)
-        answered = self._answered.get(tick)  # (its CPU clock as its handler ended: the probe starts there)
+        answered = self._lines.get(tick)  # (its CPU clock as its handler ended: the probe starts there)
         before = (_cpu_clock(call.native_id), _run_delay(call.native_id))
         t0 = time.perf_counter()
         if answered is not None:
-            before, t0 = (answered[1], before[1]), answered[0]
+            t0, cpu0_s = answered[3]
+            before = (cpu0_s, before[1])
         time.sleep(max(0.0, t0 + PROBE_S - time.perf_counter()))
         spent = time.perf_counter() - t0
         cpu, runq = _shares(before, _cpu_clock(call.native_id), _run_delay(call.native_id), spent)
@@ -258,8 +259,7 @@ class LoadingProfiler:
         line, functions = self._where(frame, call.entry)
         stamp = (time.perf_counter(), time.thread_time())  # last: the handler's own work is not the thread's
         for tick in ticks:
-            self._answered[tick] = stamp
-            self._lines[tick] = (call.label, line, functions)
+            self._lines[tick] = (call.label, line, functions, stamp)
 
     def _place_answers(self) -> None:
         """Each tick with its line and its shares into the counts (in the sampler thread, under the
@@ -270,8 +270,7 @@ class LoadingProfiler:
                 if tick < self._tick - MAX_PENDING:
                     del self._shares[tick]
                 continue
-            self._answered.pop(tick, None)
-            (elapsed_s, cpu, runq), (label, line, functions) = self._shares.pop(tick), where
+            (elapsed_s, cpu, runq), (label, line, functions, _) = self._shares.pop(tick), where
             with self._lock:
                 st = self._stats.setdefault(label, _Stats())
                 st.sampled_s += elapsed_s
@@ -283,7 +282,6 @@ class LoadingProfiler:
                 self._dirty = True
         for tick in [t for t in self._lines if t < self._tick - MAX_PENDING]:
             self._lines.pop(tick, None)
-            self._answered.pop(tick, None)
 
     def _where(self, frame: Any, entry: Any) -> Tuple[Tuple[str, str], Tuple[str, ...]]:
         """((site, function) of the innermost user frame inside the call, every user function on

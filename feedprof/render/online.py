@@ -151,14 +151,13 @@ STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, a
 def decision_line(config: Dict[str, Any], why: str, final: bool, t_s: float, framework: str = "torch",
                   held: str = "", predicted_workers: Optional[int] = None) -> str:
     """One progress line per decision, on stderr while the job's own output goes on."""
-    line = (f"feedprof --online: {fmt_seconds(t_s)} into the run: {config_words(config, framework)} "
-            f"({STEP_WORDS.get(why, why)})")
+    at = f"feedprof --online: {fmt_seconds(t_s)} into the run:"
     if why != "held" or not held.startswith("rng_"):
-        return line
+        return f"{at} {config_words(config, framework)} ({STEP_WORDS.get(why, why)})"
     would = (f"; it would have tried num_workers={predicted_workers}, which the wait of these settings predicts "
              "reaches the compute ceiling") if predicted_workers else ""
-    return (f"feedprof --online: {fmt_seconds(t_s)} into the run: held at {config_words(config, framework)}: "
-            f"{what_moves(held, ())}{would}. {FLAG} lets the run try other settings")
+    return (f"{at} held at {config_words(config, framework)}: {what_moves(held, ())}{would}. "
+            f"{FLAG} lets the run try other settings")
 
 
 def format_online(result: TuneResult) -> str:

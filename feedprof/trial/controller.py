@@ -192,7 +192,7 @@ class Controller:
             handle.online.own_iterator()
             if self.online is None:
                 return make_iter()
-            return OwnIterator(handle.online, self.online, make_iter, self.now)
+            return OwnIterator(handle.online, self.online, make_iter)
         if handle.rec is None:
             handle.rec = self._bind(handle)
         rec = handle.rec

@@ -83,7 +83,7 @@ class _Epochs:
     def __iter__(self) -> Iterator[Any]:
         if self.ol.busy():  # a second live iterator: the loader's own, as torch gives it
             self.ol.own_iterator()
-            return OwnIterator(self.ol, self.ol.tuning, lambda: iter(self.ol.loader), self.ol.tuning.now)
+            return OwnIterator(self.ol, self.ol.tuning, lambda: iter(self.ol.loader))
         self.ol.tuning.consider(self.ol)
         return self.ol.epoch()
 
