@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from feedprof.store.knobs.threads import threads_apart
 from feedprof.analyse import rules
 from feedprof.analyse.batch_time import windows_batch_time, windows_step_alone
 from feedprof.analyse.diagnose import workers_of
@@ -277,7 +278,7 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
             line = with_launch(paste.line, script, launch.command) if launch else paste.line
             ray, reserve = ray_advice(run.ranks if run is not None else (), rec, script, usable_cpu_count(), cpu_cap,
                                       ())
-            rec = dataclasses.replace(rec, config_text=space.describe(rec.config),
+            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), **threads_apart(rec.config),
                                       paste_line="\n".join(t for t in (line, reserve) if t),
                                       loader_site=loader.site if loader else "",
                                       reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes())
