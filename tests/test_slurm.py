@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import run_feedprof, run_side_by_side, write_script
+from local_slurm import run_batch
 from scripts_jobs import SLURM_DDP
 
 pytest.importorskip("torch")
@@ -32,6 +33,9 @@ def _port_env():
     from feedprof.trial.jobrunner import free_port
 
     return {"DDP_PORT": str(free_port())}
+
+
+QUICK_WINDOWS = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup-batches", "2"]
 
 
 def _run(cmd, tmp_path, timeout=240, env=None):
@@ -64,11 +68,12 @@ def _advice_keeps_the_launch(rec, launch_word):
     assert "--workers" in line and "ddp.py" in line, paste
 
 
+@pytest.mark.serial
 def test_an_srun_job_is_tuned_and_every_trial_s_step_is_ended(tmp_path, slurm):
     script = _script(tmp_path)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--budget", "100", "--out", str(out), "--", "srun", "-n", "2", sys.executable,
-                         script, "--epochs", "40"], timeout=300, cwd=tmp_path)
+    proc = run_feedprof(["tune", "--budget", "45", "--max-workers", "8", *QUICK_WINDOWS, "--out", str(out), "--",
+                         "srun", "-n", "2", sys.executable, script, "--epochs", "40"], timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     _advice_keeps_the_launch(results["recommendation"], "srun -n 2")
@@ -236,7 +241,7 @@ def test_inside_an_sbatch_allocation_only_the_step_is_ended(tmp_path, slurm):
     job.write_text("#!/bin/bash\n#SBATCH -n 2\n"
                    f"{' '.join(FEEDPROF)} profile --out out -- srun -n 2 {sys.executable} {script} --epochs 40\n"
                    "echo feedprof-exit=$?\n")
-    proc = _run(["sbatch", "--wait", "-o", "batch.log", str(job)], tmp_path, timeout=240)
+    proc = run_batch(["-o", "batch.log", str(job)], cwd=tmp_path, timeout=240, env={**os.environ, **ENV})
     assert proc.returncode == 0, proc.stderr + (tmp_path / "batch.log").read_text()[-3000:]
     log = (tmp_path / "batch.log").read_text()
     assert "feedprof-exit=0" in log, log[-3000:]
