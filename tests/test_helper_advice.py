@@ -9,8 +9,6 @@ import os
 import sys
 import textwrap
 
-import pytest
-
 from feedprof.frameworks.torch import paste_for
 from feedprof.render.words import say
 from feedprof.store import LoaderRecord
