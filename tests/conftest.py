@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.e2e)
 
 
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist's: absent where it is, -p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """tests/run's --dist loadgroup: each test on its own, but an EXCLUSIVE file's tests together, on
     one worker. (pytest-xdist's own groups name a test by a suffix of its node id, which pytest 9's

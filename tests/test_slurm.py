@@ -103,6 +103,7 @@ def test_an_srun_job_is_profiled_from_its_ranks_and_its_step_ended(tmp_path, slu
     assert _rank_processes_of(tmp_path) == []
 
 
+@pytest.mark.serial
 def test_an_srun_job_tuned_online_sees_what_the_run_as_written_sees(tmp_path, slurm):
     script = _script(tmp_path)
     want = _as_written(tmp_path, ["srun", "-n", "2"], script)
@@ -119,6 +120,7 @@ def test_an_srun_job_tuned_online_sees_what_the_run_as_written_sees(tmp_path, sl
     assert results["run"]["samples"]["peaks"]["tree_rss_bytes"] > 200 * 2 ** 20
 
 
+@pytest.mark.serial
 def test_one_feedprof_per_node_starting_torchrun_is_no_rank_itself(tmp_path, slurm):
     """srun -n 1 feedprof tune --online -- torchrun ...: torchrun inherits SLURM_PROCID but is
     the launcher; its ranks are torchrun's."""

@@ -81,6 +81,7 @@ def _picks_workers(rec):
     assert "--workers" in line and "ddp.py" in line, rec["paste_line"]
 
 
+@pytest.mark.serial
 def test_an_online_tune_across_two_nodes_keeps_what_each_rank_sees(tmp_path, slurm_nodes):
     script = write_script(tmp_path, "ddp.py", SLURM_DDP)
     port = _free_port()
