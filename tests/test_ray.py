@@ -310,7 +310,7 @@ def test_profile_measures_both_training_workers_and_their_wait(tmp_path, no_ray_
 def test_tune_picks_workers_and_names_the_flag_that_feeds_train_loop_config(tmp_path, no_ray_left):
     _script(tmp_path)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--budget", "90", "--max-workers", "8", "--out", str(out), "train_ray.py", "--",
+    proc = run_feedprof(["tune", "--budget", "150", "--max-workers", "8", "--out", str(out), "train_ray.py", "--",
                          "--epochs", "40"], timeout=600, cwd=tmp_path)  # (its default: test_a_ray_job_s_default_budget)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
