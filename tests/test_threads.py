@@ -75,8 +75,13 @@ def test_online_holds_the_pools_and_the_loop_sees_what_it_would(tmp_path, no_lef
     assert proc.returncode == 0, proc.stderr
     _, want = plain.result()  # (the order is the worker count's to keep: 0 workers as written give it too)
     got = json.loads((tmp_path / "online.json").read_text())
-    assert [e["order"] for e in got["epochs"]] == [e["order"] for e in want["epochs"]]
-    assert got["epochs"] == want["epochs"] and got["next_rand"] == want["next_rand"]
+    assert [(e["order"], e["n"]) for e in got["epochs"]] == [(e["order"], e["n"]) for e in want["epochs"]]
+    assert got["next_rand"] == want["next_rand"]  # the script's random stream was not drawn from
+    # the batches' bytes: a BLAS pool of 1 thread sums in another order than one of 2 (measured: every product
+    # differs in its last bits), so epochs served by held pools may differ there, and the run says so
+    held = [n for n in json.loads((tmp_path / "out" / "results.json").read_text())["recommendation"]["reasons"]
+            if n["code"] == "pools_held_online"]
+    assert held and "floating-point values can differ in their last bits" in proc.stdout + proc.stderr
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     switched = [s["config"] for s in res["online"]["switches"]]
     assert any(c.get("worker_threads") for c in switched), switched

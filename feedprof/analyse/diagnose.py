@@ -180,6 +180,10 @@ def other_cores(s: Samples) -> Tuple[Optional[float], ...]:
     return tuple(out)
 
 
+def _or_run(value: Optional[float], t_s: Sequence[float], col: Sequence[Optional[float]]) -> Optional[float]:
+    return value if value is not None else stats.window_mean(t_s, col, None, None)
+
+
 def _host_means(run: Run, rec: LoaderRecord) -> dict:
     """Host and GPU readings over the steady window (or the whole run if it had none)."""
     w, steps, s = run.window, rec.steps, run.samples
@@ -193,8 +197,9 @@ def _host_means(run: Run, rec: LoaderRecord) -> dict:
         workers_cpu_pct=mean(s.workers_cpu_pct),
         workers_runq_pct=mean(s.workers_runq_pct),
         main_runq_pct=mean(s.main_runq_pct),
-        main_threads_runnable=mean(s.main_threads_runnable),
-        workers_threads_runnable=mean(s.workers_threads_runnable),
+        # (counted less often than the other readings: a short window may hold none, then the run's)
+        main_threads_runnable=_or_run(mean(s.main_threads_runnable), s.t_s, s.main_threads_runnable),
+        workers_threads_runnable=_or_run(mean(s.workers_threads_runnable), s.t_s, s.workers_threads_runnable),
         other_cpu_cores=mean(other_cores(s)),
         gpu_util_pct=tuple(mean(g.util_pct) for g in s.gpus),
         peak_tree_rss_bytes=peaks.tree_rss_bytes,

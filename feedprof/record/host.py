@@ -31,7 +31,7 @@ SHM_PATH = "/dev/shm"
 # multiprocessing's helper processes are part of the tree, not loader workers.
 _HELPER_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 MEMORY_DETAIL_BUDGET = 0.003  # fraction of one core PSS/USS readings may use
-THREADS_EVERY_S = 0.5  # runnable threads are counted at most this often (two /proc files a thread)
+THREADS_EVERY_S = 0.25  # runnable threads are counted at most this often (two /proc files a thread)
 
 
 def _forked_by_server(proc: psutil.Process) -> bool:

@@ -68,7 +68,7 @@ class Samples:
     worker_fds_max: Tuple[Optional[int], ...] = ()  # of the busiest worker
     fd_limit: Optional[int] = None  # the script's soft RLIMIT_NOFILE (every worker inherits it)
     # threads ready to run (running, or waiting for a CPU): the training process's, and its workers' together;
-    # counted every half second (None between)
+    # counted every quarter second (None between)
     main_threads_runnable: Tuple[Optional[int], ...] = ()
     workers_threads_runnable: Tuple[Optional[int], ...] = ()
     gpus: Tuple[GpuSeries, ...] = ()

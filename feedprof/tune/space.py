@@ -185,7 +185,8 @@ class TorchSpace(Space):
                            **threads_of(cfg)})
 
     def hold_pools(self, config: Config) -> Optional[Config]:
-        return self.legalize({**config, "worker_threads": 1}) if self.primary_of(config) else None
+        held = self.legalize({**config, "worker_threads": 1}) if self.primary_of(config) else {}
+        return held if held.get("worker_threads") else None  # (a share as large as the machine holds nothing)
 
     def probe_only(self, config: Config) -> bool:
         return self.legalize(dict(config)).get("in_order", True) is False and not self.allow_reorder

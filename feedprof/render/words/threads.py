@@ -38,8 +38,15 @@ def _tried(x: r.PoolsTried, d: Callable) -> str:
             f"measured {fmt_rate(x.held_batches_per_s)}{own}; {went}.")
 
 
+def _held_online(x: r.PoolsHeldOnline, d: Callable) -> str:
+    return (f"The workers' thread pools were held to {_plural(x.threads, 'thread')} each for part of the run: the "
+            "samples and their order are the run's own (checked), but a BLAS library computes the same matrix "
+            "products in another order with fewer threads, so the batches' floating-point values can differ in "
+            "their last bits (measured with OpenBLAS: up to 5e-7 of the values), as they would on another machine.")
+
+
 def words() -> Dict[type, Callable[[Any, Callable], str]]:
-    return {r.PoolsOversubscribe: _oversubscribe, r.PoolsTried: _tried}
+    return {r.PoolsOversubscribe: _oversubscribe, r.PoolsTried: _tried, r.PoolsHeldOnline: _held_online}
 
 
 def pools_line(run: Run) -> str:

@@ -26,16 +26,22 @@ def without_threads(config: Dict[str, Any]) -> Dict[str, Any]:
 
 def legal_threads(config: Dict[str, Any], workers: int, cpus: int) -> Dict[str, Any]:
     """``config`` with its thread knobs as they apply to ``workers`` workers on ``cpus`` cores: the
-    workers' knobs gone without workers, their pools held to their share of the cores (whatever
-    count the config asked: the share follows the workers), a knob at 0 gone."""
+    workers' knobs gone without workers; their pools held to their share of the cores they have (the
+    cores main_cores leaves them), whatever count the config asked (the share follows the workers),
+    and gone where that share is the whole machine (a pool as large as the machine is no hold); a
+    knob at 0 gone."""
     out = dict(config)
     for k in THREAD_KNOBS:
         if not out.get(k) or (k != "main_threads" and not workers):
             out.pop(k, None)
-    if "worker_threads" in out:
-        out["worker_threads"] = worker_share(cpus, workers)
     if out.get("main_cores", 0) >= cpus:  # (no core would be left to the workers)
         out.pop("main_cores")
+    if "worker_threads" in out:
+        share = worker_share(cpus - out.get("main_cores", 0), workers)
+        if share >= cpus:
+            out.pop("worker_threads")
+        else:
+            out["worker_threads"] = share
     return out
 
 

@@ -39,3 +39,14 @@ class PoolsTried(Reason):
     held_batches_per_s: Optional[float] = None
     own_batches_per_s: Optional[float] = None
     kept: bool = False
+
+
+@dataclass(frozen=True)
+class PoolsHeldOnline(Reason):
+    """The real run's loader workers had their thread pools held to ``threads`` threads for a while
+    (tune --online): the samples and their order are the run's own (checked), but a BLAS library
+    computes the same products in another order with fewer threads, so the batches' floating-point
+    values can differ in their last bits."""
+
+    code: ClassVar[str] = "pools_held_online"
+    threads: int = 1
