@@ -15,8 +15,9 @@ as written, a GPU-shaped 2 ms step):
             outside (target <= 0.5x), and whether every epoch's order check held
 cpu_step_workers (an MLP step on torch's default threads beside 2 workers decoding on the CPU):
     tunes   which thread or core knobs the tune tried (its trials), its pick
-    grid    the harness over the script's own, its pick, and the pick with each thread knob
-            (main_threads, main_cores) the tune could have set: what each measures
+    grid    the harness over the script's own (2 workers), no workers, its pick, and the script's own
+            with each thread knob the tune could set (main_threads; main_cores with its own pool and the
+            workers' held to the cores each has): what each measures
     remedy  each remedy the recommendation predicted a rate for, against the harness's rate with
             that remedy applied where a knob applies it (the goal: within 25 %)
 
@@ -113,29 +114,38 @@ def cpu_step_workers(tunes: int, reps: int) -> Dict[str, Any]:
         res, pick = t["results"], pick_of(t["results"])
         tried = [{"config": tr["config"], "batches_per_s": tr.get("batches_per_s"), "phase": tr["phase"]}
                  for tr in res["trials"] if any(tr["config"].get(x) for x in ("main_threads", "main_cores"))]
-        loader = (res.get("recommendation") or {}).get("config") or {"num_workers": 2}
-        configs = {"as written": None, "pick": pick,
-                   "pick, main_threads=1": {**loader, "main_threads": 1},
-                   "pick, main_cores=1": {**loader, "main_cores": 1}}
+        own = {"num_workers": 2}  # (the script's own settings, with each thread knob the tune could set)
+        configs = {"as written": None, "pick": pick, "0 workers": {"num_workers": 0},
+                   "own, main_threads=1": {**own, "main_threads": 1},
+                   "own, main_cores=1": {**own, "main_cores": 1, "main_threads": 1, "worker_threads": 1}}
         measured = rates(script, configs, reps, args)
         rows.append({"config": pick, "tune_s": t["wall_s"], "thread_trials": tried, "harness": measured,
-                     "remedies": remedies(res, measured, loader)})
+                     "remedies": remedies(res, measured)})
         print(f"cpu_step_workers tune {k + 1}: {pick}, thread trials {len(tried)}; harness {measured}", flush=True)
     return {"workload": "cpu_step_workers", "tunes": rows}
 
 
-def remedies(results: Dict[str, Any], measured: Dict[str, Optional[float]], loader: Dict[str, Any]) -> List[Any]:
-    """Each remedy with a predicted rate a knob applies, against the harness's rate with that knob."""
+def remedies(results: Dict[str, Any], measured: Dict[str, Optional[float]]) -> List[Any]:
+    """Each remedy with a rate a knob applies (predicted, or a trial's), against the harness's rate of
+    the script's own settings with that knob."""
     out = []
     for r in (results.get("recommendation") or {}).get("reasons", ()):
         knob = REMEDY_KNOBS.get(r.get("kind", "")) if r.get("code") == "remedy" else None
-        label = f"pick, {knob}=1" if knob else None
+        label = f"own, {knob}=1" if knob else None
         if label in measured and (r.get("predicted_batches_per_s") or r.get("measured_batches_per_s")):
             said = r.get("predicted_batches_per_s") or r.get("measured_batches_per_s")
             out.append({"kind": r["kind"], "said_batches_per_s": said, "predicted": r.get("predicted_batches_per_s")
                         is not None, "harness_batches_per_s": measured[label],
                         "ratio": said / measured[label] if measured[label] else None})
     return out
+
+
+def kept_rows(path: str, running: List[str]) -> List[Dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [r for r in json.load(fh)["rows"] if r.get("workload") not in running]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -147,7 +157,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "threads-cpu-2core.json"))
     a = ap.parse_args(argv)
     command = "python benchmarks/threads.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    rows = []
+    rows = kept_rows(a.out, a.workloads)  # (a workload not run this time keeps its last row)
     for name in a.workloads:
         row = numpy_pools(a.tunes, a.reps, a.epochs) if name == "numpy_pools" else cpu_step_workers(a.tunes, a.reps)
         row.update(command=command, finished=time.strftime("%Y-%m-%d %H:%M:%S %Z"), machine=platform.node(),

@@ -14,9 +14,11 @@ from feedprof.render.words import say
 from feedprof.store import LoaderRecord, Phase, Role, Run, RunKind, Summary, TrialState
 from feedprof.store.codes import Framework, PoolRole
 from feedprof.store.knobs.threads import cores_apart, legal_threads, worker_share
+from feedprof.store.knobs.threads import threads_of as threads_set
 from feedprof.store.pools import ProcessPools, ThreadPool
 from feedprof.store.reasons import PoolsOversubscribe, PoolsTried
 from feedprof.tune.space import TorchSpace
+from feedprof.tune.space_threads import thread_variants
 from feedprof.tune.strategy import LadderStrategy
 from tests.records import make_trial
 
@@ -100,6 +102,7 @@ def test_a_space_makes_the_thread_knobs_legal_for_each_worker_count():
         sp.with_primary(sp.baseline, 0))
     assert sp.cost(held) > sp.cost(sp.baseline)  # as fast: the one with nothing more to paste
     assert sp.hold_pools(sp.with_primary(sp.baseline, 0)) is None
+    assert legal_threads({"main_cores": 1}, 2, 4) == {"main_cores": 1, "main_threads": 1}  # (no pool wider than its cores)
     assert legal_threads({"main_cores": 2}, 2, 2) == {} and legal_threads({"main_threads": 1}, 0, 2) == {
         "main_threads": 1}
     assert worker_share(2, 4) == 1 and cores_apart((0, 1, 2), 1) == ((0,), (1, 2)) and cores_apart((0,), 1) == ((), ())
@@ -120,7 +123,7 @@ def blas_model(config, role):
     return rate, 95.0 * min(n, 2), 0.7, 1 if held else 2
 
 
-def tune(model, baseline, cpu_cap=2, budget=30):
+def tune(model, baseline, cpu_cap=2, budget=30, main_runq_pct=None):
     space = TorchSpace(baseline, cpu_cap=cpu_cap, max_primary=16, cuda_used=True)
     strat, trials = LadderStrategy(space), []
 
@@ -131,7 +134,8 @@ def tune(model, baseline, cpu_cap=2, budget=30):
         t = make_trial(index=len(trials), role=role, config=config, state=TrialState.OK, phase=phase, run=run,
                        batches_per_s=rate, batches_per_s_low=rate * 0.98, batches_per_s_high=rate * 1.02,
                        workers_cpu_pct=cpu, data_wait_fraction=wait, system_cpu_pct=90.0, main_cpu_pct=20.0,
-                       num_workers=config["num_workers"])
+                       num_workers=config["num_workers"],
+                       main_runq_pct=main_runq_pct(config) if main_runq_pct is not None else None)
         trials.append(t)
         strat.tell(t)
 
@@ -225,3 +229,35 @@ def test_a_recommendation_keeps_the_loaders_keywords_apart_from_the_thread_knobs
     from feedprof.store.knobs.threads import threads_apart
     apart = threads_apart(rec.config)
     assert "worker_threads" not in apart["config"] and apart["threads"] == {"worker_threads": 1}
+
+
+def cpu_step_model(config, role):
+    """A CPU step on torch's 2 threads beside 2 decoding workers: alone (0 workers) 90 batches/s; with
+    the workers as written the step waits for the cores (67); holding its intra-op pool to the core the
+    workers leave lets both run (95); cores of its own starve the workers (60)."""
+    if role == Role.CEILING:
+        return 120.0, 0.0, 0.0, 1
+    n = config["num_workers"]
+    if n == 0:
+        return 90.0, 0.0, 0.3, 1
+    rate = 60.0 if config.get("main_cores") else 95.0 if config.get("main_threads") else 67.0 - 2 * (n - 2)
+    return rate, 150.0, 0.2, 1
+
+
+def test_a_cpu_step_beside_cpu_workers_gets_its_threads_and_cores_tried():
+    """The pick would load in the loop (0 workers): the script's own 2 workers are tried with the
+    training process's threads held and with cores of its own, since their step waited for a CPU."""
+    space, strat, trials = tune(cpu_step_model, {"num_workers": 2}, main_runq_pct=lambda c: 40.0 if c["num_workers"] else 0.0)
+    tried = {k for t in trials for k in ("main_threads", "main_cores") if t.config.get(k)}
+    assert "main_threads" in tried, [t.config for t in trials]
+    baseline = trials[0]
+    variants = thread_variants(space.legalize(baseline.config), baseline, 2)
+    assert [sorted(threads_set(v).items()) for v in variants] == [[("main_threads", 1)],
+                                                                 [("main_cores", 1), ("worker_threads", 1)]]
+    rec = recommend(trials, space)
+    assert rec.config.get("main_threads") == 1 and rec.config["num_workers"] >= 2, rec.config
+
+
+def test_a_step_that_never_waited_for_a_cpu_gets_no_thread_trial():
+    _, _, trials = tune(cpu_step_model, {"num_workers": 2}, main_runq_pct=lambda c: 2.0)
+    assert not any(t.config.get(k) for t in trials for k in ("main_threads", "main_cores"))

@@ -21,7 +21,7 @@ from feedprof.store.knobs.dataloader import effective
 from feedprof.store.knobs.threads import legal_threads, threads_of
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.tune.space_order import in_order_gain, in_order_variant, order_findings
-from feedprof.tune.space_threads import thread_variants
+from feedprof.tune.space_threads import thread_variants, thread_variants_beside
 
 Config = Dict[str, Any]
 
@@ -213,8 +213,8 @@ class TorchSpace(Space):
         out: List[Variant] = []
         if self.cuda_used and not cfg["pin_memory"]:  # batches go to CUDA: page-locked memory speeds the copy
             out.append(Variant({**cfg, "pin_memory": True}))
-        if n == 0:
-            return out
+        if n == 0:  # (the workers' configs whose step competed with them may yet win, their threads set)
+            return out + [Variant(self.legalize(c)) for c in thread_variants_beside(measured, self.cpu_cap)]
         wait = best.data_wait_fraction
         # A deeper queue absorbs bursts, and lets each worker run ahead instead of
         # blocking while its batches are handed over (measured here: 8 CPU-bound

@@ -3,7 +3,8 @@ applies them): they are not the loader's keywords, and a paste sets them with co
 
     worker_threads  N   each loader worker's thread pools (BLAS, OpenMP, OpenCV) held to N threads
     main_threads    N   the training process's torch intra-op threads
-    main_cores      K   the training process on K cores of its own, the workers on the rest
+    main_cores      K   the training process on K cores of its own, the workers on the rest (its
+                        main_threads then K at most: a pool wider than its cores spins on them)
 
 Absent (or 0): as the script has it. Pure: no framework is imported.
 """
@@ -28,14 +29,16 @@ def legal_threads(config: Dict[str, Any], workers: int, cpus: int) -> Dict[str, 
     """``config`` with its thread knobs as they apply to ``workers`` workers on ``cpus`` cores: the
     workers' knobs gone without workers; their pools held to their share of the cores they have (the
     cores main_cores leaves them), whatever count the config asked (the share follows the workers),
-    and gone where that share is the whole machine (a pool as large as the machine is no hold); a
-    knob at 0 gone."""
+    and gone where that share is the whole machine (a pool as large as the machine is no hold); the
+    training process's threads no more than the cores of its own; a knob at 0 gone."""
     out = dict(config)
     for k in THREAD_KNOBS:
         if not out.get(k) or (k != "main_threads" and not workers):
             out.pop(k, None)
     if out.get("main_cores", 0) >= cpus:  # (no core would be left to the workers)
         out.pop("main_cores")
+    if "main_cores" in out:  # its torch pool no wider than its cores (measured: 2 spinning threads on 1
+        out["main_threads"] = min(out.get("main_threads") or cpus, out["main_cores"])  # core, 4.7 b/s against 68)
     if "worker_threads" in out:
         share = worker_share(cpus - out.get("main_cores", 0), workers)
         if share >= cpus:
