@@ -4,7 +4,7 @@ CPU-heavy step beside CPU-heavy workers? Every rate here is the independent harn
 (benchmarks/independent.py: no feedprof code, the config and the thread settings forced where the
 script builds its loader, as a user's paste would), every time a wall clock's from outside.
 
-    python benchmarks/threads.py [numpy_pools cpu_step_workers] [--tunes 2] [--reps 2] [--epochs 12]
+    python benchmarks/thread_pools.py [numpy_pools cpu_step_workers] [--tunes 2] [--reps 2] [--epochs 12]
 
 numpy_pools (benchmarks/workloads/numpy_pools.py: three 160x160 products a sample in numpy, 2 workers
 as written, a GPU-shaped 2 ms step):
@@ -156,7 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--epochs", type=int, default=12, help="numpy_pools' whole runs (as written, and online)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "threads-cpu-2core.json"))
     a = ap.parse_args(argv)
-    command = "python benchmarks/threads.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/thread_pools.py " + " ".join(argv if argv is not None else sys.argv[1:])
     rows = kept_rows(a.out, a.workloads)  # (a workload not run this time keeps its last row)
     for name in a.workloads:
         row = numpy_pools(a.tunes, a.reps, a.epochs) if name == "numpy_pools" else cpu_step_workers(a.tunes, a.reps)
