@@ -157,6 +157,23 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: TrialOptions, 
     return run, interrupted
 
 
+def run_attach(pid: int, duration_s: float, out_dir: str, gpu: bool = True) -> "tuple[Run, bool]":
+    """A running job read from outside (trial/attach.py): (its run, interrupted). Writes run.json."""
+    from feedprof.record.host import machine_info
+    from feedprof.trial.attach import attach
+
+    host = machine_info(gpu=gpu)
+    with claimed(out_dir):
+        run, interrupted = attach(pid, duration_s, host, gpu=gpu)
+        try:
+            save(run, os.path.join(out_dir, "run.json"))
+        except OSError as exc:
+            if not write_refused(exc):
+                raise
+            raise NotSaved(run, exc) from None
+    return run, interrupted
+
+
 def baseline_output(result: TuneResult, out_dir: str) -> str:
     """What to show of a tune whose baseline failed: the script's own traceback,
     or without one (it exited: argparse's usage error) the end of its output."""

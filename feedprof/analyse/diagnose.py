@@ -170,6 +170,11 @@ def other_cores(s: Samples) -> Tuple[Optional[float], ...]:
     return tuple(out)
 
 
+def host_means(run: Run) -> dict:
+    """The host's and the GPUs' readings over the run's window (a run with no steps: attached)."""
+    return _host_means(run, LoaderRecord(loader_id=-1, framework=run.loaders[0].framework if run.loaders else ""))
+
+
 def _host_means(run: Run, rec: LoaderRecord) -> dict:
     """Host and GPU readings over the steady window (or the whole run if it had none)."""
     w, steps, s = run.window, rec.steps, run.samples
