@@ -153,9 +153,7 @@ def cmd_tune(args: argparse.Namespace, script_args: List[str]) -> int:
     check_tensorboard(args.tensorboard)
     if args.loader is not None and not looks_like_site(args.loader):
         raise UsageError(f"--loader expects FILE:LINE (e.g. train.py:42), got {args.loader!r}")
-    ray = launch is not None and launch.launcher == "ray"
-    budget = args.budget or (defaults.RAY_TUNE_BUDGET_S if ray else defaults.TUNE_BUDGET_S)
-    opts = TuneOptions(budget_s=budget, max_workers=args.max_workers, loader_site=args.loader,
+    opts = TuneOptions(budget_s=tune_budget_s(args.budget, launch), max_workers=args.max_workers, loader_site=args.loader,
                        window_seconds=args.window_seconds, window_batches=args.window_batches,
                        min_window_batches=min(args.min_window_batches, args.window_batches),
                        warmup_batches=args.warmup_batches, interval_s=args.interval, gpu=not args.no_gpu,
@@ -218,6 +216,12 @@ def _task_out(out: str, task: Optional[RankInfo]) -> str:
     _err(f"feedprof: task {task.rank} of {task.world_size} ({task.launcher}{', job ' + task.job if task.job else ''}): "
          f"writing to {fmt_path(path)}; merge the tasks' runs with: feedprof report {fmt_path(out)}")
     return path
+
+
+def tune_budget_s(given: Optional[float], launch: Optional["Launch"]) -> float:
+    """--budget, else the default: a Ray Train job's is longer (every trial starts Ray anew)."""
+    ray = launch is not None and launch.launcher == "ray"
+    return given or (defaults.RAY_TUNE_BUDGET_S if ray else defaults.TUNE_BUDGET_S)
 
 
 def _what_to_run(script: Optional[str], script_args: List[str], command: str) -> Tuple[str, List[str], Optional["Launch"]]:

@@ -27,10 +27,37 @@ def write_script(directory, name, body):
 # module's tune), and notebooks run by nbmake are e2e too.
 
 
+# ./tests/run --all runs every test side by side (pytest-xdist) but those marked serial, whose verdict
+# is a timing (a rate, a wait, a CPU share, the workers a tune picks past the CPUs): they run after,
+# alone. The tests of a file that shares something only one test may use at a time run in one worker,
+# one after another: the session's Slurm clusters and their queue, Ray (its processes are found by
+# what they are), the independent harness (its children are found by their environment).
+EXCLUSIVE = {"test_slurm.py": "slurm", "test_slurm_nodes.py": "slurm", "test_ray.py": "ray",
+             "test_independent_harness.py": "harness"}
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if "e2e" in getattr(item, "fixturenames", ()) or item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist's: absent where it is, -p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """tests/run's --dist loadgroup: each test on its own, but an EXCLUSIVE file's tests together, on
+    one worker. (pytest-xdist's own groups name a test by a suffix of its node id, which pytest 9's
+    node ids no longer take: grouped by file here, from the node id alone.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return EXCLUSIVE.get(os.path.basename(nodeid.split("::", 1)[0]), nodeid)
+
+    return ByFile(config, log)
+
+
 
 
 def _local_cluster(tmp_path_factory, nodes):

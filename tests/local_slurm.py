@@ -267,6 +267,31 @@ def node_init(node: str, hosts: str, conf: str) -> int:
             return os.waitstatus_to_exitcode(status)
 
 
+def run_batch(args: List[str], cwd: str, timeout: float, env: Optional[Dict[str, str]] = None,
+              poll_s: float = 0.25) -> subprocess.CompletedProcess:
+    """``sbatch --wait ARGS``, as a CompletedProcess with the job's exit code, but polled every
+    ``poll_s``: sbatch's own wait sleeps longer and longer between its looks (seconds to half a
+    minute here), which a test of a 12-second job pays in full. The job's end and exit code are read
+    with scontrol while its record is kept (MinJobAge: 300 s by default)."""
+    submit = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True, timeout=60, cwd=cwd,
+                            env=env)
+    if submit.returncode != 0:
+        return submit
+    job = submit.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        shown = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True, text=True, timeout=30,
+                               env=env)
+        fields = dict(f.split("=", 1) for f in shown.stdout.split() if "=" in f)
+        state = fields.get("JobState", "")
+        if state and state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"):
+            code = int(fields.get("ExitCode", "1:0").split(":")[0])
+            return subprocess.CompletedProcess(args, code, submit.stdout, f"job {job} {state}\n")
+        time.sleep(poll_s)
+    subprocess.run(["scancel", job], capture_output=True, timeout=30, env=env)
+    raise subprocess.TimeoutExpired(["sbatch", *args], timeout)
+
+
 def _children(pid: int, recursive: bool = False) -> list:
     import psutil
 

@@ -86,6 +86,7 @@ def test_an_iterable_dataset_that_ignores_the_worker_is_never_a_speedup(tmp_path
     assert "repeats data" in (tmp_path / "out" / "report.html").read_text()
 
 
+@pytest.mark.serial
 def test_an_iterable_dataset_sharded_by_worker_tunes_normally(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", STREAM.format(shard=True))
     proc, res = tune(tmp_path, script, "--budget", "40", "--max-workers", "8")
@@ -191,6 +192,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.serial
 def test_workers_that_copy_their_dataset_are_seen_growing(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", GROWS)
     out = tmp_path / "out"

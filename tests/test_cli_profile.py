@@ -18,6 +18,7 @@ def profile(tmp_path, script, *extra, via="module"):
     return proc, run
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("via", ["module", "console-script"])
 def test_input_bound_script(tmp_path, via, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=10, step_ms=1))
@@ -31,6 +32,7 @@ def test_input_bound_script(tmp_path, via, no_leftovers, torch):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.serial
 def test_compute_bound_script(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=20))
     proc, run = profile(tmp_path, script)
@@ -40,6 +42,7 @@ def test_compute_bound_script(tmp_path, no_leftovers, torch):
     assert "not input-bound" in proc.stdout
 
 
+@pytest.mark.serial
 def test_half_waiting_script_is_measured_near_the_truth(tmp_path, no_leftovers, torch):
     # 2 samples x 5 ms to load, 10 ms to train: the loop waits half the time
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=10))
@@ -99,6 +102,7 @@ def test_a_loader_rebuilt_every_epoch_is_one_training_loader(tmp_path, no_leftov
     assert run["summary"]["batches_measured"] >= 30  # counted across the rebuilt loaders
 
 
+@pytest.mark.serial
 def test_time_between_epochs_counts_against_throughput(tmp_path, no_leftovers, torch):
     # Short epochs (20 batches, ~0.1 s of steps) and 0.3 s of validation after
     # each: the steps run at ~200 b/s, the loop at ~50. The figure configs are

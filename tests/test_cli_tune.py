@@ -2,6 +2,8 @@
 import json
 import time
 
+import pytest
+
 from tests.conftest import feedprof_args, run_feedprof, write_script
 from tests.scripts import torch_loop
 
@@ -16,6 +18,7 @@ def tune(tmp_path, script, *extra, timeout=300):
     return proc, (json.loads(path.read_text()) if path.exists() else None)
 
 
+@pytest.mark.serial
 def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, torch):
     # 4 samples x 5 ms of waiting per batch, 2 ms of training: input-bound, and sleep scales with workers
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
@@ -48,6 +51,7 @@ def test_io_bound_script_gets_more_workers_than_cpus(tmp_path, no_leftovers, tor
         assert changes[0]["shuffle_rng"] == "global" and "order of samples changes" in proc.stdout
 
 
+@pytest.mark.serial
 def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers, torch):
     # a 100 ms step: the workers' hand-over is about 2 % of it, far from the 5 % that would call it input-bound
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=0, step_ms=100, workers=4, n=400, epochs=50))
@@ -65,6 +69,7 @@ def test_compute_bound_script_with_too_many_workers(tmp_path, no_leftovers, torc
     assert len(res["trials"]) <= 6
 
 
+@pytest.mark.serial
 def test_budget_cuts_the_search_short_and_says_so(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=2, n=400, batch_size=4, epochs=50))
     started_s = time.monotonic()

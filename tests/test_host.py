@@ -49,6 +49,7 @@ def test_host_info_reads_the_machine_without_importing_frameworks():
     assert ("torch" in sys.modules) == had_torch
 
 
+@pytest.mark.serial
 def test_a_worker_read_as_soon_as_it_is_found_is_not_a_spike(e2e):  # a spinning process, read for seconds
     # A busy child listed and read in the same sample: psutil's cpu_percent()
     # divided a 10 ms CPU-time tick by microseconds there (a few hundred tries

@@ -119,6 +119,7 @@ def test_zero_workers_is_legalised_and_a_site_that_matches_nothing_is_reported(t
     assert r["state"] == "not forced"
 
 
+@pytest.mark.serial
 def test_cli_times_a_sleep_bound_loop_at_its_known_rate(tmp_path, e2e):
     """10 ms of sleep per step, loading nearly free: at most 100 steps/s, and well
     above 60 even on a busy machine."""
@@ -163,6 +164,7 @@ model.fit(Batches(workers=1), epochs=100, verbose=0)
 """
 
 
+@pytest.mark.serial
 def test_keras_pydataset_fit_forced_workers_timed_by_callback_and_from_outside(tmp_path, e2e):
     """20 ms per batch: one worker cannot pass 50 steps/s; eight threads must. Four
     steps per execution: one callback per four steps, each counted."""
@@ -206,6 +208,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.serial
 def test_tfdata_map_forced_with_a_private_pool_in_fit_and_timed_in_a_loop(tmp_path, e2e):
     """8 ms per element, 8 per batch: at most ~16 batches/s with one call at a time;
     8 parallel calls on an 8-thread private pool go several times faster."""

@@ -152,10 +152,11 @@ def test_ranks_in_sessions_of_their_own_end_with_the_job(tmp_path, monkeypatch, 
     assert stopped.value.run.leftovers.processes == ()
 
 
+@pytest.mark.serial
 def test_a_torchrun_job_is_tuned_per_rank(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ddp(load_s=0.004))
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--out", str(out), "--budget", "120", "--max-workers", "16", "--window-seconds", "0.8",
+    proc = run_feedprof(["tune", "--out", str(out), "--budget", "45", "--max-workers", "8", "--window-seconds", "0.8",
                          "--min-window-batches", "20", "--warmup-batches", "2", "--interval", "0.1", "--quiet",
                          "--", *TORCHRUN, script], timeout=400)
     assert proc.returncode == 0, proc.stderr
@@ -174,6 +175,7 @@ TUNE_QUICK = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup
               "--quiet"]
 
 
+@pytest.mark.serial
 def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", DATA_PARALLEL)
     out = tmp_path / "out"
@@ -183,6 +185,7 @@ def test_a_data_parallel_script_is_tuned_as_an_ordinary_script(tmp_path, no_left
     assert rec["config"]["num_workers"] >= 2 and rec["speedup"] > 2
 
 
+@pytest.mark.serial
 def test_fit_under_a_mirrored_strategy_is_tuned_as_an_ordinary_script(tmp_path, no_leftovers, torch):
     pytest.importorskip("tensorflow")
     script = write_script(tmp_path, "train.py", mirrored())

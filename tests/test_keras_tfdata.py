@@ -35,6 +35,7 @@ def profile(tmp_path, script, *extra, env=None):
     return proc, run
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("backend", ["tensorflow", "torch"])
 def test_io_bound_pydataset_gets_more_workers(tmp_path, backend, no_leftovers):
     if backend == "torch":
@@ -54,6 +55,7 @@ def test_io_bound_pydataset_gets_more_workers(tmp_path, backend, no_leftovers):
         assert res["trials"][0]["data_wait_fraction"] > 0.5
 
 
+@pytest.mark.serial
 def test_tfdata_pipeline_beats_autotune(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", TFDATA_LOOP)
     proc, res = tune(tmp_path, script, "--budget", "80", "--max-workers", "32")
@@ -75,6 +77,7 @@ def _line_of(source, text):
     return source.lstrip("\n").splitlines().index(text) + 1
 
 
+@pytest.mark.serial
 def test_tfdata_advice_names_the_pipelines_lines_not_the_fit(tmp_path, no_leftovers):
     """keras-io's shape: built in make_dataset() over several lines, fitted in train(): the advice is the
     pipeline's statement with each map set (the line the paste replaces), and each knob's own lines."""
@@ -124,6 +127,7 @@ def rate_over_window(log_lines, window_s):
     return steps / (t_s[-1] - t_s[first])
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("keras_flavour,steps_per_execution", [("keras", 1), ("keras", 4), ("tf_keras", 1)])
 def test_fit_on_a_tfdata_pipeline_counts_each_step_once(tmp_path, keras_flavour, steps_per_execution, no_leftovers):
     pytest.importorskip(keras_flavour)
@@ -155,6 +159,7 @@ def test_validation_pipeline_is_not_timed_by_the_next_fit(tmp_path, no_leftovers
     assert run["summary"]["batches_measured"] == 60
 
 
+@pytest.mark.serial
 def test_tf_keras_epoch_end_stall_is_counted(tmp_path, no_leftovers):
     pytest.importorskip("tf_keras")
     script = write_script(tmp_path, "train.py", TF_KERAS_SEQUENCE)
@@ -188,6 +193,7 @@ def test_pydataset_that_skips_super_init_is_measured_and_called_out(tmp_path, no
     assert run["summary"]["batches_measured"] >= 30
 
 
+@pytest.mark.serial
 def test_multiprocessing_trial_that_hangs_is_classified(tmp_path, no_leftovers):
     # Loading is pure-Python work (it holds the GIL), so after the thread ladder the tune
     # tries use_multiprocessing=True, and here its worker processes never answer.
@@ -209,6 +215,7 @@ def test_multiprocessing_trial_that_hangs_is_classified(tmp_path, no_leftovers):
     assert res["recommendation"] is not None and not res["recommendation"]["config"]["use_multiprocessing"]
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("backend,wait_known", [("tensorflow", False), ("torch", True)])
 def test_keras_profile_callback(tmp_path, backend, wait_known):
     if backend == "torch":
@@ -227,6 +234,7 @@ def test_keras_profile_callback(tmp_path, backend, wait_known):
     assert saved["schema"] == "feedprof.run/1" and saved["summary"]["batches_per_s"] > 0
 
 
+@pytest.mark.serial
 def test_keras_profile_callback_counts_every_step_of_steps_per_execution(tmp_path):
     """With steps_per_execution=4, fit calls the callback once per 4 steps: the
     callback's rate must be steps, against a stopwatch around fit (a count of

@@ -196,6 +196,7 @@ def test_profile_says_what_its_script_left_behind(tmp_path, no_leftovers, torch)
         kill_listed(pids)
 
 
+@pytest.mark.serial
 def test_tune_names_what_each_forked_trial_left_behind(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", ESCAPE + torch_loop(load_ms=2, step_ms=1, n=400, epochs=50))
     pids = tmp_path / "escaped.txt"

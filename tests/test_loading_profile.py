@@ -39,6 +39,7 @@ for x in DataLoader(Staged(), batch_size=4, num_workers=args.workers):
 '''
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("workers", [0, 2])
 def test_each_stage_is_named_with_its_share_and_the_storage_wait_is_waiting(tmp_path, no_leftovers, workers):
     script = write_script(tmp_path, "staged.py", STAGED)
@@ -94,6 +95,7 @@ print("done")
 '''
 
 
+@pytest.mark.serial
 def test_sampling_the_workers_never_crashes_them(tmp_path, e2e):
     """Sampling at 1 kHz, for 20 s, a loader whose frames come and go fast. Reading the workers'
     frames from another thread (sys._current_frames) crashed one with SIGSEGV in every such run of

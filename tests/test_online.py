@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import run_feedprof, write_script
-from online_runs import as_written as _as_written, online as _online, saw
+from online_runs import as_written as _as_written, both, online as _online, saw
 from scripts_online import DDP, IN_LOOP, SEEDED
 
 pytest.importorskip("torch")
@@ -23,9 +23,8 @@ pytest.importorskip("torch")
                          ids=["global_rng", "loader_generator", "persistent_workers"])
 def test_the_run_sees_what_it_would_see_without_feedprof(tmp_path, no_leftovers, variant):
     script = write_script(tmp_path, "train.py", SEEDED)
-    plain, want = _as_written(script, tmp_path / "plain.json", *variant)
+    (plain, want), (proc, got, results) = both(tmp_path, script, *variant)
     assert plain.returncode == 0, plain.stderr
-    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
     assert proc.returncode == 0, proc.stderr
     # the same samples, in the same order, every epoch; the same batches, weights and next random numbers
     assert saw(got) == saw(want)
@@ -39,6 +38,7 @@ def test_the_run_sees_what_it_would_see_without_feedprof(tmp_path, no_leftovers,
     assert results["schema"].startswith("feedprof.tune/")
 
 
+@pytest.mark.serial
 def test_an_io_bound_script_is_recommended_several_workers(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", SEEDED)
     proc, got, results = _online(tmp_path, script, tmp_path / "online.json", "--epochs", "4")
@@ -52,8 +52,7 @@ def test_an_io_bound_script_is_recommended_several_workers(tmp_path, no_leftover
 
 def test_workers_killed_while_exploring_lose_and_repeat_nothing(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", SEEDED)
-    plain, want = _as_written(script, tmp_path / "plain.json", "--kill-above", "4", "--epochs", "4")
-    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", "--kill-above", "4", "--epochs", "4")
+    (plain, want), (proc, got, results) = both(tmp_path, script, "--kill-above", "4", "--epochs", "4")
     assert proc.returncode == 0, proc.stderr
     assert got["epochs"] == want["epochs"] and got["weights"] == want["weights"]
     failures = results["online"]["failures"]
@@ -63,8 +62,7 @@ def test_workers_killed_while_exploring_lose_and_repeat_nothing(tmp_path, no_lef
 
 def test_the_datasets_own_error_is_the_scripts(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", SEEDED)
-    plain, _ = _as_written(script, tmp_path / "plain.json", "--fail-at", "37")
-    proc, _, results = _online(tmp_path, script, tmp_path / "online.json", "--fail-at", "37")
+    (plain, _), (proc, _, results) = both(tmp_path, script, "--fail-at", "37")
     assert plain.returncode == 1 and proc.returncode == 1
     assert "ValueError: corrupt record 37" in plain.stderr
     assert "ValueError: corrupt record 37" in proc.stderr
@@ -129,9 +127,8 @@ def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, va
     in __iter__, a DataLoader built anew every epoch, and workers that draw random augmentation
     (their seeds are the script's own while its settings are kept)."""
     script = write_script(tmp_path, "train.py", SEEDED)
-    plain, want = _as_written(script, tmp_path / "plain.json", *variant)
+    (plain, want), (proc, got, results) = both(tmp_path, script, *variant)
     assert plain.returncode == 0, plain.stderr
-    proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *variant)
     assert proc.returncode == 0, proc.stderr
     explored = any(s["config"]["num_workers"] != 2 for s in results["online"]["switches"])
     if "--augment" in variant and explored:
@@ -148,13 +145,14 @@ def test_shapes_of_real_loops_see_what_they_would_see(tmp_path, no_leftovers, va
             len({s["config"]["num_workers"] for s in results["online"]["switches"]}) >= 2
 
 
+@pytest.mark.serial
 def test_a_loader_built_anew_every_short_epoch_is_still_tuned(tmp_path, no_leftovers):
     """Epochs shorter than a window, each with a new DataLoader at the same line: the window
     goes on across the rebuilt loaders, so configs are measured and compared, and the advice
     names the script's line."""
     script = write_script(tmp_path, "train.py", SEEDED)
     args = ("--rebuild", "--epochs", "24", "--samples", "320", "--batch-size", "8")
-    plain, want = _as_written(script, tmp_path / "plain.json", *args)
+    plain, want = _as_written(script, tmp_path / "plain.json", *args)  # (before: a serial test runs alone)
     assert plain.returncode == 0, plain.stderr
     proc, got, results = _online(tmp_path, script, tmp_path / "online.json", *args)
     assert proc.returncode == 0, proc.stderr

@@ -4,24 +4,28 @@ backend), a torch IterableDataset observed without --allow-resharding and switch
 epochs with it, and a tf.data pipeline whose AUTOTUNE choices are read from the running pipeline.
 Loading sleeps, so the verdicts do not depend on the machine's load; no timing is asserted."""
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import run_feedprof, write_script
+from tests.online_runs import AsWritten
 from tests.scripts_online_frameworks import ITERABLE_SEEDED, KERAS_SEEDED, TFDATA_AUTOTUNE
 
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_ENABLE_ONEDNN_OPTS": "0", "PYTHONWARNINGS": "ignore"}
 
 
 def as_written(tmp_path, script, *args, env=None):
-    report = tmp_path / "plain.json"
-    proc = subprocess.run([sys.executable, script, "--report", str(report), *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **QUIET_TF, **(env or {})})
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(report.read_text())
+    """The run as written, started now: call the result to have what it saw (it runs beside the
+    run under feedprof; once a session per script and arguments: online_runs.AsWritten)."""
+    plain = AsWritten(script, tmp_path / "plain.json", *args, env={**QUIET_TF, **(env or {})})
+
+    def result():
+        proc, report = plain.result()
+        assert proc.returncode == 0, proc.stderr
+        return report
+
+    return result
 
 
 def online(tmp_path, script, *args, flags=(), env=None):
@@ -45,8 +49,9 @@ def test_a_keras_pydataset_is_switched_inside_fit(tmp_path, case, tensorflow, ke
         pytest.importorskip("torch")
     script = write_script(tmp_path, "train.py", KERAS_SEEDED)
     args = ("--tap", "--epochs", "4", "--batches", "40", "--load-ms", "60", *extra)
-    want = as_written(tmp_path, script, *args, env=env)
+    plain = as_written(tmp_path, script, *args, env=env)
     proc, got, results, report = online(tmp_path, script, *args, env=env)
+    want = plain()
     assert got == want  # per epoch: the batches in order and the weights; the final weights; the random streams
     assert [len(e["batches"]) for e in got["epochs"]] == [40] * 4
     online_record = results["online"]
@@ -63,8 +68,9 @@ def test_a_keras_pydataset_is_switched_inside_fit(tmp_path, case, tensorflow, ke
 
 def test_an_iterable_dataset_is_observed_without_resharding_allowed(tmp_path, torch, no_leftovers):
     script = write_script(tmp_path, "train.py", ITERABLE_SEEDED)
-    want = as_written(tmp_path, script, "--epochs", "3")
+    plain = as_written(tmp_path, script, "--epochs", "3")
     proc, got, results, report = online(tmp_path, script, "--epochs", "3")
+    want = plain()
     assert got == want  # observed: the run is the script's own
     assert not results["online"]["switches"] and results["recommendation"] is None
     assert {"loader_id": 0, "mode": "none", "why_not": "iterable_dataset"} in results["online"]["loaders"]
@@ -77,8 +83,9 @@ def test_an_iterable_dataset_switches_between_epochs_with_resharding_allowed(tmp
     every epoch has the script's samples (the dataset shards by a fixed key), in the order of the
     worker count in force; the advice says so."""
     script = write_script(tmp_path, "train.py", ITERABLE_SEEDED)
-    want = as_written(tmp_path, script)
+    plain = as_written(tmp_path, script)
     proc, got, results, report = online(tmp_path, script, flags=["--allow-resharding"])
+    want = plain()
     assert [e["samples"] for e in got["epochs"]] == [e["samples"] for e in want["epochs"]]
     assert [e["n"] for e in got["epochs"]] == [e["n"] for e in want["epochs"]]
     assert got["next_rand"] == want["next_rand"]  # the script's random stream was not drawn from
@@ -105,8 +112,9 @@ def test_an_iterable_dataset_whose_pool_is_killed_mid_epoch_has_that_epoch_again
     script's own settings, so the loop has its first batches twice. The run goes on to its end,
     and what it had again is recorded and said, never "fetched again" as a map-style loader's."""
     script = write_script(tmp_path, "train.py", ITERABLE_SEEDED)
-    want = as_written(tmp_path, script, "--killed-from", "4")
+    plain = as_written(tmp_path, script, "--killed-from", "4")
     proc, got, results, report = online(tmp_path, script, "--killed-from", "4", flags=["--allow-resharding"])
+    want = plain()
     failures = results["online"]["failures"]
     assert failures and all(f["kind"] == "killed" and f["replayed_batches"] for f in failures), failures
     extra = {f["epoch"]: f["replayed_batches"] * 16 for f in failures}  # (batches of 16)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import run_feedprof, write_script
 
 MIB = 1 << 20
@@ -56,6 +58,7 @@ def _results(out):
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.serial
 def test_workers_that_take_more_than_the_budget_are_left_for_fewer(tmp_path, no_leftovers, torch):
     script = write_script(tmp_path, "train.py", IO_BOUND)
     out = tmp_path / "out"
@@ -71,6 +74,7 @@ def test_workers_that_take_more_than_the_budget_are_left_for_fewer(tmp_path, no_
     assert "the job's memory passed the budget" in proc.stderr
 
 
+@pytest.mark.serial
 def test_memory_another_program_takes_meanwhile_is_no_failure_of_the_config(tmp_path, no_leftovers, torch):
     """Once the run has switched to workers, another program takes more than the whole budget;
     the job's own processes stay well within it: the search goes on, nothing is left for memory."""

@@ -7,7 +7,7 @@ Loading is sleep-bound (3 ms a sample, 2 ms a step): 0 workers wait ~95 % of the
 import pytest
 
 from conftest import write_script
-from online_runs import as_written, online, saw
+from online_runs import both, saw
 from scripts_online import SEEDED
 
 pytest.importorskip("torch")
@@ -16,9 +16,8 @@ pytestmark = pytest.mark.seeded_online
 
 def _both(tmp_path, *args, extra=()):
     script = write_script(tmp_path, "train.py", SEEDED)
-    plain, want = as_written(script, tmp_path / "plain.json", *args)
+    (plain, want), (proc, got, results) = both(tmp_path, script, *args, extra=extra)
     assert plain.returncode == 0, plain.stderr
-    proc, got, results = online(tmp_path, script, tmp_path / "online.json", *args, extra=extra)
     assert proc.returncode == 0, proc.stderr
     return want, got, results, proc.stderr
 

@@ -98,6 +98,7 @@ for epoch in range(10):
 """
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("allow", [False, True])
 def test_in_order_false_is_measured_where_a_slow_tail_blocks_and_recommended_only_when_allowed(
         tmp_path, allow, no_leftovers, torch):
@@ -262,6 +263,7 @@ for epoch in range(30):
 """
 
 
+@pytest.mark.serial
 def test_a_tune_that_moves_a_dataset_s_own_generator_into_workers_says_so(tmp_path, no_leftovers, torch):
     """An I/O-bound loader written with 0 workers whose dataset draws its crops from self.rng:
     the advice is more workers, and it says what that does to the draws (results.json and words)."""

@@ -3,12 +3,15 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from feedprof.analyse.noise import busy_machine
 from feedprof.record.others import OtherLoad
 from feedprof.store import OtherProcess, Role, Run, TrialState
 from tests.records import make_trial
 
 
+@pytest.mark.serial
 def test_a_busy_process_outside_the_job_is_named(e2e):  # spinning processes
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
@@ -26,6 +29,7 @@ def test_a_busy_process_outside_the_job_is_named(e2e):  # spinning processes
     assert all(p.cpu_cores >= 0.05 for p in load.stop(job_pids=()))
 
 
+@pytest.mark.serial
 def test_an_unrelated_busy_process_is_named(e2e):
     # double fork: the spinner's parent exits, so it is not one of ours
     launcher = subprocess.run([sys.executable, "-c", (

@@ -60,6 +60,7 @@ def _busy(seconds):
         pass
 
 
+@pytest.mark.serial
 def test_real_process_tree_is_sampled_workers_included(e2e):  # spinning workers
     ctx = mp.get_context("fork")
     workers = [ctx.Process(target=_busy, args=(3.0,)) for _ in range(2)]

@@ -41,6 +41,7 @@ def test_input_bound_loop(DataLoader, SleepyDataset):
     assert s.samples_per_s == pytest.approx(2 * s.batches_per_s)
 
 
+@pytest.mark.serial
 def test_compute_bound_loop_with_workers(DataLoader, SleepyDataset, e2e):  # worker processes
     # Each batch from a worker still costs ~2 ms of IPC here (a socket round trip
     # per tensor under the file_descriptor strategy), so the step must be long.

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import run_feedprof, run_side_by_side, write_script
+from local_slurm import run_batch
 from scripts_jobs import SLURM_DDP
 
 pytest.importorskip("torch")
@@ -32,6 +33,9 @@ def _port_env():
     from feedprof.trial.jobrunner import free_port
 
     return {"DDP_PORT": str(free_port())}
+
+
+QUICK_WINDOWS = ["--window-seconds", "0.8", "--min-window-batches", "20", "--warmup-batches", "2"]
 
 
 def _run(cmd, tmp_path, timeout=240, env=None):
@@ -64,11 +68,12 @@ def _advice_keeps_the_launch(rec, launch_word):
     assert "--workers" in line and "ddp.py" in line, paste
 
 
+@pytest.mark.serial
 def test_an_srun_job_is_tuned_and_every_trial_s_step_is_ended(tmp_path, slurm):
     script = _script(tmp_path)
     out = tmp_path / "out"
-    proc = run_feedprof(["tune", "--budget", "100", "--out", str(out), "--", "srun", "-n", "2", sys.executable,
-                         script, "--epochs", "40"], timeout=300, cwd=tmp_path)
+    proc = run_feedprof(["tune", "--budget", "45", "--max-workers", "8", *QUICK_WINDOWS, "--out", str(out), "--",
+                         "srun", "-n", "2", sys.executable, script, "--epochs", "40"], timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     _advice_keeps_the_launch(results["recommendation"], "srun -n 2")
@@ -98,6 +103,7 @@ def test_an_srun_job_is_profiled_from_its_ranks_and_its_step_ended(tmp_path, slu
     assert _rank_processes_of(tmp_path) == []
 
 
+@pytest.mark.serial
 def test_an_srun_job_tuned_online_sees_what_the_run_as_written_sees(tmp_path, slurm):
     script = _script(tmp_path)
     want = _as_written(tmp_path, ["srun", "-n", "2"], script)
@@ -114,6 +120,7 @@ def test_an_srun_job_tuned_online_sees_what_the_run_as_written_sees(tmp_path, sl
     assert results["run"]["samples"]["peaks"]["tree_rss_bytes"] > 200 * 2 ** 20
 
 
+@pytest.mark.serial
 def test_one_feedprof_per_node_starting_torchrun_is_no_rank_itself(tmp_path, slurm):
     """srun -n 1 feedprof tune --online -- torchrun ...: torchrun inherits SLURM_PROCID but is
     the launcher; its ranks are torchrun's."""
@@ -236,7 +243,7 @@ def test_inside_an_sbatch_allocation_only_the_step_is_ended(tmp_path, slurm):
     job.write_text("#!/bin/bash\n#SBATCH -n 2\n"
                    f"{' '.join(FEEDPROF)} profile --out out -- srun -n 2 {sys.executable} {script} --epochs 40\n"
                    "echo feedprof-exit=$?\n")
-    proc = _run(["sbatch", "--wait", "-o", "batch.log", str(job)], tmp_path, timeout=240)
+    proc = run_batch(["-o", "batch.log", str(job)], cwd=tmp_path, timeout=240, env={**os.environ, **ENV})
     assert proc.returncode == 0, proc.stderr + (tmp_path / "batch.log").read_text()[-3000:]
     log = (tmp_path / "batch.log").read_text()
     assert "feedprof-exit=0" in log, log[-3000:]

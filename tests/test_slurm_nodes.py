@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import run_feedprof, write_script
+from local_slurm import run_batch
 from scripts_jobs import SLURM_DDP
 
 pytest.importorskip("torch")
@@ -37,9 +38,8 @@ def _sbatch(tmp_path, lines, timeout=420):
     """``sbatch --wait -N 2 -n 2`` of a batch script made of ``lines``; what it printed."""
     job = tmp_path / "job.sh"
     job.write_text("\n".join(["#!/bin/bash", f"cd {tmp_path}", FIRST_NODE, *lines]) + "\n")
-    proc = subprocess.run(["sbatch", "--wait", "-N", "2", "-n", "2", "-o", "batch.log", str(job)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = run_batch(["-N", "2", "-n", "2", "-o", "batch.log", str(job)], cwd=tmp_path, timeout=timeout,
+                     env={**os.environ, "PYTHONWARNINGS": "ignore"})
     log = (tmp_path / "batch.log").read_text() if (tmp_path / "batch.log").exists() else ""
     assert proc.returncode == 0, proc.stderr + log[-4000:]
     return log
@@ -81,6 +81,7 @@ def _picks_workers(rec):
     assert "--workers" in line and "ddp.py" in line, rec["paste_line"]
 
 
+@pytest.mark.serial
 def test_an_online_tune_across_two_nodes_keeps_what_each_rank_sees(tmp_path, slurm_nodes):
     script = write_script(tmp_path, "ddp.py", SLURM_DDP)
     port = _free_port()
@@ -96,12 +97,14 @@ def test_an_online_tune_across_two_nodes_keeps_what_each_rank_sees(tmp_path, slu
     _measured_where_it_runs(results["run"]["ranks"])
 
 
+@pytest.mark.serial
 def test_an_offline_tune_across_two_nodes_waits_for_the_rank_it_cannot_see(tmp_path, slurm_nodes):
     """Each trial ends once both ranks have their windows, the one on n2 included: no trial fails
     for a rank still loading there, and the pick is the I/O-bound job's several workers."""
     script = write_script(tmp_path, "ddp.py", SLURM_DDP)
     log = _sbatch(tmp_path, [
-        f"{FEEDPROF} tune --budget 150 --out out -- srun -n 2 {PYTHON} {script} --epochs 40",
+        f"{FEEDPROF} tune --budget 60 --max-workers 8 --window-seconds 0.8 --min-window-batches 20 "
+        f"--warmup-batches 2 --out out -- srun -n 2 {PYTHON} {script} --epochs 40",
         "echo feedprof-exit=$?"])
     assert _exit_of(log, "feedprof") == 0, log[-4000:]
     results = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -40,6 +40,7 @@ def values(points):
 # ------------------------------------------------------------------ profile
 
 
+@pytest.mark.serial
 def test_profile_cli_writes_the_run_as_tensorboard_scalars(tmp_path, no_leftovers, torch):
     # 100 batches per epoch: the 2 warm-up and 40 measured steps all fall in epoch 0
     script = write_script(tmp_path, "train.py", torch_loop(load_ms=5, step_ms=1))

@@ -10,7 +10,6 @@ the search's advice) run on the pinned torch.
 The versions run side by side (each suite mostly waits on its scripts' sleeps): the whole suite
 stays inside CI's time. Where an environment could not be made (no registry), the test skips,
 unless FEEDPROF_REQUIRE_TORCH_VERSIONS=1 (.ci/run): then it fails, with tests/torch_venvs' words."""
-import hashlib
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ from feedprof.frameworks.torch_support import TESTED
 PINNED = next(line.split("==")[1].strip() for line in open(os.path.join(REPO, "tests", "constraints.txt"))
               if line.startswith("torch=="))
 REQUIRED = os.environ.get("FEEDPROF_REQUIRE_TORCH_VERSIONS") == "1"
-PREFIX = os.environ.get("FEEDPROF_TORCH_VENVS", os.path.join(REPO, ".venv-torch-"))  # set by tests/run
+PREFIX = os.environ.get("FEEDPROF_TORCH_VENVS", os.path.join(REPO, ".venv-torch-"))  # set by tests/run (a cache)
 OTHERS = [v for v in TESTED if v != PINNED]
 ON_INTERNALS = [
     "tests/test_online.py::test_the_run_sees_what_it_would_see_without_feedprof",
@@ -56,12 +55,9 @@ def _made():
 
 
 def _wanted_stamp():
-    """What tests/torch_venvs writes into an environment it finished (its and pyproject's hash)."""
-    digest = hashlib.sha256()
-    for name in ("tests/torch_venvs", "pyproject.toml"):
-        with open(os.path.join(REPO, name), "rb") as fh:
-            digest.update(fh.read())
-    return digest.hexdigest()
+    """What tests/torch_venvs writes into an environment it finished (its and feedprof's dependencies' hash)."""
+    return subprocess.run([os.path.join(REPO, "tests", "torch_venvs"), "--stamp"], capture_output=True, text=True,
+                          cwd=REPO).stdout.strip()
 
 
 def _python(version):
@@ -95,7 +91,8 @@ def test_the_seeded_online_tests_on_torch_internals_pass_on_every_tested_torch(t
         runs[version] = (log, subprocess.Popen(
             [python, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", "-m", "seeded_online",
              "--basetemp", str(tmp_path / f"runs-{version}"), *ON_INTERNALS],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}))
     failed = {}
     for version, (log, proc) in runs.items():
         try:

@@ -36,6 +36,7 @@ def training_loaders(res):
             yield t["config"], rec["config"], rec["call_chain"]
 
 
+@pytest.mark.serial
 def test_lightning_keeps_the_knobs_when_it_rebuilds_the_loader(tmp_path, no_leftovers):
     pytest.importorskip("lightning")
     script = write_script(tmp_path, "train.py", LIGHTNING)
@@ -58,6 +59,7 @@ def test_lightning_keeps_the_knobs_when_it_rebuilds_the_loader(tmp_path, no_left
     assert "Lightning warned that the training loader has few workers" in proc.stdout
 
 
+@pytest.mark.serial
 def test_transformers_trainer_advice_is_its_training_arguments(tmp_path, no_leftovers):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
@@ -75,6 +77,7 @@ def test_transformers_trainer_advice_is_its_training_arguments(tmp_path, no_left
     assert "DataLoader(" not in rec["paste_line"]
 
 
+@pytest.mark.serial
 def test_stateful_dataloader_worker_flag_is_the_advice(tmp_path, no_leftovers):
     pytest.importorskip("torchdata")
     script = write_script(tmp_path, "train.py", STATEFUL)
@@ -96,6 +99,7 @@ def test_stateful_dataloader_worker_flag_is_the_advice(tmp_path, no_leftovers):
     assert rates[n] >= 2 * rates[0], rates
 
 
+@pytest.mark.serial
 def test_torchdata_nodes_threads_against_processes(tmp_path, no_leftovers):
     pytest.importorskip("torchdata")
     script = write_script(tmp_path, "train.py", NODES)
