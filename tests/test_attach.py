@@ -49,6 +49,10 @@ def test_a_raw_line_is_its_processes_thread_frames_and_count():
     read_raw(line.replace(" 42", " 40") + "\n", threads, active=True)
     t = threads[(11, 11)]
     assert t.parents == (10,) and t.samples == 42 and t.active == 40
+    # a thread py-spy has no name for, in a process whose command line holds newlines (python -c)
+    read_raw('process 12:"python -c import time\nwhile True:\n    time.sleep(1)";thread (12);<module> (<string>:3) 7\n',
+             threads, active=False)
+    assert threads[(12, 12)].samples == 7 and threads[(12, 12)].name == "" and "\nwhile True" in threads[(12, 12)].command
 
 
 def test_the_wait_is_the_training_threads_share_inside_next_with_its_noise():
@@ -136,7 +140,9 @@ def test_an_io_bound_loop_s_wait_agrees_with_its_own_stopwatch(tmp_path, e2e):
         assert line["cpu_s"] < 0.5 * line["wall_s"]  # it waits
         advice = next(n for n in run["summary"]["notes"] if n["code"] == "attach_advice")
         assert advice["predicted_workers"] >= 4
-        assert "feedprof tune --online train.py --clock" in out.stdout and "(sampled, not timed)" in out.stdout
+        said = " ".join(out.stdout.split())  # (the advice's command, wrapped)
+        assert f"cd {tmp_path} && feedprof tune --online {tmp_path / 'train.py'} --clock" in said, out.stdout
+        assert "(sampled, not timed)" in out.stdout
         assert (tmp_path / "out" / "report.html").exists()
     finally:
         _stop(proc)
@@ -213,3 +219,20 @@ def test_a_pid_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, cli, what, e
         if other is not None:
             other.kill()
             other.wait()
+
+
+@pytestmark_pyspy
+def test_a_python_process_that_iterates_no_loader_is_said_to_have_no_wait(tmp_path, e2e):
+    """A Python process outside any DataLoader (start-up, evaluation, another framework): no wait is
+    claimed, and the words say why."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time\nwhile True:\n    time.sleep(0.05)"])
+    try:
+        time.sleep(1)
+        out = run_feedprof(["attach", "--duration", "3", "--out", str(tmp_path / "out"), str(proc.pid)], timeout=120)
+        assert out.returncode == 0, out.stderr
+        run = json.loads((tmp_path / "out" / "run.json").read_text())
+        assert run["summary"]["data_wait_fraction"] is None
+        assert [n["code"] for n in run["summary"]["notes"]] == ["no_loader_seen"]
+        assert "no wait for data to read" in out.stdout and proc.poll() is None
+    finally:
+        _stop(proc)

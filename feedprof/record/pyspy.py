@@ -28,11 +28,11 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 RATE_HZ = 50  # samples a second: 1,000 over a 20 s window; py-spy's default is 100
-_PROCESS = re.compile(r'process (\d+):"(.*?)"(?=;(?:process \d+:|thread \())')
-_THREAD = re.compile(r"thread \((\d+)\): ?(.*)")
+_PROCESS = re.compile(r'process (\d+):"(.*?)"(?=;(?:process \d+:|thread \())', re.S)  # (a command may hold newlines)
+_THREAD = re.compile(r"thread \((\d+)\)(?:: ?(.*))?")  # (a thread py-spy has no name for: no colon)
 _FRAME = re.compile(r"^(.*) \((.*):(\d+)\)$")
 
 Frame = Tuple[str, str, int]  # (function, file, line)
@@ -83,12 +83,25 @@ def parse_line(line: str) -> Optional[Tuple[Tuple[int, ...], str, int, str, Tupl
         if m is not None:
             frames.append((m.group(1), m.group(2), int(m.group(3))))
     pids = tuple(int(p.group(1)) for p in procs)
-    return pids, procs[-1].group(2), int(thread.group(1)), thread.group(2), tuple(frames), int(count)
+    return pids, procs[-1].group(2), int(thread.group(1)), thread.group(2) or "", tuple(frames), int(count)
+
+
+def _stack_lines(text: str) -> Iterator[str]:
+    """A raw file's stacks, one each: a process whose command line holds newlines (``python -c``) has
+    its stacks written across lines, joined back here."""
+    held = ""
+    for line in text.splitlines():
+        held = f"{held}\n{line}" if held else line
+        if parse_line(held) is not None or not held.startswith("process ") or held.count("\n") > 100:
+            yield held
+            held = ""
+    if held:
+        yield held
 
 
 def read_raw(text: str, into: Dict[Tuple[int, int], ThreadStacks], active: bool) -> None:
     """A raw file's stacks added to ``into`` (as samples, or as active samples)."""
-    for line in text.splitlines():
+    for line in _stack_lines(text):
         parsed = parse_line(line)
         if parsed is None:
             continue

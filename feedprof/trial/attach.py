@@ -34,7 +34,7 @@ from feedprof.store import HostInfo, LoaderRecord, Outcome, RankInfo, Run, RunKi
     WindowEnd
 from feedprof.store.attached import AttachedInfo
 from feedprof.store.codes import Framework
-from feedprof.store.reasons import AttachAdvice, LoopStopped, Reason
+from feedprof.store.reasons import AttachAdvice, LoopStopped, NoLoaderSeen, Reason
 from feedprof.trial import attached_stacks as st
 
 DEFAULT_DURATION_S = 30.0
@@ -165,12 +165,16 @@ def _summary(run: Run, info: AttachedInfo, loader: LoaderRecord) -> Summary:
     notes: List[Reason] = []
     if info.advanced is False:
         notes.append(LoopStopped(waits=info.waits))
+    wait = info.wait_share
+    if not loader.site and info.advanced is not False:  # (no sample inside a loader's __next__: no wait to read)
+        notes.append(NoLoaderSeen(samples=info.samples))
+        wait = None
     n = int(loader.config.get("num_workers") or 0)
-    if info.wait_share is not None and info.wait_share >= rules.MIN_WAIT_FRACTION and info.advanced is not False:
+    if wait is not None and info.wait_share >= rules.MIN_WAIT_FRACTION and info.advanced is not False:
         notes.append(AttachAdvice(workers=n, wait_share=info.wait_share, predicted_workers=predicted_workers(
             n, info.wait_share), command=info.command, cwd=info.cwd))
     return Summary(loader=loader.site or "the loader", framework=Framework.TORCH, measured_s=info.window_s,
-                   data_wait_fraction=info.wait_share, input_bound=classify(info.wait_share), num_workers=n,
+                   data_wait_fraction=wait, input_bound=classify(wait), num_workers=n,
                    **host_means(run), notes=tuple(notes))
 
 

@@ -42,6 +42,13 @@ def _stopped(x: r.LoopStopped, d: Callable) -> str:
     return f"The loop did not get a batch in the whole window: it is stuck in the loader. Where each process waits: {parts}."
 
 
+def _no_loader(x: r.NoLoaderSeen, d: Callable) -> str:
+    return (f"None of the training thread's {x.samples} samples was inside a PyTorch DataLoader's __next__: no "
+            "wait for data to read. feedprof attach reads PyTorch DataLoader loops; this job may load through "
+            "Keras or tf.data, be outside its training loop (start-up, evaluation, a checkpoint), or iterate "
+            "no DataLoader. Read it again while it trains, or run feedprof profile on its script.")
+
+
 def attached_lines(a: AttachedInfo) -> List[str]:
     """The attached run's own rows: how it was read, and its figures' noise."""
     noise = f" ± {fmt_pct(a.wait_noise)}" if a.wait_noise is not None else ""
@@ -55,4 +62,4 @@ def attached_lines(a: AttachedInfo) -> List[str]:
 
 
 def words() -> Dict[type, Callable[[Any, Callable], str]]:
-    return {r.AttachAdvice: _advice, r.LoopStopped: _stopped}
+    return {r.AttachAdvice: _advice, r.LoopStopped: _stopped, r.NoLoaderSeen: _no_loader}

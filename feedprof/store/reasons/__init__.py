@@ -35,7 +35,7 @@ from feedprof.store.reasons.tune import (
 from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFollowWorkers, SetInPipeline
 from feedprof.store.reasons.beyond import BOUNDS, GapExplained, PartNotMeasured, Remedy
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
-from feedprof.store.reasons.attach import AttachAdvice, LoopStopped
+from feedprof.store.reasons.attach import AttachAdvice, LoopStopped, NoLoaderSeen
 
 __all__ = [
     "BOUNDS", "GapExplained", "PartNotMeasured", "Remedy", "CeilingBelowLoading", "LoopBarelyWaits", "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
@@ -57,5 +57,5 @@ __all__ = [
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
     "InOrderGain", "OrderChanges", "SamplesFollowWorkers", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",
-    "AttachAdvice", "LoopStopped",
+    "AttachAdvice", "LoopStopped", "NoLoaderSeen",
 ]

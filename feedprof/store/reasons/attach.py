@@ -29,3 +29,12 @@ class LoopStopped(Reason):
 
     code: ClassVar[str] = "loop_stopped"
     waits: Tuple[ProcessWait, ...] = ()
+
+
+@dataclass(frozen=True)
+class NoLoaderSeen(Reason):
+    """No sample of the training thread was inside a PyTorch loader's ``__next__``: no wait to read
+    (a loop of another framework, one outside its training loop, or one iterating no DataLoader)."""
+
+    code: ClassVar[str] = "no_loader_seen"
+    samples: int = 0
