@@ -3,7 +3,8 @@ iterator delivers to the loop (steps = batches delivered)."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict
+import os
+from typing import Any, Dict, List
 
 import _indep_core as core
 
@@ -11,7 +12,10 @@ KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 
 
 def legalise(args: Dict[str, Any], config: Dict[str, Any]) -> None:
-    """Apply config to DataLoader's bound arguments the way torch accepts them."""
+    """Apply config to DataLoader's bound arguments the way torch accepts them (and the thread
+    settings a user would paste: ``worker_threads`` each worker's BLAS/OpenMP pools held with
+    threadpoolctl in its worker_init_fn; ``main_threads`` torch.set_num_threads; ``main_cores`` the
+    training process on its first cores, the workers on the rest)."""
     for k in KNOBS:
         if k in config:
             args[k] = config[k]
@@ -19,6 +23,42 @@ def legalise(args: Dict[str, Any], config: Dict[str, Any]) -> None:
         args["num_workers"] = 0
         args["prefetch_factor"] = None  # torch raises on either with 0 workers
         args["persistent_workers"] = False
+    cpus = sorted(os.sched_getaffinity(0))
+    k = int(config.get("main_cores") or 0)
+    if args["num_workers"] and (config.get("worker_threads") or k):
+        args["worker_init_fn"] = HoldPools(args.get("worker_init_fn"), int(config.get("worker_threads") or 0),
+                                           cpus[k:] if k else [])
+    if config.get("main_threads"):
+        import torch
+
+        torch.set_num_threads(int(config["main_threads"]))
+    if k:
+        _pin(cpus[:k])
+
+
+def _pin(cpus: List[int]) -> None:
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+
+
+class HoldPools:
+    """A worker_init_fn: the worker's thread pools held, its cores set, then the script's own."""
+
+    def __init__(self, inner: Any, threads: int, cpus: List[int]):
+        self.inner, self.threads, self.cpus = inner, threads, cpus
+
+    def __call__(self, worker_id: int) -> None:
+        if self.cpus:
+            _pin(self.cpus)
+        if self.threads:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(self.threads)
+        if self.inner is not None:
+            self.inner(worker_id)
 
 
 def effective(loader: Any) -> Dict[str, Any]:

@@ -34,6 +34,7 @@ from feedprof.analyse.evidence import config_key
 from feedprof.analyse.loading import Cost, costs, cpu_share
 from feedprof.analyse.measurements import CpuUse
 from feedprof.store import BatchTime, ConfigEvidence, LoadingProfile
+from feedprof.store.knobs.threads import threads_of, without_threads
 from feedprof.store.reasons import GapExplained, PartNotMeasured, Reason, Remedy
 
 MIN_PART = 0.05  # a part under this share of a batch's time binds nothing
@@ -148,7 +149,28 @@ def remedies(gap: GapExplained, t: BatchTime, loading: Optional[LoadingProfile],
         out = _line_remedies(gap.bound, loading, rate, cap, device)
     else:
         out = _waiting_remedies(loading, t, evidence, rate)
-    return [r for r in out if r is not None and _worth(r, rate)]
+    tried = _threads_tried(t, evidence, gap.bound, rate)
+    if any(r.kind == "own_cores" for r in tried):  # (measured: the prediction is not said beside it)
+        out = [r for r in out if r is None or r.kind != "own_cores"]
+    return [r for r in out + tried if r is not None and _worth(r, rate)]
+
+
+THREAD_REMEDY = {"worker_threads": "hold_pools", "main_threads": "main_threads", "main_cores": "own_cores"}
+
+
+def _threads_tried(t: BatchTime, evidence: Sequence[ConfigEvidence], bound: str, rate: float) -> List[Remedy]:
+    """The thread and core knobs (store/knobs/threads.py) a trial measured beside the same loader
+    settings: each remedy with the rate it measured, whether or not it was picked."""
+    own, mine = without_threads(t.config), threads_of(t.config)
+    out: List[Remedy] = []
+    for e in evidence:
+        changed = [k for k in THREAD_REMEDY if threads_of(e.config).get(k) != mine.get(k)]
+        if not e.figure or config_key(without_threads(e.config)) != config_key(own) or len(changed) != 1:
+            continue
+        if threads_of(e.config).get(changed[0]):  # (a knob the pick has, measured without: not a remedy)
+            out.append(Remedy(kind=THREAD_REMEDY[changed[0]], bound=bound, measured_batches_per_s=e.figure,
+                              from_batches_per_s=rate, config=dict(e.config)))
+    return out
 
 
 def _worth(r: Remedy, rate: float) -> bool:

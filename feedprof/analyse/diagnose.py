@@ -7,6 +7,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from feedprof.analyse import rules, stats
 from feedprof.analyse.hazards import run_hazards
+from feedprof.analyse.pools import pools_finding
 from feedprof.analyse.stragglers import nodes_differ, rank_spread, waits_of_run
 from feedprof.analyse.window import training_loader, window_steps
 from feedprof.store.reasons import (FewSteadyBatches, GpuUnavailable, NoLoaderIterated, OnlyWarmup, Reason, Straggler,
@@ -106,7 +107,7 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
     workers = workers_of(rec.config)
     notes += run_hazards(run, rec, workers, rate)
     wall_s = sum(steps.wall_s)
-    return Summary(
+    summary = Summary(
         loader=rec.name or rec.site or f"loader {rec.loader_id}",
         framework=rec.framework,
         batches_measured=measured,
@@ -132,6 +133,15 @@ def summarize(run: Run, n_chunks: int = stats.DEFAULT_CHUNKS) -> Summary:
         **_host_means(run, rec),
         notes=tuple(said_once(notes)),
     )
+    return _with_pools(run, summary)
+
+
+def _with_pools(run: Run, summary: Summary) -> Summary:
+    """The summary, with its workers' thread pools said where together they ask for more threads
+    than the cores the run may use (analyse/pools.py)."""
+    cpus = (run.rank.cpus if run.rank is not None else None) or run.host.cpus_usable
+    found = pools_finding(run.pools, summary, cpus) if cpus else None
+    return dataclasses.replace(summary, notes=summary.notes + (found,)) if found is not None else summary
 
 
 def _step_notes(rec: LoaderRecord, measured: int) -> List[Reason]:
@@ -175,6 +185,10 @@ def host_means(run: Run) -> dict:
     return _host_means(run, LoaderRecord(loader_id=-1, framework=run.loaders[0].framework if run.loaders else ""))
 
 
+def _or_run(value: Optional[float], t_s: Sequence[float], col: Sequence[Optional[float]]) -> Optional[float]:
+    return value if value is not None else stats.window_mean(t_s, col, None, None)
+
+
 def _host_means(run: Run, rec: LoaderRecord) -> dict:
     """Host and GPU readings over the steady window (or the whole run if it had none)."""
     w, steps, s = run.window, rec.steps, run.samples
@@ -188,6 +202,9 @@ def _host_means(run: Run, rec: LoaderRecord) -> dict:
         workers_cpu_pct=mean(s.workers_cpu_pct),
         workers_runq_pct=mean(s.workers_runq_pct),
         main_runq_pct=mean(s.main_runq_pct),
+        # (counted less often than the other readings: a short window may hold none, then the run's)
+        main_threads_runnable=_or_run(mean(s.main_threads_runnable), s.t_s, s.main_threads_runnable),
+        workers_threads_runnable=_or_run(mean(s.workers_threads_runnable), s.t_s, s.workers_threads_runnable),
         other_cpu_cores=mean(other_cores(s)),
         gpu_util_pct=tuple(mean(g.util_pct) for g in s.gpus),
         peak_tree_rss_bytes=peaks.tree_rss_bytes,

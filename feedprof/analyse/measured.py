@@ -14,6 +14,7 @@ from feedprof.analyse import noise, rules, stats
 from feedprof.analyse.diagnose import between_epochs, training_loader
 from feedprof.analyse.evidence import config_key
 from feedprof.analyse.measurements import CpuUse
+from feedprof.analyse.pools import worker_pool_threads
 from feedprof.store import ConfigEvidence, Role, Run, Trial, TrialState
 
 SPREAD_LIMIT = 0.25  # a window whose chunks spread more than ±25 % failed to measure its config
@@ -112,7 +113,9 @@ def evidence_of(m: Measured) -> ConfigEvidence:
         samples=round(sum(s.batches_measured * _samples_per_batch(s) for s in runs)),
         wall_s=sum(s.measured_s for s in runs), wait_s=sum(s.data_wait_s or 0.0 for s in runs),
         workers_cores=stats.median(cores), figure_rate=figure, confirm_measurements=confirms,
-        figure_spread=figure_spread(m), trial_index=m.latest.index)
+        figure_spread=figure_spread(m), trial_index=m.latest.index,
+        pool_threads=max((p for p in (worker_pool_threads(t.run.pools) for t in m.trials if t.run is not None)
+                          if p is not None), default=None))
 
 
 def evidence_of_trials(trials: Sequence[Trial]) -> List[ConfigEvidence]:

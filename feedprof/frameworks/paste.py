@@ -24,8 +24,8 @@ from feedprof.frameworks.kwargs import find_loader_call, through_splats
 from feedprof.frameworks.origin import AtAssign, AtCall, AtKey, FromFlag, NotFound, Origin, Tracer, display
 from feedprof.frameworks.paste_check import Check, check_command, check_statement
 from feedprof.frameworks.scope import argument, callee, load
-from feedprof.frameworks.source import (enclosing_def, parse_file, resolve_site, rewrite_keys, rewrite_statement,
-                                       statement_at)
+from feedprof.frameworks.source import (Code, enclosing_def, parse_file, resolve_site, rewrite_keys,
+                                       rewrite_statement, statement_at)
 from feedprof.store.codes import LineProblem
 from feedprof.store.reasons import (BuiltByHelper, HelperTakesNoSetting, PasteLineWithheld, Reason, SetByFlag,
                                     SetByOverride, SetElsewhere, SettingSourceUnknown)
@@ -58,6 +58,7 @@ class Call:
     parsers: Tuple[str, ...] = ()  # calls that build it from the command line instead, one flag per
     #                                keyword (HfArgumentParser.parse_args_into_dataclasses)
     built_in: Tuple[str, ...] = ()  # a library's frames from the chain's last to the call (see NOTE below)
+    code: Tuple[Tuple[str, str], ...] = ()  # keywords written at the call itself as code (frameworks/thread_paste.py)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ def paste(calls: Sequence[Call], script: str, argv: Sequence[str] = (), fallback
         plan.edits.setdefault(key, {})  # the loader's own call first
         for setting in call.settings:
             _place(setting, call, frames, tracer, plan, script, argv)
+        for keyword, code in call.code:  # (never followed to where the call's own value comes from)
+            plan.edits[key][keyword] = Code(code)
         if call.drop:
             plan.drops[key] = list(call.drop)
     _siblings_without_workers(plan, tracer)

@@ -56,6 +56,15 @@ def find_call(tree: ast.AST, line: int, names: Sequence[str]) -> Optional[ast.Ca
     return best
 
 
+class Code(str):
+    """A knob's value written as code (a name the paste defines: ``worker_init_fn=hold_worker_pools``),
+    not as a literal."""
+
+
+def _node(value: Any) -> ast.expr:
+    return ast.parse(value, mode="eval").body if isinstance(value, Code) else ast.Constant(value)
+
+
 def _with_knobs(call: ast.Call, knobs: Dict[str, Any], drop: Sequence[str],
                 positional: Sequence[str]) -> ast.Call:
     """A copy of ``call`` with ``knobs`` set: a knob the user passed positionally is
@@ -64,9 +73,9 @@ def _with_knobs(call: ast.Call, knobs: Dict[str, Any], drop: Sequence[str],
     as_keywords = dict(knobs)
     for i, name in enumerate(positional[: len(args)]):
         if name in as_keywords:
-            args[i] = ast.Constant(as_keywords.pop(name))
+            args[i] = _node(as_keywords.pop(name))
     kept = [k for k in call.keywords if k.arg not in knobs and k.arg not in drop]
-    new = [ast.keyword(arg=name, value=ast.Constant(value)) for name, value in as_keywords.items()]
+    new = [ast.keyword(arg=name, value=_node(value)) for name, value in as_keywords.items()]
     return ast.Call(func=call.func, args=args, keywords=kept + new)
 
 

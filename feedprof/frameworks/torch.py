@@ -44,11 +44,13 @@ from typing import TYPE_CHECKING, Any, ContextManager, Dict, Iterator, Optional,
 
 from feedprof.frameworks import code_site
 from feedprof.frameworks.contract import Controller, LoaderHandle
+from feedprof.frameworks.thread_limits import apply_to_training_process, split, worker_init
 from feedprof.record.clock import Clock
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, learn_batch_size
 from feedprof.store import LoaderRecord
 from feedprof.store.codes import Framework
 from feedprof.store.knobs.dataloader import DEFAULT_PREFETCH_FACTOR, KNOBS, effective, legalize
+from feedprof.store.knobs.threads import threads_of, without_threads
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader, Dataset
@@ -133,20 +135,24 @@ TRAINING_ARGUMENTS = {"num_workers": ("dataloader_num_workers", 0), "pin_memory"
                       "persistent_workers": ("dataloader_persistent_workers", False)}
 
 
-def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
+def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = (),
+              cuda_used: Optional[bool] = None) -> Paste:
     """The script's own call (DataLoader, or the TrainingArguments a Trainer
-    builds it from) with the knobs set where each is set (frameworks/paste.py)."""
+    builds it from) with the knobs set where each is set (frameworks/paste.py); the thread knobs
+    with code of their own (frameworks/thread_paste.py)."""
     from feedprof.frameworks.paste import Call, Paste, Setting, paste  # (it reads source; the adapter need not)
+    from feedprof.frameworks.thread_paste import ThreadPaste, thread_paste
 
-    cfg = effective(config)
+    cfg = effective(without_threads(config))
     n = cfg["num_workers"]
     # only what changes from the script's own settings (as the loader ran with them): a value its
     # own expression gave already is never written over that expression (it would drop a flag)
     own = effective(getattr(loader, "config", None) or {}) if loader is not None else {}
     knobs = [k for k in ["num_workers", "pin_memory"] + (["prefetch_factor", "persistent_workers"] if n else [])
              if k not in own or own.get(k) != cfg[k]]
-    if own and not knobs:
+    if own and not knobs and not threads_of(config):
         return Paste("")  # nothing to change
+    threads = ThreadPaste()
     drop = () if n else ("prefetch_factor", "persistent_workers")
     settings_call = getattr(loader, "settings_call", "") if loader is not None else ""
     if settings_call:
@@ -168,12 +174,18 @@ def paste_for(config: Dict[str, Any], loader: Optional[LoaderRecord], script: st
             # without workers
             knobs.append("persistent_workers")
         # (a start method is illegal without workers too: the DataLoader raises ValueError)
+        threads = thread_paste(config, chain, LOADER_CALLS, POSITIONAL, script, argv, cuda_used)
         call = Call(chain=chain, names=LOADER_CALLS, positional=POSITIONAL,
                     drop=drop + (() if n else ("multiprocessing_context",)), built_in=built_in,
                     settings=tuple(Setting(k, k, cfg[k], defaults[k], HELPER_NAMES.get(k, ()), own.get(k))
-                                   for k in knobs))
+                                   for k in knobs), code=threads.code)
     fallback = call_line(cfg, batch_size=getattr(loader, "batch_size", None))
-    return paste([call], script, argv, fallback)
+    found = paste([call], script, argv, fallback)
+    if not threads.preamble or not found.line:
+        return found
+    lines = [*threads.preamble, found.line] + ([f"# or, without editing the script: {threads.command}"]
+                                               if threads.command else [])
+    return Paste("\n".join(lines), found.findings)
 
 
 # what a library's loader helper may call each knob (timm's create_loader: num_workers, pin_memory)
@@ -259,10 +271,13 @@ def patch_loader_class(cls: type, ctl: Controller) -> None:
         original = _rebuilt_from(ctl, dataset, caller)
         plan = original.plan if original is not None else ctl.plan(Framework.TORCH, caller)
         if plan.inject and knobs_visible:
-            for key, value in legalize({**script_cfg, **plan.inject}).items():
+            own, threads = split(plan.inject)  # (the thread knobs are no keyword of the loader's)
+            for key, value in legalize({**script_cfg, **own}).items():
                 bound.arguments[key] = value
             if not bound.arguments["num_workers"] and "multiprocessing_context" in bound.arguments:
                 bound.arguments["multiprocessing_context"] = None  # illegal without workers (see legalize)
+            if threads:
+                _apply_threads(bound.arguments, threads)
         orig_init(*bound.args, **bound.kwargs)
         info = _info(self, ctl, caller, original, script_cfg or {k: getattr(self, k, None) for k in KNOBS})
         # (the loader is not kept alive for it; a datapipe is sharded by PyTorch itself)
@@ -283,6 +298,14 @@ def patch_loader_class(cls: type, ctl: Controller) -> None:
     cls.__init__ = __init__
     cls.__iter__ = __iter__
     cls._feedprof_patched = True
+
+
+def _apply_threads(arguments: Dict[str, Any], threads: Dict[str, Any]) -> None:
+    """The thread knobs of a trial (frameworks/thread_limits.py): the workers' through the loader's
+    worker_init_fn, the training process's at once."""
+    if arguments.get("num_workers"):
+        arguments["worker_init_fn"] = worker_init(arguments.get("worker_init_fn"), threads)
+    apply_to_training_process(threads)
 
 
 def _info(loader: "DataLoader", ctl: Controller, caller: FrameType, original: Optional[LoaderHandle],

@@ -9,7 +9,9 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional
 
+from feedprof.frameworks.thread_limits import worker_init
 from feedprof.frameworks.torch_worker_draws import WorkerDraws
+from feedprof.store.knobs.threads import threads_of
 from feedprof.frameworks.torch_feed import Feed
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ def _copy_with(loader: "DataLoader", feed: Feed, config: Dict[str, Any], base_se
     put(proxy, "persistent_workers", True)  # the pool outlives the epoch: switching decides its end
     put(proxy, "timeout", timeout_s if n else 0)
     put(proxy, "_iterator", None)
+    if n and threads_of(config):  # its workers' thread pools held (frameworks/thread_limits.py)
+        put(proxy, "worker_init_fn", worker_init(loader.worker_init_fn, threads_of(config)))
     if draws is not None:
         put(proxy, "collate_fn", draws.wrap(loader.collate_fn))
     gen = torch.Generator()

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import psutil
 
 from feedprof.record.clock import MONOTONIC, Clock
+from feedprof.record.pools import threads_of
 from feedprof.record.workers import IN_PROCESS, ProbeSchedule, WorkerProbe
 from feedprof.store import GpuStatus, HostInfo
 
@@ -30,6 +31,7 @@ SHM_PATH = "/dev/shm"
 # multiprocessing's helper processes are part of the tree, not loader workers.
 _HELPER_MARKERS = ("resource_tracker", "forkserver", "semaphore_tracker")
 MEMORY_DETAIL_BUDGET = 0.003  # fraction of one core PSS/USS readings may use
+THREADS_EVERY_S = 0.25  # runnable threads are counted at most this often (two /proc files a thread)
 
 
 def _forked_by_server(proc: psutil.Process) -> bool:
@@ -63,6 +65,8 @@ class TreeReading:
     main_fds: Optional[int] = None
     worker_fds_max: Optional[int] = None
     fd_limit: Optional[int] = None
+    main_threads_runnable: Optional[int] = None  # threads ready to run (record/pools.py), on THREADS_EVERY_S's schedule
+    workers_threads_runnable: Optional[int] = None
 
 
 class TargetGone(Exception):
@@ -153,6 +157,7 @@ class ProcessTreeProbe:
         self._t_detail_due = float("-inf")
         self._worker_probe = WorkerProbe(self.main, worker_probe)
         self._adopted: Dict[int, psutil.Process] = {}
+        self._t_threads_due = float("-inf")
 
     def adopt(self, pid: int) -> None:
         """Count ``pid`` and its descendants in this tree although they are not below the root
@@ -232,6 +237,9 @@ class ProcessTreeProbe:
             self._t_detail_due = t_s + max(self.memory_detail_interval_s, cost_s / MEMORY_DETAIL_BUDGET)
         workers = {pid: c.proc for pid, c in self._children.items() if pid not in self._helpers}
         detail.update(self._worker_probe.read(t_s, workers))
+        if t_s >= self._t_threads_due:
+            self._t_threads_due = t_s + THREADS_EVERY_S
+            detail.update(self._runnable(workers))
         return TreeReading(
             system_cpu_pct=sum(per_core) / len(per_core) if per_core else None,
             per_core_cpu_pct=per_core,
@@ -245,6 +253,14 @@ class ProcessTreeProbe:
             shm_used_bytes=shm_used_bytes(self.shm_path),
             **detail,
         )
+
+    def _runnable(self, workers: Dict[int, psutil.Process]) -> dict:
+        """Threads ready to run in the training process and in its workers together: against the
+        cores the job may use, they say whether the pools oversubscribe them (record/pools.py)."""
+        main = threads_of(self.pid)
+        counts = [t.runnable for t in (threads_of(pid) for pid in workers) if t is not None]
+        return dict(main_threads_runnable=main.runnable if main is not None else None,
+                    workers_threads_runnable=sum(counts) if workers else None)
 
     def _memory_detail(self) -> dict:
         """PSS/USS: the honest per-process figures (RSS counts shared pages in every worker)."""

@@ -56,6 +56,7 @@ import time
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+from feedprof.record.pools import POOLS
 from feedprof.record.userframes import display_path, is_user_file
 from feedprof.store.loading import LoadingLine, LoadingProfile
 
@@ -415,6 +416,7 @@ class loading:
         self.label = label
 
     def __enter__(self) -> "loading":
+        POOLS.loading_started()
         self.call = PROFILER.enter(self.label, sys._getframe(1))
         return self
 

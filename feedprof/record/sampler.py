@@ -41,7 +41,7 @@ ROW_CAPACITY = 4096
 
 # Row layout (a plain tuple: cheap to store, thinned by keeping the first of a pair).
 (_T, _SYS, _CORES, _MAIN_CPU, _WORK_CPU, _MAIN_RSS, _WORK_RSS, _NW, _SHM, _PSS, _USS, _MAIN_RUNQ, _WORK_RUNQ,
- _W_USS, _W_PSS, _W_PID, _MAIN_FDS, _WORK_FDS, _GPU) = range(19)
+ _W_USS, _W_PSS, _W_PID, _MAIN_FDS, _WORK_FDS, _MAIN_THR, _WORK_THR, _GPU) = range(21)
 _N_TREE = _GPU - 1  # fields a tree reading fills
 
 
@@ -216,6 +216,7 @@ class Sampler:
             tree_pss_bytes=col(_PSS), tree_uss_bytes=col(_USS),
             worker_uss_bytes=col(_W_USS), worker_pss_bytes=col(_W_PSS), worker_pid=col(_W_PID),
             main_fds=col(_MAIN_FDS), worker_fds_max=col(_WORK_FDS), fd_limit=fd_limit,
+            main_threads_runnable=col(_MAIN_THR), workers_threads_runnable=col(_WORK_THR),
             gpus=tuple(gpus),
             peaks=Peaks(tree_rss_bytes=p["tree_rss"], tree_pss_bytes=p["tree_pss"],
                         tree_uss_bytes=p["tree_uss"], worker_pss_bytes=p["worker_pss"],
@@ -230,7 +231,8 @@ def _tree_fields(r: TreeReading) -> tuple:
     return (r.system_cpu_pct, r.per_core_cpu_pct, r.main_cpu_pct, r.workers_cpu_pct,
             r.main_rss_bytes, r.workers_rss_bytes, r.n_workers, r.shm_used_bytes,
             r.tree_pss_bytes, r.tree_uss_bytes, r.main_runq_pct, r.workers_runq_pct,
-            r.worker_uss_bytes, r.worker_pss_bytes, r.worker_pid, r.main_fds, r.worker_fds_max)
+            r.worker_uss_bytes, r.worker_pss_bytes, r.worker_pid, r.main_fds, r.worker_fds_max,
+            r.main_threads_runnable, r.workers_threads_runnable)
 
 
 def _add(a: Optional[int], b: Optional[int]) -> Optional[int]:

@@ -140,6 +140,7 @@ def _untuned_lines(result: TuneResult, unchanged: bool) -> List[str]:
 
 
 STEP_WORDS = {"climb": "trying more workers", "refine": "trying fewer workers, as fast",
+              "pools": "the same workers, each one's thread pools held to its share of the cores",
               "confirm": "measuring again, interleaved with its rival", "measuring": "measuring",
               "retreat_memory": "leaving a config whose memory passed the budget",
               "retreat_failed": "leaving the kept config: it failed (a worker was killed, hung or raised an error)",

@@ -5,6 +5,7 @@ from typing import Any, List, Optional, Tuple
 
 from feedprof.analyse.batch_time import profile_batch_time
 from feedprof.analyse.loading import training_loading
+from feedprof.render.words.threads import pools_line
 from feedprof.render.leftovers import format_leftovers
 from feedprof.render.progress import format_recommendation
 from feedprof.render.ranks import format_ranks
@@ -92,6 +93,9 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optio
         worker = f", busiest worker {s.peak_worker_fds}" if s.peak_worker_fds is not None else ""
         limit = f" (limit {s.fd_limit} per process)" if s.fd_limit else ""
         row("open files", f"main process {s.peak_main_fds}{worker}{limit}")
+    pools = pools_line(run) if run is not None else ""
+    if pools:
+        row("threads", pools)
     for k, v in beyond_rows(run):
         row(k, v)
     for note in s.notes:

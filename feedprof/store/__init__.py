@@ -11,6 +11,7 @@ here is worded: findings are ``reasons.Reason`` records with their figures.
     samples.py  the sampler's series and their peaks
     loading.py  where the loading code spent its time (sampled lines, exact totals)
     attached.py what feedprof attach read of a job from outside (shares of samples, not timings)
+    pools.py    the thread pools of the training process and of its loader's workers
     batch_time.py  where one batch's time goes, in measured parts
     procs.py    processes: on a GPU (feedprof gpus), left behind by a run
     run.py      one run (run.json): loaders, window, outcome, summary
@@ -33,7 +34,7 @@ from importlib import import_module
 from typing import Any, Dict, List
 
 _MODULES: Dict[str, tuple] = {
-    "codes": ("Code", "Framework", "GpuStatus", "InputBound", "LineProblem", "Phase", "Role", "RunKind", "SwitchAt",
+    "codes": ("Code", "Framework", "GpuStatus", "InputBound", "LineProblem", "Phase", "PoolRole", "Role", "RunKind", "SwitchAt",
               "TrialState", "VerdictKind", "WindowEnd"),
     "host": ("GpuInfo", "HostInfo"),
     "samples": ("GpuSeries", "Peaks", "Samples"),
@@ -44,6 +45,7 @@ _MODULES: Dict[str, tuple] = {
     "evidence": ("ConfigEvidence",),
     "loading": ("LoadingLine", "LoadingProfile"),
     "attached": ("AttachedInfo", "ProcessWait"),
+    "pools": ("ProcessPools", "ThreadPool"),
     "batch_time": ("BatchTime", "TimePart"),
     "online": ("OnlineFailure", "OnlineLoaderMode", "OnlineRecord", "OnlineSwitch", "OnlineWarmup", "OnlineWindow"),
     "files": ("StoreError", "from_json_data", "load", "records_in", "save", "write_refused", "NotSaved"),

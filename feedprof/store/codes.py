@@ -137,3 +137,10 @@ class LineProblem(Code):
     KEYWORD_MAYBE_TWICE = "keyword_maybe_twice"  # a keyword added beside a ** splat feedprof cannot read
     FLAG_TWICE = "flag_twice"  # a command line gives one of the script's flags twice
     UNCHANGED = "unchanged"  # the line is the script's own: nothing to paste
+
+
+class PoolRole(Code):
+    """Which processes held a thread pool (store/pools.py)."""
+
+    WORKER = "worker"  # a loader's worker process (DataLoader worker, a PyDataset process)
+    TRAINING = "training"  # the training process (its loop, and its loading at 0 workers)

@@ -33,6 +33,8 @@ class ConfigEvidence:
     confirm_measurements: int = 0
     figure_spread: Optional[float] = None
     trial_index: Optional[int] = None  # offline: its latest trial (None: windows of the run)
+    # the most threads one thread pool of a loader worker ran (analyse/pools.py; None: not read)
+    pool_threads: Optional[int] = None
 
     @property
     def figure(self) -> Optional[float]:

@@ -25,6 +25,7 @@ class OnlineWindow:
     # the loop's time in another live iterator of the loader (a probe batch, zip(loader, loader)):
     # torch's own with the script's settings, whatever config the window measures, so left out of span_s
     other_s: float = 0.0
+    pool_threads: Optional[int] = None  # the most threads one pool of its workers ran (record/pools.py; None: not read)
 
     @property
     def wall_s(self) -> float:

@@ -19,6 +19,7 @@ from feedprof.store.host import HostInfo
 from feedprof.store.procs import Leftovers
 from feedprof.store.attached import AttachedInfo
 from feedprof.store.loading import LoadingProfile
+from feedprof.store.pools import ProcessPools
 from feedprof.store.samples import Samples
 
 SCHEMA_RUN = "feedprof.run/1"  # the one version this feedprof writes and reads (the rule: store/schema.py)
@@ -215,6 +216,8 @@ class Summary:
     workers_cpu_pct: Optional[float] = None
     workers_runq_pct: Optional[float] = None  # the workers' wait for a CPU (percent of one core)
     main_runq_pct: Optional[float] = None  # the training process's wait for a CPU (percent of one core)
+    main_threads_runnable: Optional[float] = None  # threads of the training process ready to run, on average
+    workers_threads_runnable: Optional[float] = None  # threads of the workers ready to run, together, on average
     other_cpu_cores: Optional[float] = None  # cores busy with processes outside the job
     gpu_util_pct: Tuple[Optional[float], ...] = ()  # per device, CUDA order
     peak_tree_rss_bytes: Optional[int] = None
@@ -254,6 +257,7 @@ class Run:
     leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process)
     loading: Tuple[LoadingProfile, ...] = ()  # where each dataset's loading code spent its time
     attached: Optional[AttachedInfo] = None  # feedprof attach: read from outside, sampled (store/attached.py)
+    pools: Tuple[ProcessPools, ...] = ()  # the thread pools of the training process and of its loader's workers
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:
         return next((rec for rec in self.loaders if rec.loader_id == loader_id), None)

@@ -67,6 +67,10 @@ class Samples:
     main_fds: Tuple[Optional[int], ...] = ()  # open files, on the same schedule as worker_uss_bytes
     worker_fds_max: Tuple[Optional[int], ...] = ()  # of the busiest worker
     fd_limit: Optional[int] = None  # the script's soft RLIMIT_NOFILE (every worker inherits it)
+    # threads ready to run (running, or waiting for a CPU): the training process's, and its workers' together;
+    # counted every quarter second (None between)
+    main_threads_runnable: Tuple[Optional[int], ...] = ()
+    workers_threads_runnable: Tuple[Optional[int], ...] = ()
     gpus: Tuple[GpuSeries, ...] = ()
     peaks: Peaks = field(default_factory=Peaks)
     notes: Tuple[Reason, ...] = ()

@@ -129,6 +129,9 @@ class Trial:
 class Recommendation:
     framework: Framework
     config: Dict[str, Any]  # the framework's own keyword names
+    # the thread-pool and core knobs beside them (store/knobs/threads.py: worker_threads, main_threads,
+    # main_cores), which no keyword of the loader's sets: the paste sets them with code of its own
+    threads: Dict[str, int] = field(default_factory=dict)
     config_text: str = ""  # the same in words, defaults left out
     trial_index: Optional[int] = None
     batches_per_s: Optional[float] = None  # over whole epochs: per-epoch costs (start-up, validation) included

@@ -19,8 +19,10 @@ from feedprof.store.reasons import Reason, WindowNotReached
 from feedprof.record.digest import digests_wanted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.loadprof import PROFILER
+from feedprof.record.pools import POOLS
 from feedprof.record.ranks import cuda_device
 from feedprof.record.steps import Binding, LoaderInfo, StepRecorder, WatchedIterator, infer_batch_size
+from feedprof.store.codes import PoolRole
 from feedprof.store import Outcome, RankInfo, Run, RunKind, SwitchAt, TrialState, Window, WindowEnd, knobs
 from feedprof.trial.protocol import Mode, TrialSpec, site_matches
 from feedprof.trial.replay import ReplayCache, ReplayIterator
@@ -76,6 +78,7 @@ class Controller:
         self._events = open(spec.events_path, "a", encoding="utf-8")
         # where the loading code spends its time, in this process and its loader workers (record/loadprof.py)
         PROFILER.configure(os.path.dirname(os.path.abspath(spec.result_path)), self.script_dir, os.getpid())
+        POOLS.configure(os.path.dirname(os.path.abspath(spec.result_path)), os.getpid())
         self.online: Optional[OnlineTuning] = None
         self.switch_allowed = SwitchAllowed(resharding=spec.allow_resharding)
         if spec.mode == Mode.ONLINE:
@@ -326,6 +329,7 @@ class Controller:
                   modules=tuple(m for m in HEAVY_MODULES if m in sys.modules), rank=self.rank)
         write_text_atomic(self.spec.result_path, dumps(run))
         PROFILER.flush()  # this process's loading, up to now (the parent reads it with the result)
+        POOLS.write(PoolRole.TRAINING)  # its thread pools as they ran (record/pools.py)
         self.result_written = True
 
 

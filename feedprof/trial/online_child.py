@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from feedprof.analyse.diagnose import workers_of
 from feedprof.analyse.evidence import config_key
+from feedprof.record.pools import pool_threads_of
 from feedprof.frameworks.contract import OnlineLoader, Pool
 
 POLL_S = 0.05  # how often the decision file is looked at
@@ -385,4 +386,5 @@ class OnlineTuning:
         self._say("online_window", loader_id=ol.loader_id, config=w.config, batches=w.batches, samples=w.samples,
                   wait_s=w.wait_s, load_cpu_s=w.load_cpu_s, span_s=w.span_s, other_s=w.other_s,
                   t_start_s=w.t_start_s - self.origin_s,
-                  t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu, epoch=ol.epochs, seq=self.seq)
+                  t_end_s=w.t_end_s - self.origin_s, workers_cpu_s=workers_cpu, epoch=ol.epochs, seq=self.seq,
+                  pool_threads=pool_threads_of(st.pids))

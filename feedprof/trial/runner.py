@@ -28,6 +28,7 @@ from feedprof.store.reasons import Interrupted
 from feedprof.record.clock import MONOTONIC, Clock
 from feedprof.record.leftovers import TRIAL_ENV, check_run
 from feedprof.record.loadprof import merge_profiles, read_profiles
+from feedprof.record.pools import read_pools
 from feedprof.record.sampler import Sampler
 from feedprof.record.workers import OBSERVED  # a trial is sampled from this process, not the script's
 from feedprof.store import HostInfo, Run, StoreError, TrialState, Window, WindowEnd, load
@@ -164,6 +165,6 @@ def _assemble(flight: InFlight, samples: Any, interrupted: bool = False) -> Run:
     run = dataclasses.replace(
         base, kind="trial", script=flight.script, argv=flight.argv, started_at=flight.started_at,
         duration_s=flight.duration_s(), host=flight.host, outcome=outcome,
-        loading=merge_profiles(read_profiles(flight.paths.directory)),
+        loading=merge_profiles(read_profiles(flight.paths.directory)), pools=read_pools(flight.paths.directory),
         **({"samples": samples} if samples is not None else {}))
     return dataclasses.replace(run, summary=summarize(run))

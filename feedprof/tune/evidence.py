@@ -17,7 +17,7 @@ class Next:
     """The search's next step: measure ``config``, or (``final``) settle on it."""
 
     config: Config
-    why: str  # the step (a code): baseline, measuring, again, ceiling, climb, refine, secondary, confirm,
+    why: str  # the step (a code): baseline, measuring, again, ceiling, pools, climb, refine, secondary, confirm,
     # figure; final: settled, budget, not_input_bound
     phase: Phase = Phase.SEARCH  # the step, as a trial records it
     role: Role = Role.SEARCH

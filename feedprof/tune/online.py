@@ -162,7 +162,8 @@ class Decider:
             w = OnlineWindow(rank=rank, config=ev["config"], batches=ev["batches"], samples=ev["samples"],
                              wait_s=ev["wait_s"], t_start_s=ev["t_start_s"], t_end_s=ev["t_end_s"],
                              workers_cpu_s=ev.get("workers_cpu_s"), load_cpu_s=ev.get("load_cpu_s", 0.0),
-                             span_s=ev.get("span_s"), epoch=ev.get("epoch", 0), other_s=ev.get("other_s", 0.0))
+                             span_s=ev.get("span_s"), epoch=ev.get("epoch", 0), other_s=ev.get("other_s", 0.0),
+                             pool_threads=ev.get("pool_threads"))
             self.history.windows.append(w)
             if self.first_window_s is None:
                 self.first_window_s = w.t_start_s

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from feedprof.store.knobs.threads import threads_apart
 from feedprof.analyse import rules
 from feedprof.analyse.batch_time import windows_batch_time, windows_step_alone
 from feedprof.analyse.diagnose import workers_of
@@ -21,7 +22,7 @@ from feedprof.record.host import usable_cpu_count
 from feedprof.store import (BatchTime, ConfigEvidence, Framework, VerdictKind, HostInfo, LoaderRecord, LoadingProfile, Outcome,
                             Recommendation, Run, RunKind, SwitchAt, TrialState, TuneResult)
 from feedprof.store.online import OnlineFailure, OnlineLoaderMode, OnlineRecord, OnlineWindow
-from feedprof.store.reasons import (BaselineFigures, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
+from feedprof.store.reasons import (BaselineFigures, PoolsHeldOnline, KilledBySignal, NothingTried, OutOfMemoryKilled, OverMemoryBudget,
                                     PersistentWorkersComputed, RandomDrawsMove, Reason, SamplesFollowWorkers,
                                     ScriptFailed, SharedMemoryExhausted, SwitchingStopped, TrialTimedOut,
                                     Verdict, WorkersCapped)
@@ -237,6 +238,12 @@ def _sharding(decider: "Decider", loader: Optional[LoaderRecord]) -> Tuple[Reaso
     return (SamplesFollowWorkers(dataset=loader.dataset if loader is not None else "", switched=changed),)
 
 
+def _pools_held(decider: "Decider") -> Tuple[Reason, ...]:
+    """The run's workers had their thread pools held for a while: said with what that can change."""
+    held = sorted({int(s.config["worker_threads"]) for s in decider.switches if s.config.get("worker_threads")})
+    return (PoolsHeldOnline(threads=held[0]),) if held else ()
+
+
 def _target_loader(run: Optional[Run]) -> Optional[LoaderRecord]:
     if run is None:
         return None
@@ -277,11 +284,12 @@ def online_result(script: str, argv: Sequence[str], host: HostInfo, started_at: 
             line = with_launch(paste.line, script, launch.command) if launch else paste.line
             ray, reserve = ray_advice(run.ranks if run is not None else (), rec, script, usable_cpu_count(), cpu_cap,
                                       ())
-            rec = dataclasses.replace(rec, config_text=space.describe(rec.config),
+            rec = dataclasses.replace(rec, config_text=space.describe(rec.config), **threads_apart(rec.config),
                                       paste_line="\n".join(t for t in (line, reserve) if t),
                                       loader_site=loader.site if loader else "",
                                       reasons=rec.reasons + tuple(paste.findings) + tuple(space.notes())
-                                      + _spread(h.windows, run) + _sharding(decider, loader) + ((ray,) if ray else ()))
+                                      + _spread(h.windows, run) + _sharding(decider, loader) + ((ray,) if ray else ())
+                                      + _pools_held(decider))
     exit_code = run.outcome.exit_code if run is not None else None
     modes = tuple(decider.loaders) + _untuned(run, decider)
     online = OnlineRecord(explore_budget_s=decider.opts.explore_s, explored_s=decider.explored_s(),

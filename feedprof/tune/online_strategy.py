@@ -126,7 +126,8 @@ class RunHistory:
             startup_s=self.epoch_cost_s(config), batches=sum(w.batches for w in ws), samples=sum(w.samples for w in ws),
             wall_s=sum(w.wall_s for w in ws), wait_s=sum(w.wait_s for w in ws),
             workers_cores=statistics.median(cores) if cores else None, figure_spread=noise.relative_spread(
-                [w.batches_per_s for w in ws]))
+                [w.batches_per_s for w in ws]),
+            pool_threads=max((w.pool_threads for w in ws if w.pool_threads is not None), default=None))
 
     def evidence(self) -> List[ConfigEvidence]:
         """Each config measured well enough to be judged (``enough``), in the order first measured."""

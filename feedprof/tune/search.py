@@ -18,6 +18,9 @@ NOTE [ One search ]
                                                                              dips; online < NEED windows)
     ceiling     one batch replayed: the compute ceiling                   ceiling_trial
     unwaiting   the loop barely waits at its own settings: keep them      keeps_unwaiting_settings
+    pools       workers whose thread pools ask for more threads than the  -
+                cores: that config with the pools held, once; where it
+                wins, the climb holds them too (tune/pools_step.py)
     climb       offline the ladder 0, 2, 4, 8, ... (jumping ahead while   climb_by_rungs, jump_margin,
                 the loop mostly waits and the CPUs have room); online      near_ceiling, pass_cpus_unmeasured
                 from the fastest straight to the predicted count;
@@ -48,6 +51,7 @@ from feedprof.store import ConfigEvidence, Phase, Role, TrialState
 from feedprof.store.reasons import (CpusSaturated, FlatRung, JumpedAhead, LadderStoppedByTrial, LoopBarelyWaits,
                                     MaxWorkersReached, PastCpuCount, ReachedCeiling, Reason, RivalsRemeasured)
 from feedprof.tune.evidence import Evidence, Next, Reading, TrialEvidence
+from feedprof.tune.pools_step import climb_base, pools_step
 from feedprof.tune.space import Config, Space
 
 JUMP_MIN_WAIT, JUMP_MAX_STARTUP_S = 0.5, 10.0  # the ladder jumps while the loop mostly waits, to workers this quick to start
@@ -73,7 +77,8 @@ def next_step(ev: Evidence, mode: rules.Mode, current: Optional[Config] = None,
         return Next(dict(current or {}), "baseline", Phase.BASELINE, Role.BASELINE)
     if budget_left_s is not None and budget_left_s <= 0:  # (first: a config that never fills a window cannot hold it)
         return settle(ev, mode, "budget")
-    steps: Tuple[Step, ...] = (_pending, _ceiling, _keep_unwaiting, _climb, _refine, _secondary, _confirm, _figures)
+    steps: Tuple[Step, ...] = (_pending, _ceiling, _keep_unwaiting, pools_step, _climb, _refine, _secondary, _confirm,
+                               _figures)
     for step in steps:
         found = step(ev, mode, current, said)
         if found is not None:
@@ -150,7 +155,7 @@ def gains_too_little(rate_high: Optional[float], rates_below: Sequence[float]) -
 
 def _ladder(ev: TrialEvidence, mode: rules.Mode, notes: List[Reason]) -> Optional[Next]:
     """Walk the rungs up; the first one not measured yet is the next step (None: the climb is over)."""
-    sp, base, cap = ev.space, ev.ladder_base(), ev.worker_cap()
+    sp, base, cap = ev.space, climb_base(ev, ev.ladder_base()), ev.worker_cap()
     rungs, on_ladder, ceiling = sp.rungs(ev.max_workers), ev.rungs(base, *LADDER), ev.ceiling()
     flat = i = 0
     while i < len(rungs):
@@ -282,7 +287,7 @@ def _jump(ev: Evidence, mode: rules.Mode) -> Optional[Next]:
     capping = [w for c, kind in ev.failures() if (w := sp.primary_of(c)) > n_best and rules.caps_workers(kind, w, ran)]
     if capping:  # between the best that ran and the least that failed: bisect, never step down one by one
         n = min(n, (n_best + min(capping)) // 2)
-    config = sp.with_primary(dict(ev.baseline or {}), n)
+    config = sp.with_primary(climb_base(ev, dict(ev.baseline or {})), n)
     if n <= n_best or ev.tried(config):
         return None
     return Next(config, "climb", Phase.LADDER)

@@ -18,8 +18,10 @@ from feedprof.frameworks.paste import Paste
 from feedprof.frameworks.torch import paste_for
 from feedprof.store import Framework, LoaderRecord, Trial, knobs
 from feedprof.store.knobs.dataloader import effective
+from feedprof.store.knobs.threads import legal_threads, threads_of
 from feedprof.store.reasons import PersistentWorkersComputed, PinMemoryNoEffect, Reason
 from feedprof.tune.space_order import in_order_gain, in_order_variant, order_findings
+from feedprof.tune.space_threads import thread_variants, thread_variants_beside
 
 Config = Dict[str, Any]
 
@@ -70,10 +72,10 @@ class Space:
     allow_reorder = False  # --allow-reorder: settings that change the order of samples may be recommended
 
     def __init__(self, baseline: Config, cpu_cap: int, max_primary: int, cuda_used: Optional[bool]):
-        self.baseline = self.legalize(dict(baseline))
-        self.cpu_cap = max(1, cpu_cap)
+        self.cpu_cap = max(1, cpu_cap)  # (first: legalize reads it)
         self.max_primary = max(1, max_primary)
         self.cuda_used = cuda_used
+        self.baseline = self.legalize(dict(baseline))
 
     # -- per framework ----------------------------------------------------
 
@@ -109,6 +111,11 @@ class Space:
 
     def notes(self) -> List[Reason]:
         return []
+
+    def hold_pools(self, config: Config) -> Optional[Config]:
+        """``config`` with each loader worker's thread pools held to its share of the cores
+        (store/knobs/threads.py), where this framework's workers can be held (None: not here)."""
+        return None
 
     def probe_only(self, config: Config) -> bool:
         """A config measured and reported but never recommended (it changes the order of samples)."""
@@ -170,11 +177,16 @@ class TorchSpace(Space):
         out = effective(config)
         if not out["num_workers"] or out.get("in_order", True):  # in_order: only ever False, with workers
             out.pop("in_order", None)
-        return out
+        return legal_threads(out, out["num_workers"], self.cpu_cap)
 
     def key(self, config: Config) -> tuple:
         cfg = self.legalize(dict(config))
-        return config_key({**{k: cfg.get(k) for k in self.knobs}, **({"in_order": False} if "in_order" in cfg else {})})
+        return config_key({**{k: cfg.get(k) for k in self.knobs}, **({"in_order": False} if "in_order" in cfg else {}),
+                           **threads_of(cfg)})
+
+    def hold_pools(self, config: Config) -> Optional[Config]:
+        held = self.legalize({**config, "worker_threads": 1}) if self.primary_of(config) else {}
+        return held if held.get("worker_threads") else None  # (a share as large as the machine holds nothing)
 
     def probe_only(self, config: Config) -> bool:
         return self.legalize(dict(config)).get("in_order", True) is False and not self.allow_reorder
@@ -193,7 +205,7 @@ class TorchSpace(Space):
         cfg = self.legalize(config)
         n = cfg["num_workers"]
         return (n, bool(cfg["persistent_workers"]), n * (cfg["prefetch_factor"] or 0), bool(cfg["pin_memory"]),
-                "in_order" in cfg)
+                "in_order" in cfg, len(threads_of(cfg)))  # (a thread setting is one more thing to paste)
 
     def secondary(self, best: Trial, tol: float, measured: Sequence[Trial]) -> List[Variant]:
         cfg = self.legalize(best.config)
@@ -201,8 +213,8 @@ class TorchSpace(Space):
         out: List[Variant] = []
         if self.cuda_used and not cfg["pin_memory"]:  # batches go to CUDA: page-locked memory speeds the copy
             out.append(Variant({**cfg, "pin_memory": True}))
-        if n == 0:
-            return out
+        if n == 0:  # (the workers' configs whose step competed with them may yet win, their threads set)
+            return out + [Variant(self.legalize(c)) for c in thread_variants_beside(measured, self.cpu_cap)]
         wait = best.data_wait_fraction
         # A deeper queue absorbs bursts, and lets each worker run ahead instead of
         # blocking while its batches are handed over (measured here: 8 CPU-bound
@@ -210,6 +222,7 @@ class TorchSpace(Space):
         if wait is not None and wait >= PREFETCH_MIN_WAIT and (cfg["prefetch_factor"] or 2) < DEEP_PREFETCH:
             out.append(Variant({**cfg, "prefetch_factor": DEEP_PREFETCH}))
         out += [Variant(c) for c in in_order_variant(cfg, best)]
+        out += [Variant(self.legalize(c)) for c in thread_variants(cfg, best, self.cpu_cap)]
         if not cfg["persistent_workers"]:
             pw = persistent_estimate(best)
             if pw is not None and pw.gain >= tol and pw.epoch_s <= MEASURE_EPOCH_S:
@@ -236,7 +249,7 @@ class TorchSpace(Space):
     def paste(self, config: Config, loader: Optional[LoaderRecord], script: str, argv: Sequence[str] = ()) -> Paste:
         """The paste, and what the settings change beyond speed (the order of samples: space_order.py)."""
         cfg = self.legalize(config)
-        found = paste_for(cfg, loader, script, argv)
+        found = paste_for(cfg, loader, script, argv, self.cuda_used)
         return dataclasses.replace(found, findings=tuple(found.findings) + tuple(order_findings(cfg, loader)))
 
     def notes(self) -> List[Reason]:

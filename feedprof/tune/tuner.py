@@ -23,6 +23,7 @@ import functools
 import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from feedprof.store.knobs.threads import threads_apart
 from feedprof import defaults
 from feedprof.analyse import noise
 from feedprof.analyse.diagnose import training_loader, workers_of
@@ -148,7 +149,7 @@ class Tuner:
                 line = with_launch(paste.line, self.script, self.launch.command) if self.launch else paste.line
                 ray, reserve = ray_advice(picked_ranks(self.trials, rec), rec, self.script, self.machine.cpus_usable, self.cpu_cap,
                                           self.strategy.notes if self.strategy else ())
-                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config),
+                rec = dataclasses.replace(rec, config_text=sp.describe(rec.config), **threads_apart(rec.config),
                                           paste_line="\n".join(t for t in (line, reserve) if t),
                                           loader_site=self.loader.site if self.loader else "",
                                           reasons=rec.reasons + tuple(paste.findings) + tuple(sp.notes())

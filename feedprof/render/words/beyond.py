@@ -53,6 +53,8 @@ REMEDY_WORDS = {
     "thread_workers": "{line} waits rather than computes: threads wait as well as processes, for less memory "
                       "(torchdata.nodes ParallelMapper(method='thread'))",
     "more_prefetch": "{config}",
+    "hold_pools": "{config}",
+    "main_threads": "{config}",
     "smaller_copy": "Copy less to the device each step: keep samples uint8 until they are on the GPU, and convert "
                     "and normalise there",
 }

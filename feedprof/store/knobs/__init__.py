@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any, Dict, Optional
 
 from feedprof.store.codes import Framework
-from feedprof.store.knobs import dataloader, nodes, pydataset, raydata, tfdata
+from feedprof.store.knobs import dataloader, nodes, pydataset, raydata, tfdata, threads
 
 Config = Dict[str, Any]
 _BY_FRAMEWORK = {Framework.TORCH: dataloader, Framework.KERAS: pydataset, Framework.TF_KERAS: pydataset,
@@ -33,4 +33,5 @@ def describe(framework: str, config: Config) -> str:
     knobs = _of(framework)
     if knobs is None:
         return ", ".join(f"{k}={v}" for k, v in config.items() if v is not None)
-    return knobs.describe(config)
+    own = knobs.describe(threads.without_threads(config))
+    return ", ".join(p for p in (own, threads.describe(config)) if p)

@@ -36,6 +36,7 @@ from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFoll
 from feedprof.store.reasons.beyond import BOUNDS, GapExplained, PartNotMeasured, Remedy
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
 from feedprof.store.reasons.attach import AttachAdvice, LoopStopped, NoLoaderSeen
+from feedprof.store.reasons.threads import PoolsHeldOnline, PoolsOversubscribe, PoolsTried
 
 __all__ = [
     "BOUNDS", "GapExplained", "PartNotMeasured", "Remedy", "CeilingBelowLoading", "LoopBarelyWaits", "Config", "Reason", "Unknown", "said_once", "BuiltByHelper", "ConfigOriginUnknown",
@@ -58,4 +59,5 @@ __all__ = [
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
     "InOrderGain", "OrderChanges", "SamplesFollowWorkers", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",
     "AttachAdvice", "LoopStopped", "NoLoaderSeen",
+    "PoolsHeldOnline", "PoolsOversubscribe", "PoolsTried",
 ]
