@@ -373,7 +373,7 @@ def cmd_attach(args: argparse.Namespace, script_args: List[str]) -> int:
         check_readable(pid)
         out_dir = check_out_dir(args.out)
         _err(f"feedprof: reading process {pid} for {args.duration:g} s, from outside (Ctrl-C ends it early)")
-        run, interrupted = run_attach(pid, args.duration, out_dir, gpu=not args.no_gpu)
+        run, interrupted = run_attach(pid, args.duration, out_dir, gpu=not args.no_gpu, rate_hz=args.rate)
     except AttachRefused as exc:
         raise UsageError(REFUSED.get(exc.why, exc.why).format(pid=exc.pid, detail=exc.detail or exc.why)) from None
     report = _write_report(run, os.path.join(out_dir, "report.html"))

@@ -355,8 +355,22 @@ def _add_attach(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
     a.add_argument("pid", metavar="PID", help="the training process, or its launcher's")
     shown_default(a.add_argument("--duration", type=_positive_seconds, default=30.0, metavar="S",
                                  help="how long to read the job, seconds (default 30)"), "30")
+    shown_default(a.add_argument("--rate", type=_sampling_rate, default=defaults.ATTACH_RATE_HZ, metavar="HZ",
+                                 help="stack samples a second, per process (default %(default)s; lower costs a "
+                                      "job whose CPUs are full less, and reads its wait with more noise)"),
+                  str(defaults.ATTACH_RATE_HZ))
     a.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
     a.add_argument("--no-gpu", action="store_true", help="do not sample GPUs")
+
+
+def _sampling_rate(text: str) -> int:
+    try:
+        hz = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of samples a second, got {text!r}") from None
+    if not 1 <= hz <= 1000:
+        raise argparse.ArgumentTypeError(f"{hz} samples a second: give 1 to 1000")
+    return hz
 
 
 def _positive_seconds(text: str) -> float:

@@ -1,4 +1,4 @@
-"""A training loop to attach to (benchmarks/attach.py): it writes its own stopwatch (the loop's wait
+"""A training loop to attach to (benchmarks/attach_cost.py): it writes its own stopwatch (the loop's wait
 inside next() and its wall time since it began, and its batches) to --clock every 0.2 s, so the
 window feedprof attach reads can be checked against it, and the loop's rate before, while and after
 it is read. --mode io: storage waits (4 ms a sample); decode: CPU work in the workers; stuck: a

@@ -30,7 +30,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple
 
-RATE_HZ = 50  # samples a second: 1,000 over a 20 s window; py-spy's default is 100
+from feedprof import defaults
+
 _PROCESS = re.compile(r'process (\d+):"(.*?)"(?=;(?:process \d+:|thread \())', re.S)  # (a command may hold newlines)
 _THREAD = re.compile(r"thread \((\d+)\)(?:: ?(.*))?")  # (a thread py-spy has no name for: no colon)
 _FRAME = re.compile(r"^(.*) \((.*):(\d+)\)$")
@@ -119,7 +120,8 @@ class Sampler:
 
     name = "py-spy"
 
-    def __init__(self, pid: int, duration_s: float, rate_hz: int = RATE_HZ, binary: Optional[str] = None):
+    def __init__(self, pid: int, duration_s: float, rate_hz: int = defaults.ATTACH_RATE_HZ,
+                 binary: Optional[str] = None):
         self.pid, self.duration_s, self.rate_hz = pid, duration_s, rate_hz
         self.binary = binary or find_pyspy() or "py-spy"
         self.folder = tempfile.mkdtemp(prefix="feedprof-attach-")

@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
+from feedprof import defaults
 from feedprof.analyse import rules
 from feedprof.analyse.diagnose import classify
 from feedprof.record.clock import MONOTONIC
@@ -83,11 +84,13 @@ def check_readable(pid: int) -> None:
         raise AttachRefused(pid, "no_pyspy")
 
 
-def attach(pid: int, duration_s: float, host: HostInfo, gpu: bool = True) -> Tuple[Run, bool]:
-    """Read the job for ``duration_s`` (less where interrupted): (its run, interrupted)."""
+def attach(pid: int, duration_s: float, host: HostInfo, gpu: bool = True,
+           rate_hz: int = defaults.ATTACH_RATE_HZ) -> Tuple[Run, bool]:
+    """Read the job for ``duration_s`` (less where interrupted), ``rate_hz`` stack samples a second per
+    process: (its run, interrupted)."""
     check_readable(pid)
     pids = targets(pid)
-    spies = [StackSampler(p, duration_s).start() for p in pids]
+    spies = [StackSampler(p, duration_s, rate_hz).start() for p in pids]
     hosts = [Sampler(pid=p, interval_s=0.5, gpu=gpu and k == 0, worker_probe=OBSERVED).start()
              for k, p in enumerate(pids)]
     t0, interrupted = MONOTONIC.now_s(), False

@@ -1,6 +1,6 @@
 """feedprof attach against the loop's own stopwatch, and what attaching costs the loop.
 
-    python benchmarks/attach.py [--reps 3] [--window 20] [--modes io,decode]
+    python benchmarks/attach_cost.py [--reps 3] [--window 20] [--modes io,decode] [--rates 50]
 
 For each mode of benchmarks/workloads/attach_loop.py (io: 0 workers waiting on storage; decode: 2
 workers decoding on the CPU), --reps times: the loop is started by hand (as a user starts a job),
@@ -9,7 +9,9 @@ left --window seconds more. From the loop's own stopwatch (its clock file: no fe
     wait     the loop's share of time inside next() over the attached window, against the share
              feedprof read from its samples (the goal: within 10 points)
     rate     the loop's batches/s while attached, against the mean of before and after (the goal:
-             >= 0.9)
+             >= 0.9): over the whole command (feedprof's start, its report), and over the samplers'
+             own window (from 1 s after the command says it reads to 1 s before its window ends)
+Each rate of --rates (stack samples a second, feedprof attach --rate) in turn, in every repetition.
 Results: benchmarks/results/attach-cpu-2core.json (its date, machine and command in it).
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ def between(path: str, t0: float, t1: float) -> Dict[str, float]:
     return {"rate": (b["batches"] - a["batches"]) / wall, "wait": (b["wait_s"] - a["wait_s"]) / wall, "wall_s": wall}
 
 
-def one(mode: str, window_s: float) -> Dict[str, Any]:
+def one(mode: str, window_s: float, rate_hz: int) -> Dict[str, Any]:
     work = tempfile.mkdtemp(prefix="fp-attach-")
     clock = os.path.join(work, "clock.jsonl")
     loop = subprocess.Popen([sys.executable, LOOP, "--clock", clock, "--seconds", str(4 * window_s + 60), *ARGS[mode]],
@@ -53,8 +55,13 @@ def one(mode: str, window_s: float) -> Dict[str, Any]:
         t0 = time.time()
         time.sleep(window_s)
         t1 = time.time()
-        out = subprocess.run([sys.executable, "-m", "feedprof", "attach", "--duration", str(window_s), "--out",
-                              os.path.join(work, "out"), str(loop.pid)], capture_output=True, text=True, timeout=600)
+        cmd = subprocess.Popen([sys.executable, "-m", "feedprof", "attach", "--duration", str(window_s), "--rate",
+                                str(rate_hz), "--out", os.path.join(work, "out"), str(loop.pid)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first = cmd.stderr.readline()  # "feedprof: reading process ...": the samplers start now
+        reading = time.time()
+        stdout, stderr = cmd.communicate(timeout=600)
+        out = subprocess.CompletedProcess(cmd.args, cmd.returncode, stdout, first + stderr)
         t2 = time.time()
         time.sleep(window_s)
         t3 = time.time()
@@ -63,9 +70,12 @@ def one(mode: str, window_s: float) -> Dict[str, Any]:
         with open(os.path.join(work, "out", "run.json"), encoding="utf-8") as fh:
             run = json.load(fh)
         before, during, after = between(clock, t0, t1), between(clock, t1, t2), between(clock, t2, t3)
+        sampling = between(clock, reading + 1, reading + window_s - 1)
         read = run["summary"]["data_wait_fraction"]
-        return {"mode": mode, "before": before, "during": during, "after": after,
-                "rate_retained": during["rate"] / statistics.mean([before["rate"], after["rate"]]),
+        alone = statistics.mean([before["rate"], after["rate"]])
+        return {"mode": mode, "rate_hz": rate_hz, "before": before, "during": during, "after": after,
+                "sampling": sampling, "rate_retained": during["rate"] / alone,
+                "rate_retained_sampling": sampling["rate"] / alone,
                 "feedprof_wait": read, "feedprof_wait_noise": run["attached"]["wait_noise"],
                 "stopwatch_wait": during["wait"], "wait_points": 100 * (read - during["wait"]),
                 "samples": run["attached"]["samples"], "top_line": (run["loading"] or [{}])[0].get("lines", [{}])[0]}
@@ -79,16 +89,19 @@ def main(argv: List[str] = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--window", type=float, default=20.0)
     ap.add_argument("--modes", default="io,decode")
+    ap.add_argument("--rates", default="50", help="feedprof attach --rate values, each in every repetition")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "attach-cpu-2core.json"))
     a = ap.parse_args(argv)
     rows = []
     for rep in range(a.reps):
         for mode in a.modes.split(","):
-            row = one(mode, a.window)
-            rows.append(row)
-            print(f"{mode} rep {rep + 1}: wait {row['feedprof_wait']:.3f} (stopwatch {row['stopwatch_wait']:.3f}, "
-                  f"{row['wait_points']:+.1f} points); rate kept {row['rate_retained']:.3f}", flush=True)
-    result = {"command": "python benchmarks/attach.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            for rate_hz in (int(x) for x in a.rates.split(",")):
+                row = one(mode, a.window, rate_hz)
+                rows.append(row)
+                print(f"{mode} at {rate_hz} Hz, rep {rep + 1}: wait {row['feedprof_wait']:.3f} (stopwatch "
+                      f"{row['stopwatch_wait']:.3f}, {row['wait_points']:+.1f} points); rate kept "
+                      f"{row['rate_retained']:.3f}, while sampled {row['rate_retained_sampling']:.3f}", flush=True)
+    result = {"command": "python benchmarks/attach_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": platform.node(),
               "cpus": len(os.sched_getaffinity(0)), "rows": rows}
     with open(a.out, "w", encoding="utf-8") as fh:
