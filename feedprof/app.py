@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, List, Optional, Tuple, Union
 
+from feedprof import defaults
 from feedprof.outdir import claimed
 from feedprof.store import NotSaved, Run, RunKind, StoreError, TuneResult, load, save, write_refused
 from feedprof.trial.launch import Launch
@@ -151,6 +152,24 @@ def run_profile(script: str, argv: List[str], out_dir: str, opts: TrialOptions, 
         try:
             save(run, os.path.join(out_dir, "run.json"))
         except OSError as exc:  # a full disk: the run, in memory, is still shown
+            if not write_refused(exc):
+                raise
+            raise NotSaved(run, exc) from None
+    return run, interrupted
+
+
+def run_attach(pid: int, duration_s: float, out_dir: str, gpu: bool = True,
+               rate_hz: int = defaults.ATTACH_RATE_HZ) -> "tuple[Run, bool]":
+    """A running job read from outside (trial/attach.py): (its run, interrupted). Writes run.json."""
+    from feedprof.record.host import machine_info
+    from feedprof.trial.attach import attach
+
+    host = machine_info(gpu=gpu)
+    with claimed(out_dir):
+        run, interrupted = attach(pid, duration_s, host, gpu=gpu, rate_hz=rate_hz)
+        try:
+            save(run, os.path.join(out_dir, "run.json"))
+        except OSError as exc:
             if not write_refused(exc):
                 raise
             raise NotSaved(run, exc) from None

@@ -344,7 +344,52 @@ def _err(msg: str) -> None:
 # ------------------------------------------------------------------- main
 
 
-COMMANDS = {"profile": cmd_profile, "tune": cmd_tune, "report": cmd_report, "gpus": cmd_gpus}
+REFUSED = {
+    "no_pid": "there is no process {pid}",
+    "not_python": "process {pid} is not a Python process: feedprof attach reads a Python training job "
+                  "(feedprof profile runs one itself)",
+    "other_user": "process {pid} belongs to another user: attach as that user, or with sudo",
+    "ptrace_scope": "this machine does not let one process read another's memory (kernel.yama.ptrace_scope is "
+                    "1 or more): attach as root (sudo), or grant CAP_SYS_PTRACE (in a container: --cap-add "
+                    "SYS_PTRACE), or run the job under feedprof profile instead",
+    "no_pyspy": "feedprof attach reads the job with py-spy, which is not installed: pip install py-spy",
+    "pyspy_failed": "py-spy could not read process {pid} ({detail}): attach as root (sudo) or with "
+                    "CAP_SYS_PTRACE, or run the job under feedprof profile instead",
+}
+
+
+def cmd_attach(args: argparse.Namespace, script_args: List[str]) -> int:
+    from feedprof.app import run_attach
+    from feedprof.render.text import format_summary
+    from feedprof.trial.attach import AttachRefused, check_readable
+
+    if script_args:
+        raise UsageError("feedprof attach takes a PID, not a script (feedprof profile train.py runs one)")
+    try:
+        pid = int(args.pid)
+    except ValueError:
+        raise UsageError(f"feedprof attach: expected a process id, got {args.pid!r}") from None
+    try:
+        check_readable(pid)
+        out_dir = check_out_dir(args.out)
+        _err(f"feedprof: reading process {pid} for {args.duration:g} s, from outside (Ctrl-C ends it early)")
+        run, interrupted = run_attach(pid, args.duration, out_dir, gpu=not args.no_gpu, rate_hz=args.rate)
+    except AttachRefused as exc:
+        raise UsageError(REFUSED.get(exc.why, exc.why).format(pid=exc.pid, detail=exc.detail or exc.why)) from None
+    report = _write_report(run, os.path.join(out_dir, "report.html"))
+    print(format_summary(run.summary, run.host, run=run))
+    if run.ranks:
+        from feedprof.render.ranks import format_ranks
+
+        print(format_ranks(run))
+    _err(f"feedprof: wrote {fmt_path(os.path.join(out_dir, 'run.json'))}" + (f" and {fmt_path(report)}" if report else ""))
+    if interrupted:
+        _err("feedprof: interrupted; what was read is saved")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+COMMANDS = {"profile": cmd_profile, "tune": cmd_tune, "attach": cmd_attach, "report": cmd_report, "gpus": cmd_gpus}
 
 
 def _tolerant_streams() -> None:

@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "Profile it, and find the loader settings that keep the accelerator fed.")
     parser.add_argument("--version", action="version", version=f"feedprof {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for add_command in (_add_profile, _add_tune, _add_report, _add_gpus):
+    for add_command in (_add_profile, _add_tune, _add_attach, _add_report, _add_gpus):
         add_command(sub)
     return parser
 
@@ -342,6 +342,45 @@ def _add_online_flags(t: argparse.ArgumentParser) -> None:
                    help="--online: switch an IterableDataset's workers between epochs; its worker count decides "
                         "what each worker yields, so an epoch's samples follow it unless the dataset shards by a "
                         "fixed key (without it such a loader is observed, and the summary says what would change)")
+
+
+def _add_attach(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    a = sub.add_parser("attach", help="read a running job from outside, without a restart",
+                       usage="feedprof attach [options] PID",
+                       description="Read a training job that is already running, for a window of seconds, "
+                       "read-only: where its loop waits for data, where its loader workers spend their time, "
+                       "and, where it has stopped, where each process waits. PID is the training process (or "
+                       "its launcher: torchrun, mpirun, ...: every rank below it). It is sampled from outside "
+                       "by py-spy, which needs the same user and ptrace rights; nothing of the job changes.")
+    a.add_argument("pid", metavar="PID", help="the training process, or its launcher's")
+    shown_default(a.add_argument("--duration", type=_positive_seconds, default=30.0, metavar="S",
+                                 help="how long to read the job, seconds (default 30)"), "30")
+    shown_default(a.add_argument("--rate", type=_sampling_rate, default=defaults.ATTACH_RATE_HZ, metavar="HZ",
+                                 help="stack samples a second, per process (default %(default)s; lower costs a "
+                                      "job whose CPUs are full less, and reads its wait with more noise)"),
+                  str(defaults.ATTACH_RATE_HZ))
+    a.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help=f"output directory (default {DEFAULT_OUT})")
+    a.add_argument("--no-gpu", action="store_true", help="do not sample GPUs")
+
+
+def _sampling_rate(text: str) -> int:
+    try:
+        hz = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of samples a second, got {text!r}") from None
+    if not 1 <= hz <= 1000:
+        raise argparse.ArgumentTypeError(f"{hz} samples a second: give 1 to 1000")
+    return hz
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text!r}")
+    return value
 
 
 def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

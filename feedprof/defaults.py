@@ -24,6 +24,7 @@ INTERVAL_S = 0.2  # sampling period: 5 Hz, NVML's own averaging makes faster poi
 LOADER_TIMEOUT_S = 120.0  # no batch from any loader within this: the trial ends as a timeout
 TUNE_BUDGET_S = 120.0  # wall-clock budget of a whole tune
 RAY_TUNE_BUDGET_S = 300.0  # ... of a Ray Train job's, whose every trial starts Ray anew (10-30 s before a batch)
+ATTACH_RATE_HZ = 20  # attach: stack samples a second per process (600 in its 30 s; 50 cost a job whose CPUs were full 5-13 %)
 EXPLORE_S = 60.0  # tune --online: exploring stops after this long, from the run's first window
 TOLERANCE = 0.03  # tune --tolerance: configs within this share of the fastest count as equally fast
 MAX_WORKERS_LEAST = 32  # --max-workers: the most workers tried, by default max(this, 2 x the usable CPUs)

@@ -180,6 +180,11 @@ def other_cores(s: Samples) -> Tuple[Optional[float], ...]:
     return tuple(out)
 
 
+def host_means(run: Run) -> dict:
+    """The host's and the GPUs' readings over the run's window (a run with no steps: attached)."""
+    return _host_means(run, LoaderRecord(loader_id=-1, framework=run.loaders[0].framework if run.loaders else ""))
+
+
 def _or_run(value: Optional[float], t_s: Sequence[float], col: Sequence[Optional[float]]) -> Optional[float]:
     return value if value is not None else stats.window_mean(t_s, col, None, None)
 

@@ -62,9 +62,9 @@ def pipeline_profile(ops: Sequence[OpTime]) -> Optional[LoadingProfile]:
 def costs(profile: LoadingProfile, lines: bool = True, top: int = TOP) -> List[Cost]:
     """The costliest lines (or, ``lines=False``, functions with what they call) of a profile."""
     items: Tuple[LoadingLine, ...] = profile.lines if lines else profile.functions
-    if profile.sampled_s <= 0 or profile.calls <= 0:
+    if profile.sampled_s <= 0 or (profile.calls <= 0 and profile.source != "attached"):
         return []
-    per_call = profile.wall_s / profile.calls
+    per_call = profile.wall_s / profile.calls if profile.calls else 0.0  # (attached: calls are not counted)
     out = []
     for item in items:
         share = item.wall_s / profile.sampled_s
@@ -73,7 +73,7 @@ def costs(profile: LoadingProfile, lines: bool = True, top: int = TOP) -> List[C
         out.append(Cost(site=item.site, function=item.function, share=share,
                         cpu_share=item.cpu_s / item.wall_s if item.wall_s else 0.0,
                         runq_share=item.runq_s / item.wall_s if item.wall_s else 0.0,
-                        seconds_per_call=share * per_call, split=profile.source == "sampled"))
+                        seconds_per_call=share * per_call, split=profile.source in ("sampled", "attached")))
         if len(out) >= top:
             break
     return out
@@ -82,6 +82,6 @@ def costs(profile: LoadingProfile, lines: bool = True, top: int = TOP) -> List[C
 def cpu_share(profile: LoadingProfile) -> Optional[float]:
     """The share of the loading time its threads computed (exact, from the calls' totals; None where
     the statistics do not split it: a tf.data pipeline's ops)."""
-    if profile.source != "sampled":
+    if profile.source not in ("sampled", "attached"):
         return None
     return profile.cpu_s / profile.wall_s if profile.wall_s > 0 else None

@@ -10,6 +10,7 @@ from feedprof.render.leftovers import format_leftovers
 from feedprof.render.progress import format_recommendation
 from feedprof.render.ranks import format_ranks
 from feedprof.render.words import gpu_status, say
+from feedprof.render.words.attach import attached_lines
 from feedprof.render.words.beyond import batch_time_words, loading_words
 from feedprof.store import HostInfo, InputBound, Run, Summary, TuneResult
 from feedprof.store.procs import Leftovers
@@ -58,6 +59,11 @@ def format_summary(s: Summary, host: Optional[HostInfo] = None, leftovers: Optio
     lines = [f"feedprof: {s.loader or 'no loader'} ({s.framework or 'unknown framework'}{workers})"]
     row = lambda k, v: lines.append(f"  {k:<12} {v}")  # noqa: E731
     row("verdict", verdict_line(s))
+    for line in (attached_lines(run.attached) if run is not None and run.attached is not None else ()):
+        row("attached", line)
+    if run is not None and run.attached is not None and run.attached.rest:
+        row("the rest", "; ".join(f"{fmt_pct(x.wall_s / max(run.attached.window_s, 1e-9))} "
+                                  f"{x.site + ' ' if x.site else ''}({x.function})" for x in run.attached.rest[:4]))
     if s.batches_per_s is not None:
         spread = ""
         if s.n_chunks > 1:
@@ -104,7 +110,7 @@ def beyond_rows(run: Optional[Run]) -> List[Tuple[str, str]]:
     if run is None:
         return []
     rows = []
-    t = profile_batch_time(run)
+    t = profile_batch_time(run) if run.attached is None else None  # (attached: no batch was timed)
     if t is not None:
         rows.append(("batch time", batch_time_words(t)))
     profile = training_loading(run)

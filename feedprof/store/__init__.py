@@ -10,6 +10,7 @@ here is worded: findings are ``reasons.Reason`` records with their figures.
     host.py     the machine a run ran on
     samples.py  the sampler's series and their peaks
     loading.py  where the loading code spent its time (sampled lines, exact totals)
+    attached.py what feedprof attach read of a job from outside (shares of samples, not timings)
     pools.py    the thread pools of the training process and of its loader's workers
     batch_time.py  where one batch's time goes, in measured parts
     procs.py    processes: on a GPU (feedprof gpus), left behind by a run
@@ -43,6 +44,7 @@ _MODULES: Dict[str, tuple] = {
     "tune": ("SCHEMA_TUNE", "Recommendation", "Trial", "TuneResult", "TuneStart"),
     "evidence": ("ConfigEvidence",),
     "loading": ("LoadingLine", "LoadingProfile"),
+    "attached": ("AttachedInfo", "ProcessWait"),
     "pools": ("ProcessPools", "ThreadPool"),
     "batch_time": ("BatchTime", "TimePart"),
     "online": ("OnlineFailure", "OnlineLoaderMode", "OnlineRecord", "OnlineSwitch", "OnlineWarmup", "OnlineWindow"),

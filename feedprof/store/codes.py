@@ -101,6 +101,7 @@ class RunKind(Code):
     RANK = "rank"  # one rank of a multi-process job's run
     CONTEXT = "context"  # feedprof.profile() inside the user's own process
     ONLINE = "online"  # feedprof tune --online: the real run, its loader tuned as it trained
+    ATTACHED = "attached"  # feedprof attach PID: a job it did not start, sampled from outside (not timed)
 
 
 class InputBound(Code):

@@ -32,7 +32,8 @@ class LoadingProfile:
     in_main: bool  # the training process loaded it itself (0 workers, thread workers)
     sampler_cpu_s: float  # what sampling cost, CPU seconds in all its processes
     source: str = "sampled"  # "sampled" (record/loadprof.py), "tf.data" (the pipeline's own statistics: its
-    # ops as lines, their time not split into CPU and waiting)
+    # ops as lines, their time not split into CPU and waiting), "attached" (read from outside by py-spy:
+    # shares of samples, no calls counted)
     lines: Tuple[LoadingLine, ...] = ()  # the innermost user line of each sample, costliest first
     # every user function on each sample's stack, counted once ("file.py:function", site ""):
     # a function's time with what it calls, as a profiler's cumulative time, costliest first

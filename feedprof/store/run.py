@@ -17,6 +17,7 @@ from feedprof.store.reasons import Reason
 from feedprof.store.codes import Framework, InputBound, RunKind, TrialState, WindowEnd
 from feedprof.store.host import HostInfo
 from feedprof.store.procs import Leftovers
+from feedprof.store.attached import AttachedInfo
 from feedprof.store.loading import LoadingProfile
 from feedprof.store.pools import ProcessPools
 from feedprof.store.samples import Samples
@@ -255,6 +256,7 @@ class Run:
     notes: Tuple[Reason, ...] = ()
     leftovers: Optional[Leftovers] = None  # None: not checked (a run inside the user's own process)
     loading: Tuple[LoadingProfile, ...] = ()  # where each dataset's loading code spent its time
+    attached: Optional[AttachedInfo] = None  # feedprof attach: read from outside, sampled (store/attached.py)
     pools: Tuple[ProcessPools, ...] = ()  # the thread pools of the training process and of its loader's workers
 
     def loader(self, loader_id: Optional[int]) -> Optional[LoaderRecord]:

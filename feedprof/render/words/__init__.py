@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional
 from feedprof.analyse.diagnose import AT_CEILING
 from feedprof.store import reasons as r
 from feedprof.render import online_checks
-from feedprof.render.words import advice, beyond, hazards, origin, threads
+from feedprof.render.words import advice, attach, beyond, hazards, origin, threads
 from feedprof.store import GpuStatus, InputBound, Role, Trial, VerdictKind, knobs
 from feedprof.units import fmt_bytes, fmt_pct, fmt_rate, fmt_seconds
 
@@ -494,6 +494,7 @@ _WORDS.update(origin.words())
 _WORDS.update(advice.words())
 _WORDS.update(online_checks.words())
 _WORDS.update(beyond.words())
+_WORDS.update(attach.words())
 _WORDS.update(threads.words())
 
 

@@ -129,6 +129,10 @@ def cost_words(c: Cost) -> str:
     """One line of the loading code: its share, and what its time is."""
     if not c.split:
         return f"{fmt_pct(c.share):>5} {line_words(c.site, c.function)}: {ms(c.seconds_per_call)} a call"
+    if not c.seconds_per_call:  # (attached: shares of samples, no calls counted)
+        wait = max(0.0, 1 - c.cpu_share - c.runq_share)
+        kind = f"computing {fmt_pct(c.cpu_share)}" if c.computes else f"waiting {fmt_pct(wait)} (I/O, sleep, a lock)"
+        return f"{fmt_pct(c.share):>5} {line_words(c.site, c.function)}: {kind}"
     wait = max(0.0, 1 - c.cpu_share - c.runq_share)
     kind = (f"computing {fmt_pct(c.cpu_share)}" + (f", waiting for a CPU {fmt_pct(c.runq_share)}"
                                                   if c.runq_share >= 0.05 else "")
@@ -140,7 +144,10 @@ def loading_words(p: LoadingProfile) -> List[str]:
     """The profile's costliest functions (with what they call) and lines, one per row."""
     per_call = p.wall_s / p.calls if p.calls else 0.0
     where = "the training process" if p.in_main else f"{p.processes} worker process(es)"
-    if p.source == "tf.data":
+    if p.source == "attached":
+        head = (f"the loading code in {where}, sampled from outside: computing "
+                f"{fmt_pct(p.cpu_s / p.wall_s if p.wall_s else None)} of its time")
+    elif p.source == "tf.data":
         head = (f"{p.dataset}: its ops' own time (tf.data's statistics, inputs left out; parallel calls summed), "
                 f"{ms(per_call)} an element in all")
     else:

@@ -35,6 +35,7 @@ from feedprof.store.reasons.tune import (
 from feedprof.store.reasons.advice import InOrderGain, OrderChanges, SamplesFollowWorkers, SetInPipeline
 from feedprof.store.reasons.beyond import BOUNDS, GapExplained, PartNotMeasured, Remedy
 from feedprof.store.reasons.online import RandomDrawsMove, SwitchingStopped
+from feedprof.store.reasons.attach import AttachAdvice, LoopStopped, NoLoaderSeen
 from feedprof.store.reasons.threads import PoolsHeldOnline, PoolsOversubscribe, PoolsTried
 
 __all__ = [
@@ -57,5 +58,6 @@ __all__ = [
     "SettingSourceUnknown", "ShortOfCeiling", "ThreadsVersusProcesses", "TrainerAdviceChecked",
     "TuneInterruptedEarly", "Verdict", "VersusAutotune", "WorkersCapped", "WorkersLeaveCpuIdle",
     "InOrderGain", "OrderChanges", "SamplesFollowWorkers", "SetInPipeline", "RandomDrawsMove", "SwitchingStopped",
+    "AttachAdvice", "LoopStopped", "NoLoaderSeen",
     "PoolsHeldOnline", "PoolsOversubscribe", "PoolsTried",
 ]
