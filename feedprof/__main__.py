@@ -1,5 +1,3 @@
-import sys
+from feedprof.cli import entry
 
-from feedprof.cli import main
-
-sys.exit(main())
+entry()

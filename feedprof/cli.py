@@ -443,6 +443,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             signal.signal(s, handler)
 
 
+def entry() -> None:
+    """The `feedprof` command (and `python -m feedprof`): main(), its status the process's. An interrupt
+    at any moment ends it with 130: one that comes as main() unwinds is caught here, and one that comes
+    after it returned (as Python shuts down, nothing left to write) exits at once; Python itself would
+    die of the signal there, a status its caller cannot read as feedprof's."""
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    for s in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(s) != signal.SIG_IGN:  # (one ignored, as under nohup, stays ignored)
+            signal.signal(s, _exit_interrupted)
+    sys.exit(code)
+
+
+def _exit_interrupted(signum: int, frame: Optional[FrameType]) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_INTERRUPTED)
+
+
 def _parse(parser: argparse.ArgumentParser, argv: List[str]) -> Tuple[argparse.Namespace, List[str]]:
     """feedprof's arguments and the script's (everything after SCRIPT, as profilers take them), or
     a UsageError; options that do not go together are refused here, before anything runs."""

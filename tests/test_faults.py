@@ -206,6 +206,30 @@ def test_interrupted_tune_keeps_its_trials_and_resumes(tmp_path, signum, moment,
     assert len(final["trials"]) > len(kept) and final["recommendation"] is not None
 
 
+def test_an_interrupt_as_a_tune_finishes_ends_with_130_and_no_lock(tmp_path, no_leftovers, torch):
+    """SIGINT once results.json holds its recommendation: the tune is writing its report, printing, or
+    shutting down. It ends with 130 (or 0, where it had already exited), never killed by the signal,
+    and its lock file is gone."""
+    script = write_script(tmp_path, "train.py", torch_loop(load_ms=3, step_ms=2, n=200, batch_size=4, epochs=100))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "feedprof", "tune", "--out", str(out), "--budget", "12",
+                             "--max-workers", "2", *TUNE_QUICK, script],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if json.loads((out / "results.json").read_text()).get("recommendation"):
+                break
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130), (proc.returncode, stderr)
+    assert not (out / ".feedprof.lock").exists()
+    assert no_feedprof_traceback(stderr)
+
+
 # ------------------------------------------------------------ the machine
 
 

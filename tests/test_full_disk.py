@@ -81,4 +81,4 @@ def test_output_filesystem_full_mid_run(tmp_path, command, fill_at, no_leftovers
     else:
         assert "verdict" in proc.stdout or "no loader" in proc.stdout
     left = sorted(p.name for p in keep.iterdir() if p.name not in ("trial", "trials"))
-    assert left == sorted([".feedprof.lock", "filler", *([name] if command == "tune" else [])])  # no temporary file
+    assert left == sorted(["filler", *([name] if command == "tune" else [])])  # no temporary file, no lock file
