@@ -76,9 +76,15 @@ def test_the_budget_cuts_the_search_short_before_a_trial_it_cannot_afford(tmp_pa
     # baseline, ceiling, 2 workers: 30 s; 5 s left is less than 0.8 of a 10 s trial
     assert [t.role for t in result.trials] == [Role.BASELINE, Role.CEILING, Role.SEARCH]
     assert result.complete is False
-    assert result.stop_reason == BudgetCutShort(budget_s=35.0, next_config=result.stop_reason.next_config)
+    assert result.stop_reason == BudgetCutShort(budget_s=35.0, next_config=result.stop_reason.next_config,
+                                                climbing=True, needed_s=result.stop_reason.needed_s)
     assert result.stop_reason.next_config["num_workers"] > 2
     assert result.recommendation.config["num_workers"] == 2  # it still recommends from what it measured
+    # the climb was still gaining: said, with the budget its next rung, a refinement and a confirmation need
+    # (30 s spent + 3 trials of 10 s + 5 s to finish, rounded up to 10 s)
+    assert result.stop_reason.needed_s == 70.0
+    words = say(result.stop_reason, "torch")
+    assert "while more workers still paid off" in words and "--budget 70 gives it the next rung" in words, words
 
 
 def test_a_budget_that_runs_out_before_a_confirmation_says_the_config_was_not_measured_again(tmp_path, clock):
@@ -91,6 +97,7 @@ def test_a_budget_that_runs_out_before_a_confirmation_says_the_config_was_not_me
     assert cut.stop_reason.next_config == full.trials[k].config
     words = say(cut.stop_reason, "torch")
     assert "was measured again" in words and "cut the search short" not in words
+    assert not cut.stop_reason.climbing and cut.stop_reason.needed_s is None
 
 
 def test_a_window_only_the_figures_would_gain_from_is_left_out_without_cutting_the_tune_short(tmp_path, clock):

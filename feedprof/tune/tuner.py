@@ -50,7 +50,7 @@ from feedprof.tune.ray_advice import picked_ranks, ray_advice
 from feedprof.tune.space import Space
 from feedprof.tune.spaces import make_space
 from feedprof.tune.history import Proposal, Strategy
-from feedprof.tune.time_budget import FIRST_RUNGS, TimeBudget, trial_options, window_of
+from feedprof.tune.time_budget import FIRST_RUNGS, REST_OF_CLIMB, TimeBudget, trial_options, window_of
 from feedprof.tune.strategy import LadderStrategy
 from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError
 
@@ -278,9 +278,12 @@ class Tuner:
             if not self.time.allows(self.trials, proposal, self.loader is not None):
                 if proposal.optional:  # the search is done; what it would add does not fit
                     break
+                climbing = proposal.phase == Phase.LADDER  # (a ladder goes on only while its rungs gain)
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
                                              if proposal.role == Role.CEILING else dict(proposal.config),
-                                             again=self._measured_before(proposal.config))
+                                             again=self._measured_before(proposal.config), climbing=climbing,
+                                             needed_s=self.time.needed_s(self.trials, REST_OF_CLIMB)
+                                             if climbing else None)
                 break
             trial = self._trial_of(proposal, baseline)
             if isinstance(trial.cause, QueueWaitTooLong):  # the budget went on waiting: no evidence about it

@@ -300,6 +300,11 @@ def _budget(x: r.BudgetCutShort, describe: Callable) -> str:
     if x.again:
         return (f"the {x.budget_s:.0f} s budget ran out before {what} was measured again (its figures come "
                 "from fewer windows; a longer --budget confirms them)")
+    if x.climbing:
+        more = f": --budget {x.needed_s:.0f} gives it the next rung, a refinement and a confirmation (at the " \
+               "trials' pace so far)" if x.needed_s else ": a longer --budget lets it go on"
+        return (f"the {x.budget_s:.0f} s budget cut the search short while more workers still paid off, before "
+                f"{what}{more}")
     return f"the {x.budget_s:.0f} s budget cut the search short before {what} (a longer --budget may find more)"
 
 
