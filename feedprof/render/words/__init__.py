@@ -394,6 +394,10 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.ScriptExited: lambda x, d: f"the script called sys.exit({x.exit_code!r})",
     r.Interrupted: lambda x, d: "interrupted",
     r.RankFailed: lambda x, d: f"rank {x.rank}: {say(x.cause) or 'ended without its window'}",
+    r.RanksLostConnection: lambda x, d: (
+        f"{d(x.config) or 'a config'} was measured again: its first trial ended as a connection between the ranks "
+        f"was reset (rank {x.rank}: {x.error}), the infrastructure's, not the config's (that trial is kept in "
+        f"{x.trial_dir})"),
     r.Straggler: lambda x, d: (
         f"rank {x.rank} is a straggler: it waits for data {fmt_pct(x.wait_fraction)} of the time, the other ranks "
         f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "
