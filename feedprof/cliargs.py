@@ -353,7 +353,7 @@ def _add_attach(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
                        "its launcher: torchrun, mpirun, ...: every rank below it). It is sampled from outside "
                        "by py-spy, which needs the same user and ptrace rights; nothing of the job changes.")
     a.add_argument("pid", metavar="PID", help="the training process, or its launcher's")
-    shown_default(a.add_argument("--duration", type=_positive_seconds, default=30.0, metavar="S",
+    shown_default(a.add_argument("--duration", type=positive_float, default=30.0, metavar="S",
                                  help="how long to read the job, seconds (default 30)"), "30")
     shown_default(a.add_argument("--rate", type=_sampling_rate, default=defaults.ATTACH_RATE_HZ, metavar="HZ",
                                  help="stack samples a second, per process (default %(default)s; lower costs a "
@@ -364,23 +364,10 @@ def _add_attach(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> N
 
 
 def _sampling_rate(text: str) -> int:
-    try:
-        hz = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of samples a second, got {text!r}") from None
-    if not 1 <= hz <= 1000:
+    hz = positive_int(text)
+    if hz > 1000:
         raise argparse.ArgumentTypeError(f"{hz} samples a second: give 1 to 1000")
     return hz
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected more than 0 seconds, got {text!r}")
-    return value
 
 
 def _add_report(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import signal
 from typing import Iterator, Optional
+
+from feedprof.trial.signals import deferred_signals
 
 LOCK_NAME = ".feedprof.lock"
 
@@ -63,16 +64,14 @@ def _locked(path: str) -> int:
 def _release(path: str, fd: int) -> None:
     """The lock file removed, then the lock dropped, with Ctrl-C and SIGTERM held off meanwhile (an
     interrupt between the two would leave the file behind)."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        if _same_file(path, fd):
-            os.unlink(path)
-    except OSError:  # (a directory that went read-only or away: the kernel drops the lock all the same)
-        pass
-    finally:
-        os.close(fd)
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    with deferred_signals():
+        try:
+            if _same_file(path, fd):
+                os.unlink(path)
+        except OSError:  # (a directory that went read-only or away: the kernel drops the lock all the same)
+            pass
+        finally:
+            os.close(fd)
 
 
 def _same_file(path: str, fd: int) -> bool:

@@ -238,7 +238,8 @@ def test_a_python_process_that_iterates_no_loader_is_said_to_have_no_wait(tmp_pa
         _stop(proc)
 
 
-@pytest.mark.parametrize("rate,said", [("0", "give 1 to 1000"), ("fast", "expected a whole number")])
+@pytest.mark.parametrize("rate,said", [("0", "expected a number >= 1"), ("5000", "give 1 to 1000"),
+                                       ("fast", "expected a whole number")])
 def test_a_sampling_rate_out_of_range_is_refused_in_one_line(tmp_path, cli, rate, said):
     got = cli(["attach", "--rate", rate, "--out", str(tmp_path / "out"), str(os.getpid())])
     assert got.returncode == 2 and said in got.stderr and "Traceback" not in got.stderr, got.stderr

@@ -148,6 +148,26 @@ def tune(model, baseline, cpu_cap=2, budget=30, main_runq_pct=None):
     return space, strat, trials
 
 
+def sleeping_model(config, role):
+    """Workers that wait on storage, numpy imported in each (an OpenBLAS pool of 2 that never runs):
+    10 batches/s a worker, the workers' CPU 1.5 % each."""
+    if role == Role.CEILING:
+        return 400.0, 0.0, 0.0, 1
+    n = config["num_workers"]
+    return min(400.0, 10.0 + 30.0 * n), 1.5 * n, max(0.0, 1 - (10.0 + 30.0 * n) / 400.0), 2
+
+
+def test_pools_in_workers_that_wait_on_storage_cost_no_trial_and_no_finding():
+    """Pools as large as the machine in every worker, but the workers barely use a CPU: nothing to
+    hold (a persistent-workers loop tuned online has one switch to spend; it goes to the workers)."""
+    _, _, trials = tune(sleeping_model, {"num_workers": 2})
+    assert not any(t.config.get("worker_threads") for t in trials), [t.config for t in trials]
+    summary = Summary(num_workers=2, workers_cpu_pct=3.0)
+    assert pools_finding(_pools(2), summary, 2) is None
+    busy = Summary(num_workers=2, workers_cpu_pct=190.0)
+    assert pools_finding(_pools(2), busy, 2) is not None
+
+
 def test_the_search_holds_pools_that_oversubscribe_and_climbs_with_them_held():
     space, strat, trials = tune(blas_model, {"num_workers": 2})
     rec = recommend(trials, space)

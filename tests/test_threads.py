@@ -67,6 +67,7 @@ def test_tune_holds_the_pools_and_the_paste_says_how(tmp_path, no_leftovers):
     assert held and all(p["held"] == 1 for t in held for p in t["run"]["pools"] if p["role"] == "worker")
 
 
+@pytest.mark.serial  # (its pick, held against as written, is a rate's verdict: side by side it flipped once)
 def test_online_holds_the_pools_and_the_loop_sees_what_it_would(tmp_path, no_leftovers):
     script = write_script(tmp_path, "train.py", NUMPY_POOLS)
     plain = AsWritten(script, tmp_path / "plain.json", "--epochs", "4", "--workers", "0", env=ENV)

@@ -2,6 +2,7 @@
 with a fake trial runner (the real runner is exercised end to end in
 test_cli_tune.py and test_faults.py)."""
 import dataclasses
+import os
 
 import pytest
 
@@ -76,9 +77,15 @@ def test_the_budget_cuts_the_search_short_before_a_trial_it_cannot_afford(tmp_pa
     # baseline, ceiling, 2 workers: 30 s; 5 s left is less than 0.8 of a 10 s trial
     assert [t.role for t in result.trials] == [Role.BASELINE, Role.CEILING, Role.SEARCH]
     assert result.complete is False
-    assert result.stop_reason == BudgetCutShort(budget_s=35.0, next_config=result.stop_reason.next_config)
+    assert result.stop_reason == BudgetCutShort(budget_s=35.0, next_config=result.stop_reason.next_config,
+                                                climbing=True, needed_s=result.stop_reason.needed_s)
     assert result.stop_reason.next_config["num_workers"] > 2
     assert result.recommendation.config["num_workers"] == 2  # it still recommends from what it measured
+    # the climb was still gaining: said, with the budget its next rung, a refinement and a confirmation need
+    # (30 s spent + 3 trials of 10 s + 5 s to finish, rounded up to 10 s)
+    assert result.stop_reason.needed_s == 70.0
+    words = say(result.stop_reason, "torch")
+    assert "while more workers still paid off" in words and "--budget 70 gives it the next rung" in words, words
 
 
 def test_a_budget_that_runs_out_before_a_confirmation_says_the_config_was_not_measured_again(tmp_path, clock):
@@ -91,6 +98,7 @@ def test_a_budget_that_runs_out_before_a_confirmation_says_the_config_was_not_me
     assert cut.stop_reason.next_config == full.trials[k].config
     words = say(cut.stop_reason, "torch")
     assert "was measured again" in words and "cut the search short" not in words
+    assert not cut.stop_reason.climbing and cut.stop_reason.needed_s is None
 
 
 def test_a_window_only_the_figures_would_gain_from_is_left_out_without_cutting_the_tune_short(tmp_path, clock):
@@ -292,3 +300,34 @@ def test_a_tune_that_tried_nothing_because_there_was_nothing_to_try_keeps_its_wo
     assert result.recommendation.paste_line == ""
     words = format_recommendation(result.recommendation, result)
     assert "already the best found" in words and "Paste this" not in words
+
+
+def test_a_connection_reset_between_ranks_is_measured_again_not_held_against_the_config(tmp_path, clock):
+    """gloo's "Connection reset by peer" in one rank of a job's trial: the infrastructure's. The config
+    is measured once more, the first attempt set aside with its files and said, and the search goes on
+    as if it had not happened (the same trials as a tune where no connection was lost)."""
+    from feedprof.store.reasons import RankFailed, RanksLostConnection, ScriptFailed
+
+    class LosesOneConnection(FakeRunner):
+        lost = False
+
+        def __call__(self, script, argv, trial_dir, host, opts, what, on_poll, clock):
+            run = super().__call__(script, argv, trial_dir, host, opts, what, on_poll, clock)
+            os.makedirs(trial_dir)
+            if what.mode == Mode.INJECT and not self.lost:
+                self.lost = True
+                error = "Traceback ...\nConnectionResetError: [Errno 104] Connection reset by peer"
+                return dataclasses.replace(run, outcome=Outcome(state=TrialState.FAILED, cause=RankFailed(
+                    rank=0, cause=ScriptFailed(error=error))))
+            return run
+
+    clean = tuner(tmp_path / "clean", clock, FakeRunner(clock)).run()
+    lossy = tuner(tmp_path / "lossy", clock, LosesOneConnection(clock)).run()
+    assert [t.config for t in lossy.trials] == [t.config for t in clean.trials]
+    assert all(t.state == TrialState.OK for t in lossy.trials)
+    assert lossy.recommendation.config == clean.recommendation.config
+    lost = [n for n in lossy.notes if isinstance(n, RanksLostConnection)]
+    assert len(lost) == 1 and lost[0].rank == 0 and "Connection reset by peer" in lost[0].error
+    assert os.path.isdir(lost[0].trial_dir) and lost[0].trial_dir.endswith("02-search-connection-lost")
+    words = say(lost[0], "torch")
+    assert "measured again" in words and "the infrastructure's, not the config's" in words, words

@@ -117,6 +117,19 @@ def failure_kind(trial: Trial) -> Optional[str]:
     return None
 
 
+LOST_CONNECTION = ("Connection reset by peer", "Connection closed by peer", "ConnectionResetError")
+
+
+def connection_lost(trial: Trial) -> Optional[Tuple[int, str]]:
+    """(the rank, its error) where a job's trial failed as a connection between its ranks was reset
+    (gloo's "Connection reset by peer", a store's): the infrastructure's, not the config's."""
+    if trial.state != TrialState.FAILED or not isinstance(trial.cause, RankFailed):
+        return None
+    error = getattr(trial.cause.cause, "error", "") or ""
+    hit = next((line for line in error.splitlines() if any(p in line for p in LOST_CONNECTION)), None)
+    return (trial.cause.rank, hit.strip()) if hit is not None else None
+
+
 def _bad(trial: Trial) -> bool:
     """Killed, or failed of something more workers cause (a job: its first failed rank's cause)."""
     cause = trial.cause.cause if isinstance(trial.cause, RankFailed) else trial.cause

@@ -2,7 +2,8 @@
 pools together ask for more threads than the cores are measured once more with each worker's pools
 held to its share of the cores; where that wins, the climb goes on with them held.
 
-    a judged config with workers whose widest pool × workers > the CPUs (analyse/pools.py)
+    a judged config with workers whose widest pool × workers > the CPUs, the workers computing
+    (analyse/pools.py: pools in workers that wait on storage cost nothing)
       ─► the same config, pools held (space.hold_pools), once in a search
     the held config beats its twin as written by more than MIN_GAIN (or the twin failed)
       ─► climb_base: the ladder's and the jump's base hold the pools too (each rung at its share)
@@ -41,7 +42,7 @@ def pools_step(ev: Evidence, mode: rules.Mode, current: Optional[Config], notes:
         _say(ev, judged, notes)
         return None
     for e in judged:
-        if not oversubscribes(sp.workers(e.config), e.pool_threads, ev.cpu_cap):
+        if not oversubscribes(sp.workers(e.config), e.pool_threads, ev.cpu_cap, e.workers_cores):
             continue
         held = sp.hold_pools(e.config)
         if held is not None and not ev.tried(held):

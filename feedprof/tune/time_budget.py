@@ -26,6 +26,7 @@ TRIAL_TIMEOUT_MIN_S = 30.0  # and at least this long
 TIMEOUT_OVER_BUDGET_S = 3.0  # a trial's limit may pass the budget by this much (the budget is the user's promise)
 EPOCH_SPAN_WINDOW_FACTOR = 3  # a trial that spans an epoch boundary measures this many windows
 FIRST_RUNGS = 2  # a tune that tried nothing: the budget to suggest has room for this many of the ladder's rungs
+REST_OF_CLIMB = 3  # a climb the budget ended: room for its next rung, one refinement and a confirmation
 
 
 @dataclass
@@ -71,13 +72,14 @@ class TimeBudget:
             return None
         return len(trials) + 1 + max(0, math.floor((self.remaining() - per) / per))
 
-    def needed_s(self, trials: Sequence[Trial]) -> Optional[float]:
-        """A tune that tried no setting: the --budget with room for the ladder's first rungs (as the
-        search decides it: a trial starts only if its typical time is left), a round figure."""
+    def needed_s(self, trials: Sequence[Trial], steps: int = FIRST_RUNGS) -> Optional[float]:
+        """The --budget with room for ``steps`` more trials after what was spent (as the search decides
+        it: a trial starts only if its typical time is left), a round figure: by default, for a tune
+        that tried no setting, the ladder's first rungs."""
         trial_s = self.typical_trial_s(trials) or None
         if trial_s is None:
             return None
-        needed = self.elapsed() + FIRST_RUNGS * BUDGET_MARGIN * trial_s + FINISH_RESERVE_S
+        needed = self.elapsed() + steps * BUDGET_MARGIN * trial_s + FINISH_RESERVE_S
         return 10.0 * math.ceil(needed / 10.0)
 
     def trial_timeout_s(self, baseline: Trial) -> float:

@@ -26,15 +26,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from feedprof.store.knobs.threads import threads_apart
 from feedprof import defaults
 from feedprof.analyse import noise
-from feedprof.analyse.diagnose import training_loader, workers_of
-from feedprof.analyse.limits import survivable
+from feedprof.analyse.diagnose import training_loader
+from feedprof.analyse.limits import connection_lost, survivable
 from feedprof.analyse.measured import charged_epoch_gaps, evidence_of_trials, trial_from_run
 from feedprof.analyse.from_trials import tried_a_setting
 from feedprof.analyse.recommend import keeps_own_settings, recommend
-from feedprof.store.reasons import (AppliesToEveryRank, BaselineNotMeasured, BudgetCutShort, CeilingFailed,
+from feedprof.store.reasons import (BaselineNotMeasured, BudgetCutShort, CeilingFailed,
                                     ForkServerFailed, NoLoaderAtSite, NoLoaderIterated, NothingTried, QueueWaitTooLong,
-                                    RayClusterJoined,
-                                    Reason, TuneInterruptedEarly)
+                                    RanksLostConnection, RayClusterJoined, Reason, TuneInterruptedEarly)
 from feedprof.record.clock import MONOTONIC, Clock, now_iso
 from feedprof.store import HostInfo, LoaderRecord, Phase, Recommendation, Role, Run, Trial, TrialState, TuneResult, TuneStart, save
 from feedprof.frameworks.paste import Paste, with_launch
@@ -50,7 +49,8 @@ from feedprof.tune.ray_advice import picked_ranks, ray_advice
 from feedprof.tune.space import Space
 from feedprof.tune.spaces import make_space
 from feedprof.tune.history import Proposal, Strategy
-from feedprof.tune.time_budget import FIRST_RUNGS, TimeBudget, trial_options, window_of
+from feedprof.tune.ranks import rank_reasons
+from feedprof.tune.time_budget import FIRST_RUNGS, REST_OF_CLIMB, TimeBudget, trial_options, window_of
 from feedprof.tune.strategy import LadderStrategy
 from feedprof.trial.zygote import FORK_SAFE, Zygote, ZygoteError
 
@@ -62,28 +62,29 @@ def _no_loader(run: Optional[Run]) -> Reason:
                 NoLoaderIterated())
 
 
-def rank_reasons(trials: Sequence[Trial], rec: Recommendation, ray: Optional[Reason], local_ranks: int,
-                 cpus_usable: int, cpu_cap: int) -> Tuple[Reason, ...]:
-    """A job's: every rank's share of the machine (a Ray Train job's: what Ray reserves per worker),
-    and, with the pick, which rank held the job back and where its nodes differ."""
-    base = trials[0].run if trials and trials[0].run is not None else None
-    if base is None or not base.ranks:
-        return ()
-    info = [r.rank for r in base.ranks if r.rank is not None]
-    every = AppliesToEveryRank(local_ranks=local_ranks, world_size=max([i.world_size for i in info] + [1]),
-                               workers_per_rank=workers_of(rec.config), cpus=cpus_usable, cpu_cap=cpu_cap)
-    picked = next((t.run for t in trials if t.index == rec.trial_index and t.run is not None), None)
-    notes = picked.summary.notes if picked is not None and picked.summary else ()
-    spread = [n for n in notes if n.code == "rank_spread"][:1] + [n for n in notes if n.code == "nodes_differ"][:1]
-    return (ray or every, *spread)
-
-
 def _job_trial(launch: Launch, script: str, argv: Sequence[str], trial_dir: str, host: HostInfo, opts: TrialOptions,
                what: Injection, on_poll: Optional[Callable[[], None]], clock: Clock) -> Run:
     """A trial of a launched job (trial/jobrunner.py), called as a trial of a script is."""
     from feedprof.trial.jobrunner import run_job  # (a script's tune never loads the job runner)
 
     return run_job(launch, trial_dir, host, opts, what, on_poll, clock)
+
+
+def measured_before(space: Optional[Space], trials: Sequence[Trial], config: Dict[str, Any]) -> bool:
+    """Was ``config`` measured already (the next trial would confirm it, or its figure)?"""
+    return space is not None and any(space.key(t.config) == space.key(config) for t in trials
+                                     if t.state == TrialState.OK and t.role != Role.CEILING)
+
+
+def trial_dir(out_dir: str, index: int, role: Role) -> str:
+    return os.path.join(out_dir, "trials", f"{index:02d}-{role}")
+
+
+def set_aside(out_dir: str, trial: Trial) -> str:
+    """A trial measured again: its directory kept beside, named for what ended it."""
+    kept = trial_dir(out_dir, trial.index, trial.role) + "-connection-lost"
+    os.replace(trial_dir(out_dir, trial.index, trial.role), kept)
+    return kept
 
 
 StrategyFactory = Callable[[Space, "TuneOptions", HostInfo], Strategy]
@@ -195,11 +196,11 @@ class Tuner:
         text = self.describe_trial(proposal.role, proposal.config)
         self.observer.trial_started(index, self.time.planned(self.trials), proposal.role, text, self.time.elapsed(),
                                     self.opts.budget_s)
-        trial_dir = os.path.join(self.out_dir, "trials", f"{index:02d}-{proposal.role}")
+        where = trial_dir(self.out_dir, index, proposal.role)
         fields = dict(phase=proposal.phase, config_text=text)
         try:
             options = trial_options(self.opts, window, timeout_s, self.time.remaining(), self.zygote)
-            run = self.run_trial(self.script, self.argv, trial_dir, self.host, options, what=what, on_poll=self._tick,
+            run = self.run_trial(self.script, self.argv, where, self.host, options, what=what, on_poll=self._tick,
                                  clock=self.clock)
         except TrialInterrupted as stop:
             if stop.run is not None:
@@ -217,12 +218,6 @@ class Tuner:
     def describe_trial(self, role: Role, config: Dict[str, Any]) -> str:
         """A trial's config as keywords; "" for the ceiling (it replays a batch)."""
         return "" if role == Role.CEILING else self.describe(config)
-
-    def _measured_before(self, config: Dict[str, Any]) -> bool:
-        """Was ``config`` measured already (the next trial would confirm it, or its figure)?"""
-        sp = self.space
-        return sp is not None and any(sp.key(t.config) == sp.key(config) for t in self.trials
-                                      if t.state == TrialState.OK and t.role != Role.CEILING)
 
     def _record(self, trial: Trial) -> None:
         """A trial that did not run (rejected before it started)."""
@@ -278,9 +273,12 @@ class Tuner:
             if not self.time.allows(self.trials, proposal, self.loader is not None):
                 if proposal.optional:  # the search is done; what it would add does not fit
                     break
+                climbing = proposal.phase == Phase.LADDER  # (a ladder goes on only while its rungs gain)
                 stop_reason = BudgetCutShort(budget_s=self.opts.budget_s, next_config=None
                                              if proposal.role == Role.CEILING else dict(proposal.config),
-                                             again=self._measured_before(proposal.config))
+                                             again=measured_before(self.space, self.trials, proposal.config), climbing=climbing,
+                                             needed_s=self.time.needed_s(self.trials, REST_OF_CLIMB)
+                                             if climbing else None)
                 break
             trial = self._trial_of(proposal, baseline)
             if isinstance(trial.cause, QueueWaitTooLong):  # the budget went on waiting: no evidence about it
@@ -325,6 +323,11 @@ class Tuner:
         what = Injection(mode=mode, config=dict(proposal.config), framework=self.loader.framework,
                          chain=tuple(self.loader.call_chain))
         trial = self._measure(proposal, what, window_of(self.opts, proposal), self.time.trial_timeout_s(baseline))
+        lost = connection_lost(trial)
+        if lost is not None:  # between the ranks: the infrastructure's, not the config's; once more, apart
+            self.notes.append(RanksLostConnection(config=dict(proposal.config), rank=lost[0], error=lost[1],
+                                                  trial_dir=set_aside(self.out_dir, self.trials.pop())))
+            trial = self._measure(proposal, what, window_of(self.opts, proposal), self.time.trial_timeout_s(baseline))
         if trial.state == TrialState.OK and proposal.role != Role.CEILING:
             self.memory.learn(trial, workers, in_flight)
         if trial.state in (TrialState.KILLED, TrialState.FAILED):  # with what the config needed, where known

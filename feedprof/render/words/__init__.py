@@ -300,6 +300,11 @@ def _budget(x: r.BudgetCutShort, describe: Callable) -> str:
     if x.again:
         return (f"the {x.budget_s:.0f} s budget ran out before {what} was measured again (its figures come "
                 "from fewer windows; a longer --budget confirms them)")
+    if x.climbing:
+        more = f": --budget {x.needed_s:.0f} gives it the next rung, a refinement and a confirmation (at the " \
+               "trials' pace so far)" if x.needed_s else ": a longer --budget lets it go on"
+        return (f"the {x.budget_s:.0f} s budget cut the search short while more workers still paid off, before "
+                f"{what}{more}")
     return f"the {x.budget_s:.0f} s budget cut the search short before {what} (a longer --budget may find more)"
 
 
@@ -389,6 +394,10 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.ScriptExited: lambda x, d: f"the script called sys.exit({x.exit_code!r})",
     r.Interrupted: lambda x, d: "interrupted",
     r.RankFailed: lambda x, d: f"rank {x.rank}: {say(x.cause) or 'ended without its window'}",
+    r.RanksLostConnection: lambda x, d: (
+        f"{d(x.config) or 'a config'} was measured again: its first trial ended as a connection between the ranks "
+        f"was reset (rank {x.rank}: {x.error}), the infrastructure's, not the config's (that trial is kept in "
+        f"{x.trial_dir})"),
     r.Straggler: lambda x, d: (
         f"rank {x.rank} is a straggler: it waits for data {fmt_pct(x.wait_fraction)} of the time, the other ranks "
         f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "

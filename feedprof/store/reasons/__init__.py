@@ -17,7 +17,7 @@ from feedprof.store.reasons.run import (
     CudaInForkedWorker, DuplicatedPerWorker, EpochEndStall, ExitedWithCode, FewSteadyBatches, GpuIntervalBelowNvml,
     GpuUnavailable, GrowthOverMemoryBudget, Interrupted, KilledBySignal, MemoryGrows, NoBatchWithin,
     NoLoaderIterated, NodesDiffer, NoSuperInit, NotInstrumented, OnlyWarmup, OpenFilesNearLimit, OutOfMemoryKilled, OverFdLimit,
-    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, QueuedForResources, QueueWaitTooLong, RankFailed, RankSpread, RayClusterJoined,
+    OverMemoryBudget, OverShmBudget, PinMemoryNoEffect, QueuedForResources, QueueWaitTooLong, RankFailed, RanksLostConnection, RankSpread, RayClusterJoined,
     SamplingStopped, ScriptExited, ScriptFailed,
     SharedMemoryExhausted, Straggler, TooManyOpenFiles, TrainerSuggestedWorkers, TrialTimedOut, WaitNotObservable,
     WindowNotReached, WorkerInfoNeverAsked)
@@ -44,7 +44,7 @@ __all__ = [
     "EpochEndStall", "ExitedWithCode", "FewSteadyBatches", "GpuIntervalBelowNvml", "GpuUnavailable",
     "GrowthOverMemoryBudget", "Interrupted", "KilledBySignal", "MemoryGrows", "NoBatchWithin", "NoLoaderIterated",
     "NodesDiffer", "NoSuperInit", "NotInstrumented", "OnlyWarmup", "OpenFilesNearLimit", "OutOfMemoryKilled", "OverFdLimit",
-    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "QueuedForResources", "QueueWaitTooLong", "RankFailed", "RankSpread", "RayClusterJoined",
+    "OverMemoryBudget", "OverShmBudget", "PinMemoryNoEffect", "QueuedForResources", "QueueWaitTooLong", "RankFailed", "RanksLostConnection", "RankSpread", "RayClusterJoined",
     "SamplingStopped", "ScriptExited",
     "ScriptFailed", "SharedMemoryExhausted", "Straggler", "TooManyOpenFiles", "TrainerSuggestedWorkers",
     "TrialTimedOut", "WaitNotObservable", "WindowNotReached", "WorkerInfoNeverAsked", "AppliesToEveryRank",

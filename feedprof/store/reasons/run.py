@@ -1,10 +1,10 @@
 """Findings about the machine, one run's loader, and how a trial ended."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Tuple
 
-from feedprof.store.reasons.base import Reason
+from feedprof.store.reasons.base import Config, Reason
 from feedprof.store.codes import Framework
 
 
@@ -254,6 +254,19 @@ class RankFailed(Reason):
     code: ClassVar[str] = "rank_failed"
     rank: int = 0
     cause: Optional[Reason] = None
+
+
+@dataclass(frozen=True)
+class RanksLostConnection(Reason):
+    """A trial of ``config`` failed as a connection between the ranks was reset (gloo, NCCL, a
+    store): the infrastructure's, not the config's; measured once more, its first attempt set
+    aside in ``trial_dir``."""
+
+    code: ClassVar[str] = "ranks_lost_connection"
+    config: Config = field(default_factory=dict)
+    rank: int = 0
+    error: str = ""
+    trial_dir: str = ""
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,8 @@ class BudgetCutShort(Reason):
     budget_s: float = 0.0
     next_config: Optional[Config] = None  # None: the compute ceiling was next
     again: bool = False  # the next was a config measured already, to confirm it or its figure
+    climbing: bool = False  # the next was a rung of the worker ladder, which goes on while its rungs gain
+    needed_s: Optional[float] = None  # climbing: the --budget with room for its next rung, a refinement and a confirmation
 
 
 @dataclass(frozen=True)
