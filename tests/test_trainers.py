@@ -135,6 +135,7 @@ def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no
                                    f"train.py:{line_of(text, 'tn.Prefetcher(')}"]
 
 
+@pytest.mark.serial  # (its pick, 2 workers or more, is a rate's verdict: side by side the Trainer's once read 0)
 @pytest.mark.parametrize("trainer", ["lightning", "transformers"])
 def test_trainers_are_tuned_online_unmodified(tmp_path, no_leftovers, trainer):
     """tune --online on a Lightning script (DDP rebuilds the loader) and a Trainer script
