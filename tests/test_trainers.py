@@ -135,8 +135,8 @@ def test_a_torchdata_pipeline_iterated_without_a_loader_is_profiled(tmp_path, no
                                    f"train.py:{line_of(text, 'tn.Prefetcher(')}"]
 
 
-@pytest.mark.serial  # (its pick, 2 workers or more, is a rate's verdict: side by side the Trainer's once read 0)
-@pytest.mark.parametrize("trainer", ["lightning", "transformers"])
+@pytest.mark.parametrize("trainer", ["lightning", pytest.param("transformers", marks=pytest.mark.serial)])
+# (the Trainer's pick, 2 workers or more, is a rate's verdict: side by side it read 0 once)
 def test_trainers_are_tuned_online_unmodified(tmp_path, no_leftovers, trainer):
     """tune --online on a Lightning script (DDP rebuilds the loader) and a Trainer script
     (accelerate wraps it): the loader the trainer builds switches while it trains, the job
