@@ -344,23 +344,10 @@ def _err(msg: str) -> None:
 # ------------------------------------------------------------------- main
 
 
-REFUSED = {
-    "no_pid": "there is no process {pid}",
-    "not_python": "process {pid} is not a Python process: feedprof attach reads a Python training job "
-                  "(feedprof profile runs one itself)",
-    "other_user": "process {pid} belongs to another user: attach as that user, or with sudo",
-    "ptrace_scope": "this machine does not let one process read another's memory (kernel.yama.ptrace_scope is "
-                    "1 or more): attach as root (sudo), or grant CAP_SYS_PTRACE (in a container: --cap-add "
-                    "SYS_PTRACE), or run the job under feedprof profile instead",
-    "no_pyspy": "feedprof attach reads the job with py-spy, which is not installed: pip install py-spy",
-    "pyspy_failed": "py-spy could not read process {pid} ({detail}): attach as root (sudo) or with "
-                    "CAP_SYS_PTRACE, or run the job under feedprof profile instead",
-}
-
-
 def cmd_attach(args: argparse.Namespace, script_args: List[str]) -> int:
     from feedprof.app import run_attach
     from feedprof.render.text import format_summary
+    from feedprof.render.words.attach import refused
     from feedprof.trial.attach import AttachRefused, check_readable
 
     if script_args:
@@ -375,7 +362,7 @@ def cmd_attach(args: argparse.Namespace, script_args: List[str]) -> int:
         _err(f"feedprof: reading process {pid} for {args.duration:g} s, from outside (Ctrl-C ends it early)")
         run, interrupted = run_attach(pid, args.duration, out_dir, gpu=not args.no_gpu, rate_hz=args.rate)
     except AttachRefused as exc:
-        raise UsageError(REFUSED.get(exc.why, exc.why).format(pid=exc.pid, detail=exc.detail or exc.why)) from None
+        raise UsageError(refused(exc.why, exc.pid, exc.detail)) from None
     report = _write_report(run, os.path.join(out_dir, "report.html"))
     print(format_summary(run.summary, run.host, run=run))
     if run.ranks:

@@ -61,5 +61,24 @@ def attached_lines(a: AttachedInfo) -> List[str]:
     return out
 
 
+REFUSED = {  # why feedprof attach could not read a process (trial/attach.py AttachRefused.why)
+    "no_pid": "there is no process {pid}",
+    "not_python": "process {pid} is not a Python process: feedprof attach reads a Python training job "
+                  "(feedprof profile runs one itself)",
+    "other_user": "process {pid} belongs to another user: attach as that user, or with sudo",
+    "ptrace_scope": "this machine does not let one process read another's memory (kernel.yama.ptrace_scope is "
+                    "1 or more): attach as root (sudo), or grant CAP_SYS_PTRACE (in a container: --cap-add "
+                    "SYS_PTRACE), or run the job under feedprof profile instead",
+    "no_pyspy": "feedprof attach reads the job with py-spy, which is not installed: pip install py-spy",
+    "pyspy_failed": "py-spy could not read process {pid} ({detail}): attach as root (sudo) or with "
+                    "CAP_SYS_PTRACE, or run the job under feedprof profile instead",
+}
+
+
+def refused(why: str, pid: int, detail: str = "") -> str:
+    """The one line a PID attach cannot read gets."""
+    return REFUSED.get(why, why).format(pid=pid, detail=detail or why)
+
+
 def words() -> Dict[type, Callable[[Any, Callable], str]]:
     return {r.AttachAdvice: _advice, r.LoopStopped: _stopped, r.NoLoaderSeen: _no_loader}
