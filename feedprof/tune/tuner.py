@@ -81,10 +81,13 @@ def trial_dir(out_dir: str, index: int, role: Role) -> str:
 
 
 def set_aside(out_dir: str, trial: Trial) -> str:
-    """A trial measured again: its directory kept beside, named for what ended it."""
-    kept = trial_dir(out_dir, trial.index, trial.role) + "-connection-lost"
-    os.replace(trial_dir(out_dir, trial.index, trial.role), kept)
-    return kept
+    """A trial measured again: its directory kept beside, named for what ended it ("": none to keep)."""
+    where = trial_dir(out_dir, trial.index, trial.role)
+    try:
+        os.replace(where, where + "-connection-lost")
+    except OSError:  # (it wrote no directory, or one of that name is there from a resumed tune)
+        return ""
+    return where + "-connection-lost"
 
 
 StrategyFactory = Callable[[Space, "TuneOptions", HostInfo], Strategy]

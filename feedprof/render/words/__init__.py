@@ -396,8 +396,8 @@ _WORDS: Dict[type, Callable[[Any, Callable], str]] = {
     r.RankFailed: lambda x, d: f"rank {x.rank}: {say(x.cause) or 'ended without its window'}",
     r.RanksLostConnection: lambda x, d: (
         f"{d(x.config) or 'a config'} was measured again: its first trial ended as a connection between the ranks "
-        f"was reset (rank {x.rank}: {x.error}), the infrastructure's, not the config's (that trial is kept in "
-        f"{x.trial_dir})"),
+        f"was reset (rank {x.rank}: {x.error}), the infrastructure's, not the config's"
+        + (f" (that trial is kept in {x.trial_dir})" if x.trial_dir else "")),
     r.Straggler: lambda x, d: (
         f"rank {x.rank} is a straggler: it waits for data {fmt_pct(x.wait_fraction)} of the time, the other ranks "
         f"{fmt_pct(x.others_wait_fraction)}; they wait for it in the all-reduce (communication time, not data "
