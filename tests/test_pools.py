@@ -166,6 +166,9 @@ def test_pools_in_workers_that_wait_on_storage_cost_no_trial_and_no_finding():
     assert pools_finding(_pools(2), summary, 2) is None
     busy = Summary(num_workers=2, workers_cpu_pct=190.0)
     assert pools_finding(_pools(2), busy, 2) is not None
+    # a machine busy beside the job: the workers got 0.6 cores, but 3.4 of their threads were ready to run
+    crowded = Summary(num_workers=2, workers_cpu_pct=60.0, workers_threads_runnable=3.4)
+    assert pools_finding(_pools(2), crowded, 2) is not None
 
 
 def test_the_search_holds_pools_that_oversubscribe_and_climbs_with_them_held():

@@ -31,13 +31,13 @@ COMPUTING_SHARE = 0.5  # workers busy this share of the cores they can use: thei
 
 
 def oversubscribes(workers: int, pool_threads: Optional[int], cpus: int,
-                   workers_cores: Optional[float] = None) -> bool:
+                   workers_busy: Optional[float] = None) -> bool:
     """Do ``workers`` workers, each running a pool of ``pool_threads``, ask for more threads than
-    ``cpus`` cores, and do they compute (``workers_cores``, their CPU in cores: at least
-    COMPUTING_SHARE of the cores they can use; unknown: taken to)? One thread a worker is what the
-    workers alone need; pools in workers that wait on storage cost nothing (measured: a sleep-bound
-    loader's 2 workers, each with an OpenBLAS pool of 2, used 0.03 cores)."""
-    computing = workers_cores is None or workers_cores >= COMPUTING_SHARE * min(workers, max(1, cpus))
+    ``cpus`` cores, and do they compute (``workers_busy``: their threads ready to run, or their CPU in
+    cores, at least COMPUTING_SHARE of the cores they can use; unknown: taken to)? One thread a
+    worker is what the workers alone need; pools in workers that wait on storage cost nothing
+    (measured: a sleep-bound loader's 2 workers, each with an OpenBLAS pool of 2, used 0.03 cores)."""
+    computing = workers_busy is None or workers_busy >= COMPUTING_SHARE * min(workers, max(1, cpus))
     return bool(workers) and bool(pool_threads) and pool_threads > 1 and workers * pool_threads > max(1, cpus) \
         and computing
 
@@ -47,8 +47,10 @@ def pools_finding(pools: Sequence[ProcessPools], summary: Summary, cpus: int) ->
     workers = pools_of(pools, PoolRole.WORKER)
     n = summary.num_workers
     top = widest(workers.pools) if workers is not None else None
-    cores = summary.workers_cpu_pct / 100 if summary.workers_cpu_pct is not None else None
-    if workers is None or top is None or not n or not oversubscribes(n, top.threads, cpus, cores):
+    # (threads ready to run where counted: a machine busy beside the job leaves them their demand, not their CPU)
+    busy = summary.workers_threads_runnable if summary.workers_threads_runnable is not None else \
+        summary.workers_cpu_pct / 100 if summary.workers_cpu_pct is not None else None
+    if workers is None or top is None or not n or not oversubscribes(n, top.threads, cpus, busy):
         return None
     return PoolsOversubscribe(workers=n, library=top.library, api=top.api, pool_threads=top.threads,
                               threads=n * top.threads, cpus=cpus, held=workers.held,
