@@ -27,7 +27,7 @@ def worker_pool_threads(pools: Sequence[ProcessPools]) -> Optional[int]:
     return top.threads if top is not None else None
 
 
-COMPUTING_SHARE = 0.5  # workers busy this share of the cores they can use: their pools may compute
+COMPUTING_SHARE = 0.2  # workers busy this share of the cores they can use: their pools may compute (idle: 0.03 cores)
 
 
 def oversubscribes(workers: int, pool_threads: Optional[int], cpus: int,
